@@ -1,0 +1,132 @@
+// `ft run`: train. With --nproc N (or --nnodes) the process becomes the
+// launcher and re-executes itself as N workers; a worker (launched by us or
+// by torchrun / mpirun / srun) joins the job from its environment.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "ft/comm.h"
+#include "ft/config.h"
+#include "ft/dist_env.h"
+#include "ft/error.h"
+#include "ft/events.h"
+#include "ft/launcher.h"
+#include "ft/plugin_host.h"
+#include "ft/runtime.h"
+#include "ft/trainer.h"
+
+namespace ft::app {
+namespace {
+
+struct RunFlags {
+  ConfigFlags config;
+  std::string strategy, precision, metrics_out, output_dir, resume;
+  int nproc = 1, nnodes = 1, node_rank = 0, master_port = 0;
+  std::string master_addr = "127.0.0.1";
+  int64_t threads = 0, max_steps = 0;
+  double timeout_s = 0;
+  std::vector<std::string> raw_args;  // to re-execute ourselves as workers
+};
+
+std::vector<std::string> flag_overrides(const RunFlags& f) {
+  std::vector<std::string> out = f.config.overrides;
+  if (!f.strategy.empty()) out.push_back("strategy.name=" + f.strategy);
+  if (!f.precision.empty()) out.push_back("strategy.precision=" + f.precision);
+  if (!f.metrics_out.empty()) out.push_back("runtime.metrics_out=" + f.metrics_out);
+  if (!f.output_dir.empty()) out.push_back("train.output_dir=" + f.output_dir);
+  if (!f.resume.empty()) out.push_back("train.resume_from=" + f.resume);
+  if (f.threads > 0) out.push_back("runtime.threads=" + std::to_string(f.threads));
+  if (f.max_steps > 0) out.push_back("train.max_steps=" + std::to_string(f.max_steps));
+  if (f.timeout_s > 0) out.push_back(fmt::format("runtime.timeout_s={}", f.timeout_s));
+  return out;
+}
+
+int launch(const RunFlags& f, const RunConfig& config) {
+  if (f.nproc < 1) fail("--nproc {}: need at least 1 worker", f.nproc);
+  LaunchOptions lo;
+  lo.nproc = f.nproc;
+  lo.nnodes = f.nnodes;
+  lo.node_rank = f.node_rank;
+  lo.master_addr = f.master_addr;
+  lo.master_port = f.master_port;
+  lo.timeout_s = config.runtime.timeout_s;
+  lo.argv.push_back(std::filesystem::read_symlink("/proc/self/exe").string());
+  lo.argv.insert(lo.argv.end(), f.raw_args.begin(), f.raw_args.end());
+  lo.extra_env["FT_LAUNCHED"] = "1";
+  return launch_and_supervise(lo);
+}
+
+int work(const RunConfig& config, const std::vector<std::string>& plugin_dirs) {
+  const DistEnv env = detect_dist_env(process_env());
+  const int threads = configure_threads(config.runtime.threads, env.local_world_size);
+  if (env.rank == 0) {
+    if (auto warning = slow_blas_warning()) std::fprintf(stderr, "%s\n", warning->c_str());
+  }
+  std::vector<std::filesystem::path> dirs(plugin_dirs.begin(), plugin_dirs.end());
+  PluginHost host = PluginHost::discover(DiscoveryOptions::from_environment(dirs));
+  auto strategy = host.create(config.strategy.name);
+  RunInputs inputs = prepare_inputs(config);
+  CommOptions co;
+  co.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.runtime.timeout_s * 1000));
+  auto comm = Comm::create(env, co);
+  EventLog events(env.rank == 0, config.runtime.metrics_out, config.runtime.progress);
+  if (inputs.skipped_rows > 0) events.info(fmt::format("skipped {} bad row(s) (data.bad_rows=skip)", inputs.skipped_rows));
+  events.info(fmt::format("{} train / {} dev rows, {} labels, {} thread(s) per rank", inputs.train->size(),
+                          inputs.dev ? inputs.dev->size() : 0, inputs.label_names.size(), threads));
+  Trainer trainer(config, std::move(inputs), strategy, config.strategy.name, *comm, events);
+  trainer.fit();
+  strategy->teardown();
+  return 0;
+}
+
+}  // namespace
+
+void add_config_flags(CLI::App& cmd, ConfigFlags& flags) {
+  cmd.add_option("-c,--config", flags.config_path, "run config YAML (default: the embedded configs/default.yaml)");
+  cmd.add_option("--set", flags.overrides, "override a config key, e.g. --set train.lr=3e-5 (repeatable)");
+  cmd.add_option("--plugin-dir", flags.plugin_dirs, "extra directory to load strategy plugins from (repeatable)");
+}
+
+RunConfig load_run_config(const ConfigFlags& flags) {
+  if (flags.config_path.empty()) {
+    return config_from_yaml_string(default_config_yaml(), "configs/default.yaml (embedded)", flags.overrides);
+  }
+  return load_config(flags.config_path, flags.overrides);
+}
+
+void add_run_command(CLI::App& app, int& exit_code, const std::vector<std::string>& argv) {
+  auto flags = std::make_shared<RunFlags>();
+  flags->raw_args = argv;
+  auto* cmd = app.add_subcommand("run", "train a classifier");
+  add_config_flags(*cmd, flags->config);
+  cmd->add_option("-s,--strategy", flags->strategy, "strategy name (see `ft strategies`)");
+  cmd->add_option("--precision", flags->precision, "fp32 | bf16 | fp16 | auto");
+  cmd->add_option("--nproc", flags->nproc, "worker processes on this host");
+  cmd->add_option("--nnodes", flags->nnodes, "hosts in the job");
+  cmd->add_option("--node-rank", flags->node_rank, "this host's index");
+  cmd->add_option("--master-addr", flags->master_addr, "rendezvous address (rank 0's host)");
+  cmd->add_option("--master-port", flags->master_port, "rendezvous port (0: pick a free one)");
+  cmd->add_option("--metrics-out", flags->metrics_out, "write JSON Lines metrics here (rank 0)");
+  cmd->add_option("--output-dir", flags->output_dir, "checkpoint directory");
+  cmd->add_option("--resume", flags->resume, "resume from this checkpoint directory");
+  cmd->add_option("--threads", flags->threads, "intra-op threads per rank (default: cores / ranks)");
+  cmd->add_option("--max-steps", flags->max_steps, "stop after this many optimizer steps");
+  cmd->add_option("--timeout", flags->timeout_s, "seconds before a stuck collective or dead rank stops the job");
+  cmd->callback([flags, &exit_code] {
+    const RunConfig config = load_run_config(ConfigFlags{flags->config.config_path, flag_overrides(*flags), {}});
+    const bool is_worker = std::getenv("FT_LAUNCHED") != nullptr;
+    if (!is_worker && (flags->nproc != 1 || flags->nnodes != 1)) {
+      // Workers get the same command line; FT_LAUNCHED keeps them from launching again.
+      exit_code = launch(*flags, config);
+      return;
+    }
+    exit_code = work(config, flags->config.plugin_dirs);
+  });
+}
+
+}  // namespace ft::app

@@ -1,0 +1,70 @@
+// Checkpoint directories (ARCHITECTURE.md "Output", contract):
+//
+//   <dir>/config.json          HF BertConfig (with id2label)
+//   <dir>/model.safetensors    consolidated fp32 weights, HF names
+//   <dir>/vocab.txt            when the run used a tokenizer
+//   <dir>/training_state/      only when saved for resume:
+//       optimizer.safetensors  full optimizer state keyed by HF name
+//                              ("<param>.exp_avg", ...); metadata: step
+//       trainer_state.json     step, epoch, scheduler/scaler state, best
+//       rng.safetensors        per-rank CPU generator states
+//       run.yaml               the effective run config
+//
+// The HF stack loads <dir> as is. Training state is strategy-independent
+// (full tensors by name), so a run can resume under any strategy and world
+// size. Directories are written under a temp name and renamed (ft/fs.h).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ft/model.h"
+#include "ft/strategy.h"
+
+namespace ft {
+
+class WordPieceTokenizer;
+
+struct TrainerState {
+  int64_t global_step = 0;
+  int64_t epoch = 0;          // epoch the next step belongs to
+  int64_t step_in_epoch = 0;  // next step within that epoch
+  int64_t total_steps = 0;
+  std::vector<double> loss_scaler;  // Precision::state()
+  double best_metric = 0.0;
+  bool has_best = false;
+  std::string best_checkpoint;
+  std::string strategy;
+  int world_size = 1;
+};
+
+struct CheckpointData {
+  BertConfig config;
+  TensorList model;
+  const WordPieceTokenizer* tokenizer = nullptr;
+  // Present only for resumable checkpoints.
+  std::optional<OptimizerState> optimizer;
+  std::optional<TrainerState> state;
+  std::vector<at::Tensor> rng_states;  // per rank
+  std::string run_yaml;
+};
+
+// Writes atomically: `dir` either keeps its old content or holds all of this.
+void save_checkpoint(const std::filesystem::path& dir, const CheckpointData& data);
+
+struct LoadedCheckpoint {
+  BertConfig config;
+  TensorList model;
+  std::optional<OptimizerState> optimizer;
+  std::optional<TrainerState> state;
+  std::vector<at::Tensor> rng_states;
+};
+
+// Reads a checkpoint; with_training_state=false skips training_state/.
+// Errors name the file and what is wrong.
+LoadedCheckpoint load_checkpoint(const std::filesystem::path& dir, bool with_training_state);
+
+}  // namespace ft

@@ -1,0 +1,81 @@
+// The one place that knows which LibTorch ft is built against.
+//
+// ft targets LibTorch 1.13 (Debian's libtorch-dev, CPU) and must also build
+// against LibTorch 2.x with CUDA. Everything that differs between those c10d
+// APIs is named here once, so comm*.cpp reads the same for both:
+//   - header location (very old releases shipped `c10d/...`, 1.13 and 2.x ship
+//     `torch/csrc/distributed/c10d/...`);
+//   - the async handle (`c10d::ProcessGroup::Work` before 1.13, `c10d::Work`
+//     from 1.13 on);
+//   - the class a concrete backend derives from (`c10d::ProcessGroup` before
+//     2.0, `c10d::Backend` from 2.0 on): ft only ever calls the collective
+//     methods, which have the same names and signatures on both;
+//   - NCCL, present only when LibTorch was built with it (`USE_C10D_NCCL`).
+//
+// This header is heavy (c10d + gloo, ~4.5 s to compile): include it only from
+// core/src/comm*.cpp, never from a public header.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include <torch/version.h>
+
+#define FT_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||     \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+#if __has_include(<torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>)
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#if defined(USE_C10D_NCCL)
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+#else
+#include <c10d/PrefixStore.hpp>
+#include <c10d/ProcessGroupGloo.hpp>
+#include <c10d/TCPStore.hpp>
+#if defined(USE_C10D_NCCL)
+#include <c10d/ProcessGroupNCCL.hpp>
+#endif
+#endif
+
+/// 1 when this LibTorch can run collectives on CUDA tensors.
+#if defined(USE_C10D_NCCL)
+#define FT_HAVE_NCCL 1
+#else
+#define FT_HAVE_NCCL 0
+#endif
+
+namespace ft::compat {
+
+/// The async handle every c10d collective returns.
+#if FT_TORCH_AT_LEAST(1, 13)
+using Work = c10d::Work;
+#else
+using Work = c10d::ProcessGroup::Work;
+#endif
+
+/// What ProcessGroupGloo / ProcessGroupNCCL derive from; ft holds groups as this.
+#if FT_TORCH_AT_LEAST(2, 0)
+using Backend = c10d::Backend;
+#else
+using Backend = c10d::ProcessGroup;
+#endif
+
+/// TCPStore options for ft's rendezvous. ft counts peers itself (so its
+/// timeout message can say how many joined), hence waitWorkers = false.
+inline c10d::TCPStoreOptions store_options(uint16_t port, bool is_server, int world_size,
+                                           std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions opts;
+  opts.port = port;
+  opts.isServer = is_server;
+  opts.numWorkers = static_cast<std::size_t>(world_size);
+  opts.waitWorkers = false;
+  opts.timeout = timeout;
+  return opts;
+}
+
+}  // namespace ft::compat

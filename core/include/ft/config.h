@@ -1,0 +1,219 @@
+// The run configuration: one typed struct per YAML section, loaded from a
+// file, overridden from the command line (`--set train.lr=3e-5`) and checked
+// before anything expensive starts.
+//
+// Field names are the YAML keys. Every field's type, default and meaning is
+// documented here and in docs/configuration.md (keep both in step). A key the
+// YAML does not mention keeps the default written here; note that the
+// built-in default *run* (configs/default.yaml, default_config()) sets many
+// keys to other values than these struct defaults.
+//
+// Relative paths in a config are relative to the current working directory,
+// not to the config file (the README runs everything from the repo root).
+//
+// Errors a user can cause throw ft::Error with one line that names the source
+// (file name or "--set") and the dotted key.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ft {
+
+/// yaml: `model` — which BERT to fine-tune.
+struct ModelConfigRef {
+  /// Required. A preset ("tiny" | "mini" | "base", the BENCHMARK.md
+  /// workloads), a Hugging Face config.json, or a checkpoint directory
+  /// holding config.json.
+  std::string config;
+  /// Optional initial weights: model.safetensors, pytorch_model.bin or a
+  /// checkpoint directory. Empty: random initialisation.
+  std::string weights;
+  /// Overrides hidden_dropout_prob and attention_probs_dropout_prob of the
+  /// model config; in [0, 1). Unset: keep the model config's values.
+  std::optional<double> dropout;
+};
+
+/// yaml: `data` — where the examples come from and how they become batches.
+struct DataConfig {
+  /// Required. Training data: a JSON list, JSON Lines, CSV, TSV or a
+  /// pre-tokenized safetensors file (input_ids, attention_mask,
+  /// token_type_ids, labels).
+  std::string train;
+  /// Optional separate dev file. Empty: dev_fraction of train is split off.
+  std::string dev;
+  /// auto | json | jsonl | csv | tsv | safetensors. auto: by the file
+  /// extension (see resolve_data_format).
+  std::string format = "auto";
+  /// Field (JSON object key or CSV/TSV header) holding the text. For a JSON
+  /// list of [text, label] arrays, rows are positional and these are unused.
+  std::string text_field = "text";
+  /// Optional second text of a sentence pair; empty: single sentences.
+  std::string pair_field = "";
+  /// Field holding the label (a name from `labels` or an integer id).
+  std::string label_field = "label";
+  /// Label names; their order gives the ids. Empty: inferred from the data
+  /// (sorted, so runs agree on ids).
+  std::vector<std::string> labels;
+  /// Read only the first N rows of the file (as the seeds do); 0 = all.
+  int64_t max_rows = 0;
+  /// Which max_rows rows: "first" (the file's first N, as the seeds) or
+  /// "random" (N drawn with split_seed; for files sorted by label).
+  std::string take = "first";
+  /// Share of the rows held out for evaluation when `dev` is empty; in
+  /// [0, 1). 0 with no dev file: no evaluation.
+  double dev_fraction = 0.08;
+  /// Seed of the shuffle before the train/dev split (the same on all ranks).
+  int64_t split_seed = 123;
+  /// Shuffle the rows before splitting (false: the dev rows are the last).
+  bool shuffle_before_split = true;
+  /// Remove all spaces from the text before tokenising (the Weibo data is
+  /// space-segmented Chinese).
+  bool strip_spaces = false;
+  /// error | skip: what a malformed row or unknown label does.
+  std::string bad_rows = "error";
+  /// WordPiece vocab.txt. Empty: the model checkpoint directory's vocab.txt;
+  /// text data with neither is an error suggesting `ft vocab build`.
+  std::string vocab;
+  /// auto | true | false. auto: lowercase when the vocab has no uppercase
+  /// pieces (bert-base-uncased) — decided by the tokenizer.
+  std::string lowercase = "auto";
+  /// Tokens per example including [CLS] and [SEP]; longer text is truncated.
+  int64_t max_seq_len = 128;
+  /// longest (pad each batch to its longest row) | max_length (always pad to
+  /// max_seq_len, as the seeds).
+  std::string padding = "longest";
+};
+
+/// yaml: `train` — the loop, the optimizer and the schedule.
+struct TrainConfig {
+  /// Passes over the training data (ignored when max_steps > 0).
+  int64_t epochs = 1;
+  /// Optimizer steps to run; > 0 overrides epochs.
+  int64_t max_steps = 0;
+  /// Examples per rank per micro-batch (global batch = batch_size * world
+  /// size * grad_accum).
+  int64_t batch_size = 32;
+  /// Micro-batches per optimizer step.
+  int64_t grad_accum = 1;
+  /// adamw | sgd.
+  std::string optimizer = "adamw";
+  /// Peak learning rate (> 0).
+  double lr = 2e-5;
+  /// Decoupled weight decay (AdamW) or L2 (SGD).
+  double weight_decay = 0.01;
+  /// AdamW betas and epsilon.
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  /// SGD momentum.
+  double momentum = 0.0;
+  /// Also decay biases and LayerNorm weights (false: the BERT convention).
+  bool decay_bias_and_norm = false;
+  /// linear (warm-up, then linear decay to 0) | constant (warm-up, then flat).
+  std::string scheduler = "linear";
+  /// Warm-up as a share of all steps, in [0, 1]; used when warmup_steps = 0.
+  double warmup_ratio = 0.0;
+  /// Warm-up steps; > 0 wins over warmup_ratio.
+  int64_t warmup_steps = 0;
+  /// Clip the global gradient L2 norm to this; 0 = no clipping.
+  double max_grad_norm = 1.0;
+  /// Seed of initialisation, dropout and the per-epoch shuffle.
+  int64_t seed = 42;
+  /// Reshuffle the training rows every epoch.
+  bool shuffle = true;
+  /// Drop the last incomplete global batch.
+  bool drop_last = false;
+  /// Log a step record every N optimizer steps (>= 1).
+  int64_t log_every = 10;
+  /// Evaluate every N optimizer steps; 0 = only at the end of each epoch.
+  int64_t eval_every = 0;
+  /// Checkpoint every N optimizer steps; 0 = only at the end. Needs output_dir.
+  int64_t save_every = 0;
+  /// Keep at most N step checkpoints (the best one is kept besides); 0 = all.
+  int64_t save_total_limit = 2;
+  /// accuracy | macro_f1 | loss: the dev metric that picks the best checkpoint.
+  std::string best_metric = "accuracy";
+  /// Checkpoint directory; empty = no checkpoints.
+  std::string output_dir;
+  /// Checkpoint directory to resume from (weights, optimizer, step, RNG).
+  std::string resume_from;
+};
+
+/// yaml: `strategy` — how training is distributed (a plugin).
+struct StrategyConfig {
+  /// Registered strategy name (`ft strategies` lists them).
+  std::string name = "single";
+  /// auto | fp32 | bf16 | fp16. auto: the strategy's preference.
+  std::string precision = "auto";
+  /// strategy.options.<key>: free-form strings, parsed and validated by the
+  /// plugin (which names the key in its errors).
+  std::map<std::string, std::string> options;
+};
+
+/// yaml: `runtime` — the process environment.
+struct RuntimeConfig {
+  /// cpu | cuda.
+  std::string device = "cpu";
+  /// Intra-op threads per rank; 0 = cores / local ranks.
+  int64_t threads = 0;
+  /// Seconds a rendezvous or collective may wait before the job fails (> 0).
+  double timeout_s = 30;
+  /// JSON Lines metrics file written by rank 0; empty = none.
+  std::string metrics_out;
+  /// Show a progress bar when stdout is a terminal.
+  bool progress = true;
+};
+
+/// One training run, as read from YAML plus overrides.
+struct RunConfig {
+  ModelConfigRef model;
+  DataConfig data;
+  TrainConfig train;
+  StrategyConfig strategy;
+  RuntimeConfig runtime;
+  /// Where this came from, for messages ("configs/x.yaml", "configs/x.yaml
+  /// + --set"); not part of the YAML.
+  std::string source;
+};
+
+/// Reads `yaml_path`, applies `overrides` ("train.lr=3e-5",
+/// "strategy.options.bucket_mb=25", "data.labels=[a,b]") on the YAML tree,
+/// converts with type checks, then validate()s. Throws ft::Error naming the
+/// file or "--set" and the key: missing file, YAML syntax error (with line),
+/// unknown key (with the closest known key), wrong type, bad value.
+RunConfig load_config(const std::string& yaml_path, const std::vector<std::string>& overrides);
+
+/// load_config on YAML text; `source_name` stands for the file in messages.
+RunConfig config_from_yaml_string(const std::string& yaml, const std::string& source_name,
+                                  const std::vector<std::string>& overrides);
+
+/// The built-in default run (configs/default.yaml, embedded at build time):
+/// what `ft run` does without --config.
+RunConfig default_config();
+
+/// The text of configs/default.yaml as embedded in the library; pass it to
+/// config_from_yaml_string to apply overrides on the default run.
+const std::string& default_config_yaml();
+
+/// The full effective config as YAML, every key present (saved beside
+/// checkpoints). config_from_yaml_string(to_yaml(c), ...) gives back c
+/// (except `source`), and to_yaml of that is byte-identical.
+std::string to_yaml(const RunConfig& config);
+
+/// Range and cross-field checks (batch_size >= 1, grad_accum >= 1, lr > 0,
+/// dev_fraction in [0, 1), enum values, required paths, text data needs a
+/// vocab, ...). Throws ft::Error "<source>: <key>: <what is wrong>".
+void validate(const RunConfig& config);
+
+/// `format` unless it is "auto", else the format implied by `path`'s
+/// extension: .json -> json, .jsonl/.ndjson -> jsonl, .csv -> csv,
+/// .tsv/.tab -> tsv, .safetensors -> safetensors. Throws ft::Error naming
+/// `key` when the extension says nothing.
+std::string resolve_data_format(const std::string& format, const std::string& path,
+                                const std::string& key = "data.train");
+
+}  // namespace ft

@@ -1,0 +1,72 @@
+// What a run tells the outside world: console lines (rank 0), an optional
+// progress bar on a terminal, and the metrics JSON Lines contract
+// (`--metrics-out`, ARCHITECTURE.md "Output").
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ft/metrics.h"
+
+namespace ft {
+
+struct StepEvent {
+  int64_t step = 0;
+  int64_t total_steps = 0;
+  int64_t epoch = 0;
+  double loss = 0.0;
+  double lr = 0.0;
+  double grad_norm = 0.0;
+  double samples_per_s = 0.0;
+  double loss_scale = 1.0;
+  bool skipped = false;
+};
+
+struct SummaryEvent {
+  std::string strategy;
+  std::string precision;
+  int world_size = 1;
+  int threads_per_rank = 1;
+  int64_t steps = 0;
+  int64_t samples = 0;
+  double train_seconds = 0.0;
+  double samples_per_s = 0.0;
+  double final_loss = 0.0;
+  std::vector<double> peak_rss_mb;          // per rank
+  std::vector<int64_t> model_state_bytes;   // per rank: params + grads + optimizer
+  std::vector<int64_t> param_bytes, grad_bytes, optimizer_bytes;  // per rank
+  int64_t trainable_params = 0;
+  bool has_eval = false;
+  ClassificationReport eval;
+  std::string checkpoint;  // final model dir, if saved
+};
+
+class EventLog {
+ public:
+  // Only rank 0 writes anything; other ranks get a silent log.
+  // metrics_path empty: no JSONL file. progress: draw a bar when stdout is a TTY.
+  EventLog(bool is_rank0, const std::string& metrics_path, bool progress);
+  ~EventLog();
+
+  void info(const std::string& line);
+  void step(const StepEvent& e, bool print_line);
+  // Progress bar tick (no JSONL); `loss` is the latest known.
+  void progress(int64_t step, int64_t total, double loss);
+  void eval(int64_t step, int64_t epoch, const ClassificationReport& r,
+            const std::vector<std::string>& label_names);
+  void summary(const SummaryEvent& s);
+
+ private:
+  void write_json(const std::string& line);
+  void end_progress_line();
+  bool rank0_;
+  bool tty_;
+  bool progress_enabled_;
+  bool progress_drawn_ = false;
+  std::FILE* metrics_ = nullptr;
+};
+
+}  // namespace ft

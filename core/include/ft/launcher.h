@@ -1,0 +1,60 @@
+// `ft run --nproc N`: start N workers on this host and supervise them.
+//
+// Contract (ARCHITECTURE.md "Processes"): every worker gets torchrun's
+// variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT) plus FT_LAUNCHED=1. If any worker exits non-zero or is killed,
+// the others get SIGTERM, then SIGKILL after a short grace, all are reaped,
+// and the launch fails naming that rank. No worker outlives the launcher: each
+// stays in the launcher's process group and has PR_SET_PDEATHSIG=SIGKILL.
+//
+// Output: rank 0 writes straight to the launcher's stdout/stderr; every other
+// rank's lines are prefixed "[rank N] " (one reader thread per worker, whole
+// lines written at once so ranks never interleave mid-line).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ft {
+
+/// What to launch. Field by field:
+struct LaunchOptions {
+  int nproc = 1;                          ///< workers on this node (>= 1)
+  int nnodes = 1;                         ///< nodes in the job; RANK = node_rank * nproc + local
+  int node_rank = 0;                      ///< this node's index, 0 <= node_rank < nnodes
+  std::string master_addr = "127.0.0.1";  ///< where rank 0 hosts the rendezvous store
+  int master_port = 0;                    ///< 0: pick a free port (single node only)
+  /// Seconds the job may take to wind down: once any worker has exited
+  /// cleanly the rest must follow within this, else they are stopped.
+  /// Workers' collectives use the same budget (Comm's timeout).
+  double timeout_s = 30;
+  double kill_grace_s = 5;  ///< SIGTERM to SIGKILL delay when stopping workers
+  std::vector<std::string> argv;                  ///< worker command line (argv[0] via PATH)
+  std::map<std::string, std::string> extra_env;   ///< added to every worker's environment
+  int stdout_fd = 1;  ///< where workers' stdout goes (tests point it at a file)
+  int stderr_fd = 2;  ///< where workers' stderr and the launcher's error line go
+};
+
+/// How a launch ended.
+struct LaunchResult {
+  int exit_code = 0;     ///< 0 when every worker exited 0; else non-zero (see below)
+  int failed_rank = -1;  ///< global rank of the first worker that failed, -1 if none
+  std::string error;     ///< one line, e.g. "rank 1 exited with code 3"; empty on success
+};
+
+/// Starts and supervises the workers; returns when all are gone. exit_code is
+/// the failed worker's exit code, 128 + N if it was killed by signal N, 1 if
+/// it outlived timeout_s after a peer finished, 128 + N when the launcher
+/// itself got SIGINT/SIGTERM N (forwarded to the workers first). Throws ft::Error for bad options or a command that cannot run
+/// (before any worker is left behind).
+LaunchResult launch_workers(const LaunchOptions& options);
+
+/// launch_workers() and, on failure, one line "ft: error: <error>" on
+/// options.stderr_fd. Returns the exit code for `ft`.
+int launch_and_supervise(const LaunchOptions& options);
+
+/// A TCP port nothing listens on right now (bind to port 0, read it back).
+int pick_free_port(const std::string& addr);
+
+}  // namespace ft

@@ -1,0 +1,106 @@
+// BERT for sequence classification, with Hugging Face parameter names, so
+// weights move between ft and the HF stack without renaming.
+//
+// The network is a sequence of *units*: 0 = embeddings, 1..L = encoder
+// layers, L+1 = head (pooler + dropout + classifier). Strategies that must
+// act around a unit (ZeRO-3/FSDP gather and free a unit's weights,
+// activation checkpointing recomputes a layer) install a UnitRunner instead
+// of re-implementing the forward pass.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+
+#include "ft/strategy.h"
+
+namespace ft {
+
+// The fields of an HF BertConfig that ft uses; unknown fields are kept
+// verbatim (`extra_json`) so a saved config.json loses nothing.
+struct BertConfig {
+  int64_t vocab_size = 30522;
+  int64_t hidden_size = 768;
+  int64_t num_hidden_layers = 12;
+  int64_t num_attention_heads = 12;
+  int64_t intermediate_size = 3072;
+  std::string hidden_act = "gelu";
+  double hidden_dropout_prob = 0.1;
+  double attention_probs_dropout_prob = 0.1;
+  int64_t max_position_embeddings = 512;
+  int64_t type_vocab_size = 2;
+  double initializer_range = 0.02;
+  double layer_norm_eps = 1e-12;
+  int64_t pad_token_id = 0;
+  int64_t num_labels = 2;
+  std::vector<std::string> id2label;  // size num_labels
+  std::string extra_json = "{}";      // other keys of the source config.json
+
+  // Reads an HF config.json; errors name the file and key.
+  static BertConfig from_json_file(const std::string& path);
+  static BertConfig from_json_string(const std::string& json, const std::string& source);
+  // BENCHMARK.md workloads: "tiny", "mini", "base". Unknown name: ft::Error.
+  static BertConfig preset(const std::string& name);
+  std::string to_json() const;  // HF-loadable config.json text
+  // Checks the shapes make sense (heads divide hidden, ...); names the key.
+  void validate(const std::string& source) const;
+};
+
+// Runs unit `index` as fn(input). The default runs it directly.
+class UnitRunner {
+ public:
+  virtual ~UnitRunner() = default;
+  virtual at::Tensor run(int index, const at::Tensor& input,
+                         const std::function<at::Tensor(const at::Tensor&)>& fn) = 0;
+};
+
+class BertForSequenceClassification : public torch::nn::Module {
+ public:
+  explicit BertForSequenceClassification(const BertConfig& config);
+  ~BertForSequenceClassification() override;
+
+  // Logits [rows, num_labels]. Attention-masked positions never influence
+  // unmasked ones.
+  at::Tensor forward(const Batch& batch);
+
+  const BertConfig& config() const { return config_; }
+
+  // Unit structure (see file comment).
+  int num_units() const;
+  std::shared_ptr<torch::nn::Module> unit(int index) const;
+  // HF-style prefix of each unit's parameters, e.g. "bert.encoder.layer.3."
+  std::string unit_prefix(int index) const;
+  // Unit that owns an HF parameter name (for sharding and layer-wise LR).
+  int unit_of(const std::string& param_name) const;
+  // Parameters of each unit with HF names, in model order.
+  std::vector<TensorList> unit_parameters() const;
+  void set_unit_runner(UnitRunner* runner) { runner_ = runner; }
+
+  // HF initialisation: normal(0, initializer_range) for Linear/Embedding
+  // weights, zero biases, LayerNorm (1, 0), padding row zero. Seeded by the
+  // caller through torch's generator.
+  void init_weights();
+
+  // Copies named tensors into the parameters. Every parameter must be
+  // present with the right shape; extra names are an error unless they are
+  // known HF extras (position_ids, pretraining heads), which are ignored.
+  void load_weights(const TensorList& weights, const std::string& source);
+  // Current weights with HF names (views of the parameters, in model order).
+  TensorList weights() const;
+
+ private:
+  struct Parts;
+  BertConfig config_;
+  std::unique_ptr<Parts> parts_;
+  UnitRunner* runner_ = nullptr;
+};
+
+// Loads weights from model.safetensors, pytorch_model.bin or a checkpoint
+// directory holding either.
+TensorList read_model_weights(const std::string& path);
+
+}  // namespace ft

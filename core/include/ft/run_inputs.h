@@ -1,0 +1,41 @@
+// Turning a RunConfig into what training needs: the model config and
+// initial weights, the tokenizer, and the train/dev datasets. Every rank
+// does this identically (same seeds), so no data is broadcast.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ft/config.h"
+#include "ft/data.h"
+#include "ft/model.h"
+#include "ft/tokenizer.h"
+
+namespace ft {
+
+struct RunInputs {
+  BertConfig model_config;
+  std::optional<TensorList> initial_weights;  // none: random init
+  std::string weights_source;
+  std::shared_ptr<const WordPieceTokenizer> tokenizer;  // null for pre-tokenized data
+  std::unique_ptr<Dataset> train;
+  std::unique_ptr<Dataset> dev;  // null: no evaluation
+  std::vector<std::string> label_names;
+  int64_t skipped_rows = 0;
+};
+
+// Resolves model.config (preset name, config.json or checkpoint directory)
+// and applies the dropout override.
+BertConfig resolve_model_config(const RunConfig& config);
+
+// Loads the tokenizer named by data.vocab (or a checkpoint's vocab.txt).
+std::shared_ptr<const WordPieceTokenizer> load_tokenizer(const RunConfig& config);
+
+RunInputs prepare_inputs(const RunConfig& config);
+
+// A view of some rows of another dataset (dev split of pre-tokenized data).
+std::unique_ptr<Dataset> subset(std::shared_ptr<Dataset> base, std::vector<int64_t> rows);
+
+}  // namespace ft

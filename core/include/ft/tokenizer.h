@@ -1,0 +1,124 @@
+// BERT WordPiece tokenizer, behaving like Hugging Face's (slow) BertTokenizer.
+//
+// Same ids as `BertTokenizer(vocab.txt)(text, pair, max_length=L, truncation=True,
+// padding="max_length")`, so a model trained by ft and one trained by the HF stack
+// see identical inputs. The pipeline, in HF's order:
+//   1. split the raw text on the special tokens [PAD] [UNK] [CLS] [SEP] [MASK]
+//      (exact, case-sensitive, anywhere in the text) — those are never split;
+//   2. BasicTokenizer on each remaining piece: drop U+0000, U+FFFD and category C*
+//      (except \t \n \r), turn whitespace (Zs, \t \n \r) into spaces, put spaces
+//      around CJK ideographs, NFC, split on whitespace; per word, when uncased:
+//      lower-case (Python's str.lower, final sigma included), NFD, drop Mn marks;
+//      then split off every punctuation char (ASCII 33-47, 58-64, 91-96, 123-126
+//      and Unicode P*);
+//   3. WordPiece: greedy longest match first, "##" marks a continuation; a word
+//      with more than max_chars_per_word code points, or with any part that has no
+//      match, becomes one [UNK].
+//
+// Instances are immutable after construction, cheap to copy (the vocabulary is
+// shared) and safe to use from several threads at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ft {
+
+/// Model inputs for one example; all three vectors have the same length.
+struct Encoding {
+  std::vector<int64_t> input_ids;
+  std::vector<int64_t> attention_mask;  ///< 1 for real tokens, 0 for padding
+  std::vector<int64_t> token_type_ids;  ///< 0 for "[CLS] a [SEP]", 1 for "b [SEP]", 0 for padding
+};
+
+/// Whether the basic tokenizer lower-cases and strips accents.
+enum class Lowercase {
+  Auto,  ///< yes unless a token (other than bracketed specials) has an ASCII uppercase letter
+  Yes,
+  No,
+};
+
+struct TokenizerOptions {
+  Lowercase lowercase = Lowercase::Auto;
+  /// Longer words (in code points, after normalisation) become [UNK]; HF's
+  /// max_input_chars_per_word. Must be > 0.
+  int max_chars_per_word = 100;
+  /// Put spaces around CJK ideographs so each is its own word (HF's
+  /// tokenize_chinese_chars).
+  bool split_cjk = true;
+};
+
+/// Runs HF's BasicTokenizer alone (no special-token handling, no WordPiece):
+/// the words WordPiece would see. Throws ft::Error "invalid UTF-8 at byte N"
+/// (N counted from 0) on malformed input. The vocab builder pre-splits with it.
+std::vector<std::string> basic_tokenize(std::string_view text, bool lowercase,
+                                        bool split_cjk = true);
+
+class WordPieceTokenizer {
+ public:
+  /// Reads `vocab_path` (one token per line, id = line index, "\n", "\r\n" or
+  /// "\r" line ends). Throws ft::Error naming the file when it cannot be read,
+  /// is empty, has a line that is not UTF-8, or lacks [PAD], [UNK], [CLS] or [SEP].
+  static WordPieceTokenizer from_file(const std::string& vocab_path,
+                                      const TokenizerOptions& options = {});
+  /// Same checks as from_file, for an in-memory vocabulary (errors say "<tokens>").
+  static WordPieceTokenizer from_tokens(std::vector<std::string> tokens,
+                                        const TokenizerOptions& options = {});
+
+  /// The pieces of `text`, special tokens in the text included, [CLS]/[SEP] not
+  /// added (HF's tokenizer.tokenize). Throws ft::Error "invalid UTF-8 at byte N";
+  /// callers add the file/row.
+  std::vector<std::string> tokenize(std::string_view text) const;
+  /// Ids of tokenize(text) without building the strings (the training-loop path).
+  std::vector<int64_t> tokenize_to_ids(std::string_view text) const;
+  /// Unknown tokens map to unk_id(), like HF.
+  std::vector<int64_t> convert_tokens_to_ids(const std::vector<std::string>& tokens) const;
+  /// The id of `token`, if the vocabulary has it (the last line wins on duplicates).
+  std::optional<int64_t> token_to_id(std::string_view token) const;
+
+  /// "[CLS] a [SEP]" or "[CLS] a [SEP] b [SEP]". When max_length > 0 the result
+  /// is truncated to max_length tokens (single: a is cut at the end; pair: HF's
+  /// "longest_first" — one token at a time from the longer of a and b, from b
+  /// when they are equal) and, if pad_to_max_length, padded with [PAD] (mask 0,
+  /// type 0) to exactly max_length. max_length <= 0: no truncation, no padding.
+  /// Throws ft::Error if 0 < max_length < the number of special tokens (2 or 3).
+  Encoding encode(std::string_view text, std::optional<std::string_view> pair,
+                  int max_length, bool pad_to_max_length) const;
+
+  int64_t pad_id() const;
+  int64_t cls_id() const;
+  int64_t sep_id() const;
+  int64_t unk_id() const;
+  /// [MASK]'s id, if the vocabulary has one (it is not required).
+  std::optional<int64_t> mask_id() const;
+  /// Number of lines of the vocabulary (the model's embedding rows).
+  int64_t vocab_size() const;
+  /// The vocabulary, index = id.
+  const std::vector<std::string>& tokens() const;
+  /// The resolved Lowercase option.
+  bool lowercase() const { return lowercase_; }
+  const TokenizerOptions& options() const { return options_; }
+
+  /// Writes the vocabulary as vocab.txt (one token per line, trailing "\n")
+  /// atomically (temp file + rename). Throws ft::Error naming the path.
+  void save(const std::string& vocab_path) const;
+
+  /// The lookup tables; defined in tokenizer.cpp.
+  struct Vocab;
+
+ private:
+  WordPieceTokenizer(std::shared_ptr<const Vocab> vocab, const TokenizerOptions& options,
+                     bool lowercase);
+  static WordPieceTokenizer build(std::vector<std::string> tokens,
+                                  const TokenizerOptions& options, const std::string& source);
+
+  std::shared_ptr<const Vocab> vocab_;
+  TokenizerOptions options_;
+  bool lowercase_ = true;
+};
+
+}  // namespace ft

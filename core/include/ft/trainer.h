@@ -1,0 +1,45 @@
+// Trainer: the loop. Epochs and steps, micro-batches and accumulation, the
+// LR schedule, evaluation and checkpoint cadence, metrics. It talks to the
+// strategy only through ft::Strategy.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ft/comm.h"
+#include "ft/config.h"
+#include "ft/events.h"
+#include "ft/run_inputs.h"
+#include "ft/strategy.h"
+
+namespace ft {
+
+struct TrainResult {
+  SummaryEvent summary;
+  std::optional<ClassificationReport> last_eval;
+};
+
+// Learning rate for optimizer step `step` (0-based) as HF's schedulers
+// compute it: linear warm-up from 0, then linear decay to 0 (or constant).
+double scheduled_lr(const TrainConfig& train, int64_t step, int64_t total_steps, int64_t warmup_steps);
+
+class Trainer {
+ public:
+  Trainer(RunConfig config, RunInputs inputs, std::shared_ptr<Strategy> strategy, std::string strategy_name,
+          Comm& comm, EventLog& events);
+  ~Trainer();
+
+  TrainResult fit();
+  // Evaluates the dev set with the current weights (collective).
+  ClassificationReport evaluate();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Peak resident set size of this process, MB.
+double peak_rss_mb();
+
+}  // namespace ft

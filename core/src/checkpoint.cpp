@@ -1,0 +1,97 @@
+#include "ft/checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "ft/error.h"
+#include "ft/fs.h"
+#include "ft/safetensors.h"
+#include "ft/tokenizer.h"
+
+namespace ft {
+namespace fsys = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string state_to_json(const TrainerState& s) {
+  json j{{"global_step", s.global_step}, {"epoch", s.epoch},         {"step_in_epoch", s.step_in_epoch},
+         {"total_steps", s.total_steps}, {"loss_scaler", s.loss_scaler}, {"best_metric", s.best_metric},
+         {"has_best", s.has_best},       {"best_checkpoint", s.best_checkpoint},
+         {"strategy", s.strategy},       {"world_size", s.world_size}};
+  return j.dump(2);
+}
+
+TrainerState state_from_json(const std::string& text, const std::string& source) {
+  TrainerState s;
+  try {
+    json j = json::parse(text);
+    s.global_step = j.at("global_step").get<int64_t>();
+    s.epoch = j.at("epoch").get<int64_t>();
+    s.step_in_epoch = j.at("step_in_epoch").get<int64_t>();
+    s.total_steps = j.at("total_steps").get<int64_t>();
+    s.loss_scaler = j.at("loss_scaler").get<std::vector<double>>();
+    s.best_metric = j.at("best_metric").get<double>();
+    s.has_best = j.at("has_best").get<bool>();
+    s.best_checkpoint = j.at("best_checkpoint").get<std::string>();
+    s.strategy = j.at("strategy").get<std::string>();
+    s.world_size = j.at("world_size").get<int>();
+  } catch (const json::exception& e) {
+    fail("{}: malformed trainer state ({})", source, e.what());
+  }
+  return s;
+}
+
+}  // namespace
+
+void save_checkpoint(const fsys::path& dir, const CheckpointData& data) {
+  fs::AtomicDir out(dir);
+  const fsys::path& tmp = out.path();
+  fs::write_file_atomic(tmp / "config.json", data.config.to_json() + "\n");
+  safetensors::save((tmp / "model.safetensors").string(), data.model, {{"format", "pt"}});
+  if (data.tokenizer) data.tokenizer->save((tmp / "vocab.txt").string());
+  if (data.optimizer && data.state) {
+    const fsys::path ts = tmp / "training_state";
+    fsys::create_directories(ts);
+    safetensors::save((ts / "optimizer.safetensors").string(), data.optimizer->tensors,
+                      {{"step", std::to_string(data.optimizer->step)}});
+    fs::write_file_atomic(ts / "trainer_state.json", state_to_json(*data.state) + "\n");
+    TensorList rng;
+    for (size_t r = 0; r < data.rng_states.size(); ++r) rng.emplace_back("rank" + std::to_string(r), data.rng_states[r]);
+    if (!rng.empty()) safetensors::save((ts / "rng.safetensors").string(), rng);
+    if (!data.run_yaml.empty()) fs::write_file_atomic(ts / "run.yaml", data.run_yaml);
+  }
+  out.commit();
+}
+
+LoadedCheckpoint load_checkpoint(const fsys::path& dir, bool with_training_state) {
+  if (!fsys::is_directory(dir)) fail("checkpoint {}: not a directory", dir.string());
+  LoadedCheckpoint c;
+  c.config = BertConfig::from_json_file((dir / "config.json").string());
+  const fsys::path weights = dir / "model.safetensors";
+  if (!fsys::exists(weights)) fail("checkpoint {}: model.safetensors is missing", dir.string());
+  c.model = safetensors::load(weights.string());
+  if (!with_training_state) return c;
+  const fsys::path ts = dir / "training_state";
+  if (!fsys::exists(ts / "trainer_state.json")) {
+    fail("checkpoint {}: no training_state/ (a model-only export); it can initialise a run (model.weights) but not resume one",
+         dir.string());
+  }
+  c.state = state_from_json(fs::read_file(ts / "trainer_state.json"), (ts / "trainer_state.json").string());
+  OptimizerState opt;
+  const std::string opt_path = (ts / "optimizer.safetensors").string();
+  opt.tensors = safetensors::load(opt_path);
+  auto meta = safetensors::metadata(opt_path);
+  try {
+    opt.step = std::stoll(meta.at("step"));
+  } catch (const std::exception&) {
+    fail("{}: metadata 'step' is missing or not an integer", opt_path);
+  }
+  c.optimizer = std::move(opt);
+  if (fsys::exists(ts / "rng.safetensors")) {
+    for (auto& [name, t] : safetensors::load((ts / "rng.safetensors").string())) c.rng_states.push_back(t);
+  }
+  return c;
+}
+
+}  // namespace ft

@@ -1,0 +1,228 @@
+// Comm: rendezvous, group construction, Work handles and failure tracking.
+// The collectives themselves are in comm_ops.cpp.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <thread>
+
+#include <ATen/Context.h>
+
+#include "comm_internal.h"
+#include "ft/error.h"
+
+namespace ft {
+
+std::string first_line(const std::string& text) {
+  auto nl = text.find('\n');
+  return nl == std::string::npos ? text : text.substr(0, nl);
+}
+
+// ---------------------------------------------------------------- Work
+
+Work::Work() = default;
+Work::Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
+Work::~Work() = default;
+Work::Work(Work&&) noexcept = default;
+Work& Work::operator=(Work&&) noexcept = default;
+
+bool Work::completed() const {
+  if (!state_ || state_->done) return true;
+  for (const auto& w : state_->works) {
+    if (!w->isCompleted()) return false;
+  }
+  return true;
+}
+
+void Work::wait() {
+  if (!state_) return;
+  State& s = *state_;
+  if (s.done) {
+    if (s.error) std::rethrow_exception(s.error);
+    return;
+  }
+  s.done = true;
+  try {
+    for (auto& w : s.works) {
+      try {
+        w->wait(s.timeout);
+      } catch (const std::exception& e) {
+        std::string why = fmt::format("rank {}: {} failed (a peer exited or the {} s timeout "
+                                      "passed): {}",
+                                      s.health->rank, s.what, s.timeout.count() / 1000.0,
+                                      first_line(e.what()));
+        s.health->set(why);
+        throw Error(why);
+      }
+    }
+    if (s.finish) s.finish();
+  } catch (const Error&) {
+    s.error = std::current_exception();
+    throw;
+  } catch (const std::exception& e) {
+    s.error = std::make_exception_ptr(
+        Error(fmt::format("rank {}: {}: {}", s.health->rank, s.what, first_line(e.what()))));
+    std::rethrow_exception(s.error);
+  }
+}
+
+// ---------------------------------------------------------------- rendezvous
+
+namespace {
+
+bool is_loopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+// Whether nothing on this host listens on `port` (TCPStore binds all interfaces).
+bool port_is_free(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return true;  // cannot tell; let TCPStore report
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_ANY);
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0 || errno != EADDRINUSE;
+  ::close(fd);
+  return free;
+}
+
+c10::intrusive_ptr<c10d::Store> connect_store(const DistEnv& env, std::chrono::milliseconds timeout) {
+  const bool server = env.rank == 0;
+  if (server && !port_is_free(env.master_port)) {
+    fail("master port {} on {} is in use; pass --master-port", env.master_port, env.master_addr);
+  }
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(
+        env.master_addr, compat::store_options(static_cast<uint16_t>(env.master_port), server,
+                                               env.world_size, timeout));
+  } catch (const std::exception& e) {
+    std::string msg = first_line(e.what());
+    if (server) {
+      if (msg.find("in use") != std::string::npos) {
+        fail("master port {} on {} is in use; pass --master-port", env.master_port,
+             env.master_addr);
+      }
+      fail("rank 0 could not start the rendezvous store on {}:{}: {}", env.master_addr,
+           env.master_port, msg);
+    }
+    fail("rank {} could not reach the rendezvous store of rank 0 at {}:{} within {} s "
+         "(is rank 0 running, are MASTER_ADDR/MASTER_PORT right?): {}",
+         env.rank, env.master_addr, env.master_port, timeout.count() / 1000.0, msg);
+  }
+}
+
+// Every rank counts itself in and waits for the rest, so a missing rank is
+// reported with how many made it instead of an opaque store timeout.
+void wait_for_peers(c10d::Store& store, const DistEnv& env, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int64_t joined = 0;
+  try {
+    joined = store.add("ft/joined", 1);
+    while (joined < env.world_size) {
+      if (std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      joined = store.add("ft/joined", 0);
+    }
+  } catch (const std::exception& e) {
+    fail("rank {}: lost the rendezvous store at {}:{} while waiting for peers: {}", env.rank,
+         env.master_addr, env.master_port, first_line(e.what()));
+  }
+  if (joined < env.world_size) {
+    fail("rank {}: rendezvous at {}:{} timed out after {} s: {} of {} ranks joined", env.rank,
+         env.master_addr, env.master_port, timeout.count() / 1000.0, joined, env.world_size);
+  }
+}
+
+std::shared_ptr<::gloo::transport::Device> gloo_device(const DistEnv& env,
+                                                       const CommOptions& options) {
+  if (!options.network_interface.empty()) {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(options.network_interface);
+  }
+  if (is_loopback(env.master_addr) || env.local_world_size == env.world_size) {
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  }
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+c10::intrusive_ptr<compat::Backend> make_gloo(const c10::intrusive_ptr<c10d::Store>& store,
+                                              const DistEnv& env, const CommOptions& options) {
+  auto opts = c10d::ProcessGroupGloo::Options::create(options.timeout);
+  opts->devices.push_back(gloo_device(env, options));
+  // Two threads let an async bucket all-reduce overlap with the next one.
+  opts->threads = 2;
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("ft/gloo", store);
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.world_size, opts);
+}
+
+c10::intrusive_ptr<compat::Backend> make_nccl(const c10::intrusive_ptr<c10d::Store>& store,
+                                              const DistEnv& env, const CommOptions& options) {
+#if FT_HAVE_NCCL
+  auto opts = c10d::ProcessGroupNCCL::Options::create();
+  opts->timeout = options.timeout;
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("ft/nccl", store);
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, env.rank, env.world_size, opts);
+#else
+  (void)store;
+  (void)env;
+  (void)options;
+  return {};
+#endif
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- Comm
+
+Comm::Comm(DistEnv env, CommOptions options)
+    : env_(std::move(env)), options_(options), health_(std::make_shared<CommHealth>()) {
+  health_->rank = env_.rank;
+}
+
+Comm::~Comm() {
+  if (!groups_ || health_->get().empty()) return;
+  // A failed group may still have a Gloo thread blocked on a dead peer, and
+  // ~ProcessGroupGloo joins its threads: that could outlast the timeout the
+  // job promises. The process is about to exit anyway, so let it go.
+  (void)groups_->gloo.release();
+  (void)groups_->nccl.release();
+  (void)groups_.release();
+}
+
+std::string Comm::failure() const { return health_->get(); }
+
+std::unique_ptr<Comm> Comm::create(const DistEnv& env, const CommOptions& options) {
+  if (env.world_size < 1 || env.rank < 0 || env.rank >= env.world_size) {
+    fail("invalid rank {} for world size {}", env.rank, env.world_size);
+  }
+  if (options.timeout.count() <= 0) fail("comm timeout must be positive");
+  const bool cuda = at::hasCUDA();
+  if (options.backend == CommBackend::Nccl && !(FT_HAVE_NCCL && cuda)) {
+    fail("backend nccl needs a LibTorch built with NCCL and a visible GPU ({}); use gloo",
+         FT_HAVE_NCCL ? "no GPU is visible" : "this LibTorch has no NCCL");
+  }
+  std::unique_ptr<Comm> comm(new Comm(env, options));
+  if (env.world_size == 1) return comm;
+
+  auto groups = std::make_unique<CommGroups>();
+  groups->store = connect_store(env, options.timeout);
+  wait_for_peers(*groups->store, env, options.timeout);
+  const char* building = "gloo";
+  try {
+    if (options.backend != CommBackend::Nccl) groups->gloo = make_gloo(groups->store, env, options);
+    building = "nccl";
+    if (options.backend != CommBackend::Gloo && FT_HAVE_NCCL && cuda) {
+      groups->nccl = make_nccl(groups->store, env, options);
+    }
+  } catch (const std::exception& e) {
+    fail("rank {}: connecting the {} group over {}:{} failed: {}", env.rank, building,
+         env.master_addr, env.master_port, first_line(e.what()));
+  }
+  comm->groups_ = std::move(groups);
+  return comm;
+}
+
+}  // namespace ft

@@ -1,0 +1,359 @@
+// Loading a RunConfig: YAML text -> tree -> --set overrides on the tree ->
+// typed struct -> validate(). Overrides go into the tree before conversion so
+// a value from the command line is type-checked exactly like one from a file.
+#include "ft/config.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <sstream>
+#include <type_traits>
+
+#include <yaml-cpp/yaml.h>
+
+#include "config_fields.h"
+#include "ft/error.h"
+#include "ft_default_config_yaml.h"  // generated from configs/default.yaml
+
+namespace ft {
+namespace {
+
+using config_detail::closest_key;
+using config_detail::for_each_field;
+using config_detail::sections;
+
+constexpr const char* kSetSource = "--set";
+
+// Who set each key, so an error blames the file or the command line.
+class Origins {
+ public:
+  explicit Origins(std::string file) : file_(std::move(file)) {}
+  void mark_override(const std::string& key) { overridden_.insert(key); }
+  // "strategy.options.x" is blamed on --set when it or "strategy.options" was overridden.
+  const std::string& of(const std::string& key) const {
+    for (const auto& k : overridden_) {
+      if (key == k || key.rfind(k + ".", 0) == 0) return set_source_;
+    }
+    return file_;
+  }
+  const std::string& file() const { return file_; }
+
+ private:
+  std::string file_;
+  std::string set_source_ = kSetSource;
+  std::set<std::string> overridden_;
+};
+
+std::string describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map: return "a mapping";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Scalar: return "'" + node.Scalar() + "'";
+    default: return "nothing";
+  }
+}
+
+// Where a value sits, for messages: "<origin>: <key>".
+struct Where {
+  const std::string& origin;
+  const std::string& key;
+};
+
+[[noreturn]] void type_error(const Where& w, const char* expected, const YAML::Node& node) {
+  fail("{}: {}: expected {}, got {}", w.origin, w.key, expected, describe(node));
+}
+
+[[noreturn]] void unknown_key(const std::string& origin, const std::string& key) {
+  const std::string near = closest_key(key);
+  if (!near.empty()) fail("{}: unknown key '{}' (did you mean '{}'?)", origin, key, near);
+  if (key.find('.') == std::string::npos) {
+    fail("{}: unknown key '{}' (the sections are model, data, train, strategy, runtime)", origin,
+         key);
+  }
+  fail("{}: unknown key '{}' (docs/configuration.md lists every key)", origin, key);
+}
+
+void read(const YAML::Node& node, std::string& out, const Where& w) {
+  if (node.IsNull()) {
+    out.clear();
+    return;
+  }
+  if (!node.IsScalar()) type_error(w, "a string", node);
+  out = node.Scalar();
+}
+
+void read(const YAML::Node& node, int64_t& out, const Where& w) {
+  if (!node.IsScalar()) type_error(w, "an integer", node);
+  const std::string& s = node.Scalar();
+  const char* begin = s.data();
+  const char* end = s.data() + s.size();
+  if (begin != end && *begin == '+') ++begin;
+  int64_t value = 0;
+  auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (s.empty() || ec != std::errc() || ptr != end) type_error(w, "an integer", node);
+  out = value;
+}
+
+void read(const YAML::Node& node, double& out, const Where& w) {
+  if (!node.IsScalar()) type_error(w, "a number", node);
+  const std::string& s = node.Scalar();
+  const char* begin = s.data();
+  const char* end = s.data() + s.size();
+  if (begin != end && *begin == '+') ++begin;
+  double value = 0;
+  auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (s.empty() || ec != std::errc() || ptr != end || !std::isfinite(value)) {
+    type_error(w, "a number", node);
+  }
+  out = value;
+}
+
+void read(const YAML::Node& node, std::optional<double>& out, const Where& w) {
+  if (node.IsNull()) {
+    out.reset();
+    return;
+  }
+  double value = 0;
+  read(node, value, w);
+  out = value;
+}
+
+void read(const YAML::Node& node, bool& out, const Where& w) {
+  if (node.IsScalar()) {
+    std::string s = node.Scalar();
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    if (s == "true" || s == "yes" || s == "on") {
+      out = true;
+      return;
+    }
+    if (s == "false" || s == "no" || s == "off") {
+      out = false;
+      return;
+    }
+  }
+  type_error(w, "true or false", node);
+}
+
+void read(const YAML::Node& node, std::vector<std::string>& out, const Where& w) {
+  out.clear();
+  if (node.IsNull()) return;
+  if (!node.IsSequence()) type_error(w, "a list like [a, b]", node);
+  for (const auto& item : node) {
+    if (!item.IsScalar()) {
+      fail("{}: {}: expected a list of names, got {} as an item", w.origin, w.key, describe(item));
+    }
+    out.push_back(item.Scalar());
+  }
+}
+
+// strategy.options: a flat mapping of scalars, kept as text for the plugin.
+void read(const YAML::Node& node, std::map<std::string, std::string>& out, const Where& w,
+          const Origins& origins) {
+  out.clear();
+  if (node.IsNull()) return;
+  if (!node.IsMap()) type_error(w, "a mapping of option: value", node);
+  for (const auto& kv : node) {
+    if (!kv.first.IsScalar()) type_error(w, "option names", kv.first);
+    const std::string name = kv.first.Scalar();
+    const std::string key = w.key + "." + name;
+    const YAML::Node& value = kv.second;
+    if (!value.IsNull() && !value.IsScalar()) {
+      fail("{}: {}: expected a single value, got {}", origins.of(key), key, describe(value));
+    }
+    if (!out.emplace(name, value.IsNull() ? "" : value.Scalar()).second) {
+      fail("{}: {}: the key appears twice", origins.of(key), key);
+    }
+  }
+}
+
+// Reads one section's keys into the struct; unknown and repeated keys fail.
+void read_section(const std::string& section, const YAML::Node& node, RunConfig& config,
+                  const Origins& origins) {
+  if (node.IsNull()) return;  // "train:" with nothing under it
+  if (!node.IsMap()) {
+    fail("{}: {}: expected a mapping of keys, got {}", origins.of(section), section,
+         describe(node));
+  }
+  std::set<std::string> seen;
+  for (const auto& kv : node) {
+    if (!kv.first.IsScalar()) {
+      fail("{}: {}: keys must be names, got {}", origins.of(section), section, describe(kv.first));
+    }
+    const std::string key = section + "." + kv.first.Scalar();
+    if (!seen.insert(key).second) fail("{}: {}: the key appears twice", origins.of(key), key);
+    bool found = false;
+    for_each_field(config, [&](const char* sec, const char* name, auto& field) {
+      if (found || section != sec || kv.first.Scalar() != name) return;
+      found = true;
+      const Where where{origins.of(key), key};
+      if constexpr (std::is_same_v<std::decay_t<decltype(field)>,
+                                   std::map<std::string, std::string>>) {
+        read(kv.second, field, where, origins);
+      } else {
+        read(kv.second, field, where);
+      }
+    });
+    if (!found) unknown_key(origins.of(key), key);
+  }
+}
+
+RunConfig convert(const YAML::Node& root, const Origins& origins) {
+  RunConfig config;
+  if (!root || root.IsNull()) return config;
+  if (!root.IsMap()) {
+    fail("{}: expected a mapping with the sections model, data, train, strategy, runtime; got {}",
+         origins.file(), describe(root));
+  }
+  std::set<std::string> seen;
+  for (const auto& kv : root) {
+    if (!kv.first.IsScalar()) fail("{}: keys must be names, got {}", origins.file(), describe(kv.first));
+    const std::string section = kv.first.Scalar();
+    if (std::find(sections().begin(), sections().end(), section) == sections().end()) {
+      unknown_key(origins.of(section), section);
+    }
+    if (!seen.insert(section).second) fail("{}: {}: the section appears twice", origins.file(), section);
+    read_section(section, kv.second, config, origins);
+  }
+  return config;
+}
+
+std::string trim(const std::string& s) {
+  const auto first = s.find_first_not_of(" \t");
+  if (first == std::string::npos) return "";
+  return s.substr(first, s.find_last_not_of(" \t") - first + 1);
+}
+
+bool is_known_field(const std::string& key) {
+  const auto keys = config_detail::known_keys();
+  if (std::find(keys.begin(), keys.end(), key) != keys.end()) return true;
+  const std::string options = "strategy.options.";
+  return key.size() > options.size() && key.rfind(options, 0) == 0 &&
+         key.find('.', options.size()) == std::string::npos;
+}
+
+// "[a, b]", "{k: v}" and quoted text go through the YAML parser; anything else
+// is taken verbatim so "--set data.text_field=a: b" means the string "a: b".
+YAML::Node parse_override_value(const std::string& text, const std::string& value) {
+  if (value.empty() || value == "~" || value == "null" || value == "Null" || value == "NULL") {
+    return YAML::Node(YAML::NodeType::Null);
+  }
+  const char first = value.front();
+  if (first == '[' || first == '{' || first == '"' || first == '\'') {
+    try {
+      return YAML::Load(value);
+    } catch (const YAML::Exception& e) {
+      fail("{} {}: cannot parse the value: {}", kSetSource, text, e.msg);
+    }
+  }
+  return YAML::Node(value);
+}
+
+// Puts one "a.b=value" (or "strategy.options.k=value") into the tree.
+void apply_override(YAML::Node& root, const std::string& text, Origins& origins) {
+  const auto eq = text.find('=');
+  const std::string key = eq == std::string::npos ? "" : trim(text.substr(0, eq));
+  if (key.empty()) fail("{} {}: expected key=value (e.g. --set train.lr=3e-5)", kSetSource, text);
+  if (!is_known_field(key)) unknown_key(kSetSource, key);
+  const YAML::Node value = parse_override_value(text, trim(text.substr(eq + 1)));
+
+  std::vector<std::string> path;
+  std::stringstream parts(key);
+  for (std::string part; std::getline(parts, part, '.');) path.push_back(part);
+
+  // Walk down with reset(): assigning one Node to another would overwrite
+  // the referenced node's content instead of moving the handle.
+  YAML::Node node;
+  node.reset(root);
+  std::string walked;
+  for (size_t i = 0; i + 1 < path.size(); ++i) {
+    walked += (i ? "." : "") + path[i];
+    YAML::Node child = node[path[i]];
+    if (!child || child.IsNull()) {
+      node[path[i]] = YAML::Node(YAML::NodeType::Map);
+      child.reset(node[path[i]]);
+    }
+    if (!child.IsMap()) {
+      fail("{}: {}: expected a mapping of keys, got {}", origins.of(walked), walked,
+           describe(child));
+    }
+    node.reset(child);
+  }
+  node[path.back()] = value;
+  origins.mark_override(key);
+}
+
+YAML::Node parse_yaml(const std::string& yaml, const std::string& source) {
+  try {
+    return YAML::Load(yaml);
+  } catch (const YAML::ParserException& e) {
+    if (e.mark.is_null()) fail("{}: YAML syntax error: {}", source, e.msg);
+    fail("{}:{}:{}: YAML syntax error: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg);
+  } catch (const YAML::Exception& e) {
+    fail("{}: cannot read the YAML: {}", source, e.msg);
+  }
+}
+
+}  // namespace
+
+namespace config_detail {
+
+std::vector<std::string> known_keys() {
+  std::vector<std::string> keys;
+  const RunConfig probe;
+  for_each_field(probe, [&](const char* sec, const char* name, const auto&) {
+    keys.push_back(std::string(sec) + "." + name);
+  });
+  return keys;
+}
+
+}  // namespace config_detail
+
+RunConfig config_from_yaml_string(const std::string& yaml, const std::string& source_name,
+                                  const std::vector<std::string>& overrides) {
+  YAML::Node root = parse_yaml(yaml, source_name);
+  Origins origins(source_name);
+  if (!overrides.empty()) {
+    if (!root || root.IsNull()) root.reset(YAML::Node(YAML::NodeType::Map));
+    if (!root.IsMap()) {
+      fail("{}: expected a mapping with the sections model, data, train, strategy, runtime",
+           source_name);
+    }
+    for (const auto& text : overrides) apply_override(root, text, origins);
+  }
+  RunConfig config = convert(root, origins);
+  config.source = overrides.empty() ? source_name : source_name + " + " + kSetSource;
+  validate(config);
+  return config;
+}
+
+RunConfig load_config(const std::string& yaml_path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (!std::filesystem::exists(yaml_path, ec)) {
+    fail("{}: config file not found (relative paths are from the working directory {})",
+         yaml_path, std::filesystem::current_path(ec).string());
+  }
+  if (std::filesystem::is_directory(yaml_path, ec)) {
+    fail("{}: is a directory; --config wants a YAML file (see configs/)", yaml_path);
+  }
+  std::ifstream in(yaml_path, std::ios::binary);
+  if (!in) fail("{}: cannot open the config file", yaml_path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) fail("{}: cannot read the config file", yaml_path);
+  return config_from_yaml_string(text, yaml_path, overrides);
+}
+
+const std::string& default_config_yaml() {
+  static const std::string text = kFtDefaultConfigYaml;
+  return text;
+}
+
+RunConfig default_config() {
+  return config_from_yaml_string(default_config_yaml(), "built-in default (configs/default.yaml)",
+                                 {});
+}
+
+}  // namespace ft

@@ -1,0 +1,91 @@
+// Private to the config TUs: the one list of every RunConfig field with its
+// YAML section and key. Reading, writing and the known-key list all walk it,
+// so a field added here is loaded, saved and suggested everywhere at once.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ft/config.h"
+
+namespace ft::config_detail {
+
+/// Calls f(section, key, field) for every field, in the order to_yaml writes
+/// them. Config is RunConfig or const RunConfig.
+template <typename Config, typename F>
+void for_each_field(Config& c, F&& f) {
+  f("model", "config", c.model.config);
+  f("model", "weights", c.model.weights);
+  f("model", "dropout", c.model.dropout);
+
+  f("data", "train", c.data.train);
+  f("data", "dev", c.data.dev);
+  f("data", "format", c.data.format);
+  f("data", "text_field", c.data.text_field);
+  f("data", "pair_field", c.data.pair_field);
+  f("data", "label_field", c.data.label_field);
+  f("data", "labels", c.data.labels);
+  f("data", "max_rows", c.data.max_rows);
+  f("data", "take", c.data.take);
+  f("data", "dev_fraction", c.data.dev_fraction);
+  f("data", "split_seed", c.data.split_seed);
+  f("data", "shuffle_before_split", c.data.shuffle_before_split);
+  f("data", "strip_spaces", c.data.strip_spaces);
+  f("data", "bad_rows", c.data.bad_rows);
+  f("data", "vocab", c.data.vocab);
+  f("data", "lowercase", c.data.lowercase);
+  f("data", "max_seq_len", c.data.max_seq_len);
+  f("data", "padding", c.data.padding);
+
+  f("train", "epochs", c.train.epochs);
+  f("train", "max_steps", c.train.max_steps);
+  f("train", "batch_size", c.train.batch_size);
+  f("train", "grad_accum", c.train.grad_accum);
+  f("train", "optimizer", c.train.optimizer);
+  f("train", "lr", c.train.lr);
+  f("train", "weight_decay", c.train.weight_decay);
+  f("train", "beta1", c.train.beta1);
+  f("train", "beta2", c.train.beta2);
+  f("train", "eps", c.train.eps);
+  f("train", "momentum", c.train.momentum);
+  f("train", "decay_bias_and_norm", c.train.decay_bias_and_norm);
+  f("train", "scheduler", c.train.scheduler);
+  f("train", "warmup_ratio", c.train.warmup_ratio);
+  f("train", "warmup_steps", c.train.warmup_steps);
+  f("train", "max_grad_norm", c.train.max_grad_norm);
+  f("train", "seed", c.train.seed);
+  f("train", "shuffle", c.train.shuffle);
+  f("train", "drop_last", c.train.drop_last);
+  f("train", "log_every", c.train.log_every);
+  f("train", "eval_every", c.train.eval_every);
+  f("train", "save_every", c.train.save_every);
+  f("train", "save_total_limit", c.train.save_total_limit);
+  f("train", "best_metric", c.train.best_metric);
+  f("train", "output_dir", c.train.output_dir);
+  f("train", "resume_from", c.train.resume_from);
+
+  f("strategy", "name", c.strategy.name);
+  f("strategy", "precision", c.strategy.precision);
+  f("strategy", "options", c.strategy.options);
+
+  f("runtime", "device", c.runtime.device);
+  f("runtime", "threads", c.runtime.threads);
+  f("runtime", "timeout_s", c.runtime.timeout_s);
+  f("runtime", "metrics_out", c.runtime.metrics_out);
+  f("runtime", "progress", c.runtime.progress);
+}
+
+/// The section names, in file order.
+inline const std::vector<std::string>& sections() {
+  static const std::vector<std::string> names = {"model", "data", "train", "strategy", "runtime"};
+  return names;
+}
+
+/// Every "section.key", in file order.
+std::vector<std::string> known_keys();
+
+/// The known key closest to `key` by edit distance, or "" when none is close
+/// enough to be a plausible typo.
+std::string closest_key(const std::string& key);
+
+}  // namespace ft::config_detail

@@ -1,0 +1,240 @@
+// validate(): the range, enum and cross-field checks that make a bad run fail
+// in the first second with the key to fix, rather than after the model and
+// data have loaded. Also the key-typo suggestions used by the loader.
+#include <algorithm>
+#include <filesystem>
+#include <initializer_list>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "config_fields.h"
+#include "ft/config.h"
+#include "ft/error.h"
+
+namespace ft {
+namespace {
+
+using Allowed = std::initializer_list<const char*>;
+
+// Runs the checks for one config; every failure names source and key.
+class Checker {
+ public:
+  explicit Checker(const RunConfig& c) : src_(c.source.empty() ? "config" : c.source) {}
+
+  void one_of(const char* key, const std::string& value, Allowed allowed) const {
+    for (const char* a : allowed) {
+      if (value == a) return;
+    }
+    fail("{}: {}: unknown value '{}' (allowed: {})", src_, key, value,
+         fmt::join(allowed.begin(), allowed.end(), ", "));
+  }
+  void at_least(const char* key, int64_t value, int64_t min) const {
+    if (value < min) fail("{}: {}: must be >= {}, got {}", src_, key, min, value);
+  }
+  void positive(const char* key, double value) const {
+    if (!(value > 0)) fail("{}: {}: must be > 0, got {}", src_, key, value);
+  }
+  void non_negative(const char* key, double value) const {
+    if (!(value >= 0)) fail("{}: {}: must be >= 0, got {}", src_, key, value);
+  }
+  // [lo, hi) or [lo, hi] when closed.
+  void in_range(const char* key, double value, double lo, double hi, bool closed) const {
+    const bool ok = value >= lo && (closed ? value <= hi : value < hi);
+    if (!ok) fail("{}: {}: must be in [{}, {}{}, got {}", src_, key, lo, hi, closed ? "]" : ")", value);
+  }
+  void required(const char* key, const std::string& value, const char* what) const {
+    if (value.empty()) fail("{}: {}: required: {}", src_, key, what);
+  }
+  [[noreturn]] void bad(const char* key, const std::string& why) const {
+    fail("{}: {}: {}", src_, key, why);
+  }
+  const std::string& source() const { return src_; }
+
+ private:
+  std::string src_;
+};
+
+void check_model(const Checker& ck, const ModelConfigRef& m) {
+  ck.required("model.config", m.config,
+              "a preset (tiny, mini, base), an HF config.json or a checkpoint directory");
+  if (m.dropout) ck.in_range("model.dropout", *m.dropout, 0.0, 1.0, false);
+}
+
+void check_data(const Checker& ck, const RunConfig& c) {
+  const DataConfig& d = c.data;
+  ck.required("data.train", d.train, "the training data file (json, jsonl, csv, tsv, safetensors)");
+  ck.one_of("data.format", d.format, {"auto", "json", "jsonl", "csv", "tsv", "safetensors"});
+  std::string format;
+  try {
+    format = resolve_data_format(d.format, d.train, "data.train");
+    if (!d.dev.empty()) resolve_data_format(d.format, d.dev, "data.dev");
+  } catch (const Error& e) {
+    fail("{}: {}", ck.source(), e.what());
+  }
+  if (format != "safetensors") {
+    ck.required("data.text_field", d.text_field, "the field holding the text");
+    ck.required("data.label_field", d.label_field, "the field holding the label");
+  }
+  std::set<std::string> names;
+  for (const auto& label : d.labels) {
+    if (label.empty()) ck.bad("data.labels", "a label name is empty");
+    if (!names.insert(label).second) ck.bad("data.labels", fmt::format("'{}' appears twice", label));
+  }
+  ck.at_least("data.max_rows", d.max_rows, 0);
+  ck.one_of("data.take", d.take, {"first", "random"});
+  ck.in_range("data.dev_fraction", d.dev_fraction, 0.0, 1.0, false);
+  ck.one_of("data.bad_rows", d.bad_rows, {"error", "skip"});
+  ck.one_of("data.lowercase", d.lowercase, {"auto", "true", "false"});
+  ck.at_least("data.max_seq_len", d.max_seq_len, 3);  // [CLS] + one token + [SEP]
+  ck.one_of("data.padding", d.padding, {"longest", "max_length"});
+
+  // A checkpoint directory carries its vocab.txt; anything else needs one
+  // named, and the usual fix is to build it from the data.
+  std::error_code ec;
+  const bool model_has_vocab =
+      std::filesystem::is_regular_file(std::filesystem::path(c.model.config) / "vocab.txt", ec);
+  if (format != "safetensors" && d.vocab.empty() && !model_has_vocab) {
+    ck.bad("data.vocab",
+           fmt::format("required for text data ('{}'); build one with `ft vocab build` or point "
+                       "data.vocab at a vocab.txt",
+                       d.train));
+  }
+}
+
+void check_train(const Checker& ck, const RunConfig& c) {
+  const TrainConfig& t = c.train;
+  ck.at_least("train.max_steps", t.max_steps, 0);
+  if (t.max_steps == 0) ck.at_least("train.epochs", t.epochs, 1);
+  ck.at_least("train.batch_size", t.batch_size, 1);
+  ck.at_least("train.grad_accum", t.grad_accum, 1);
+  ck.one_of("train.optimizer", t.optimizer, {"adamw", "sgd"});
+  ck.positive("train.lr", t.lr);
+  ck.non_negative("train.weight_decay", t.weight_decay);
+  ck.in_range("train.beta1", t.beta1, 0.0, 1.0, false);
+  ck.in_range("train.beta2", t.beta2, 0.0, 1.0, false);
+  ck.positive("train.eps", t.eps);
+  ck.in_range("train.momentum", t.momentum, 0.0, 1.0, false);
+  ck.one_of("train.scheduler", t.scheduler, {"linear", "constant"});
+  ck.in_range("train.warmup_ratio", t.warmup_ratio, 0.0, 1.0, true);
+  ck.at_least("train.warmup_steps", t.warmup_steps, 0);
+  ck.non_negative("train.max_grad_norm", t.max_grad_norm);
+  ck.at_least("train.log_every", t.log_every, 1);
+  ck.at_least("train.eval_every", t.eval_every, 0);
+  ck.at_least("train.save_every", t.save_every, 0);
+  ck.at_least("train.save_total_limit", t.save_total_limit, 0);
+  ck.one_of("train.best_metric", t.best_metric, {"accuracy", "macro_f1", "loss"});
+  if (t.save_every > 0 && t.output_dir.empty()) {
+    ck.bad("train.save_every", "needs train.output_dir (where to write the checkpoints)");
+  }
+  if (t.eval_every > 0 && c.data.dev.empty() && c.data.dev_fraction == 0) {
+    ck.bad("train.eval_every", "there is no dev set (data.dev is empty and data.dev_fraction is 0)");
+  }
+}
+
+void check_strategy_runtime(const Checker& ck, const RunConfig& c) {
+  ck.required("strategy.name", c.strategy.name, "a strategy name (`ft strategies` lists them)");
+  ck.one_of("strategy.precision", c.strategy.precision, {"auto", "fp32", "bf16", "fp16"});
+  for (const auto& kv : c.strategy.options) {
+    if (kv.first.empty()) ck.bad("strategy.options", "an option name is empty");
+  }
+  ck.one_of("runtime.device", c.runtime.device, {"cpu", "cuda"});
+  ck.at_least("runtime.threads", c.runtime.threads, 0);
+  ck.positive("runtime.timeout_s", c.runtime.timeout_s);
+}
+
+// Optimal string alignment distance: a swapped pair of letters counts as one
+// edit, the commonest typo.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+}  // namespace
+
+namespace config_detail {
+
+std::string closest_key(const std::string& key) {
+  // Names people bring from Hugging Face TrainingArguments.
+  static const std::vector<std::pair<std::string, std::string>> aliases = {
+      {"learning_rate", "lr"},
+      {"num_train_epochs", "epochs"},
+      {"num_epochs", "epochs"},
+      {"per_device_train_batch_size", "batch_size"},
+      {"train_batch_size", "batch_size"},
+      {"gradient_accumulation_steps", "grad_accum"},
+      {"warmup", "warmup_ratio"},
+      {"logging_steps", "log_every"},
+      {"eval_steps", "eval_every"},
+      {"save_steps", "save_every"},
+      {"max_length", "max_seq_len"},
+      {"strategy", "name"},
+  };
+  const auto dot = key.find('.');
+  if (dot != std::string::npos) {
+    const std::string section = key.substr(0, dot);
+    const std::string name = key.substr(dot + 1);
+    for (const auto& [alias, real] : aliases) {
+      const std::string candidate = section + "." + real;
+      if (name == alias) {
+        const auto keys = known_keys();
+        if (std::find(keys.begin(), keys.end(), candidate) != keys.end()) return candidate;
+      }
+    }
+  }
+  std::vector<std::string> candidates =
+      dot == std::string::npos ? sections() : known_keys();
+  std::string best;
+  size_t best_distance = std::string::npos;
+  for (const auto& candidate : candidates) {
+    const size_t distance = edit_distance(key, candidate);
+    if (distance < best_distance) {
+      best_distance = distance;
+      best = candidate;
+    }
+  }
+  const size_t name_length = dot == std::string::npos ? key.size() : key.size() - dot - 1;
+  const bool plausible = best_distance <= 2 || best_distance * 3 <= name_length;
+  return best_distance > 0 && plausible ? best : "";
+}
+
+}  // namespace config_detail
+
+std::string resolve_data_format(const std::string& format, const std::string& path,
+                                const std::string& key) {
+  if (format != "auto") return format;
+  std::string ext = std::filesystem::path(path).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  if (ext == ".json") return "json";
+  if (ext == ".jsonl" || ext == ".ndjson") return "jsonl";
+  if (ext == ".csv") return "csv";
+  if (ext == ".tsv" || ext == ".tab") return "tsv";
+  if (ext == ".safetensors") return "safetensors";
+  fail("{}: cannot tell the format of '{}' from its extension; set data.format to json, jsonl, "
+       "csv, tsv or safetensors",
+       key, path);
+}
+
+void validate(const RunConfig& config) {
+  const Checker ck(config);
+  check_model(ck, config.model);
+  check_data(ck, config);
+  check_train(ck, config);
+  check_strategy_runtime(ck, config);
+}
+
+}  // namespace ft

@@ -1,0 +1,248 @@
+// Datasets that collate row indices into ft::Batch: tokenized-on-the-fly text
+// and pre-tokenized safetensors.
+#include <algorithm>
+#include <cstring>
+
+#include <ATen/ops/empty.h>
+#include <c10/core/TensorOptions.h>
+
+#include "ft/data.h"
+#include "ft/error.h"
+#include "ft/safetensors.h"
+#include "ft/tokenizer.h"
+
+namespace ft {
+namespace {
+
+at::Tensor empty_long(at::IntArrayRef shape) {
+  return at::empty(shape, at::TensorOptions().dtype(at::kLong));
+}
+
+void check_rows(const std::vector<int64_t>& rows, int64_t size, const std::string& source) {
+  for (int64_t r : rows)
+    if (r < 0 || r >= size)
+      fail("{}: row index {} is outside the dataset's {} rows (sampler and dataset disagree)",
+           source, r, size);
+}
+
+class TextDataset final : public Dataset {
+ public:
+  TextDataset(TextData data, std::shared_ptr<const WordPieceTokenizer> tok, int max_length,
+              Padding padding)
+      : data_(std::move(data)), tok_(std::move(tok)), max_length_(max_length), padding_(padding) {
+    if (!tok_) fail("{}: text data needs a tokenizer (none was given)", data_.source);
+    has_pairs_ = std::any_of(data_.rows.begin(), data_.rows.end(),
+                             [](const TextExample& r) { return !r.pair.empty(); });
+    const int specials = has_pairs_ ? 3 : 2;
+    if (max_length_ < specials)
+      fail("{}: max_seq_len is {}; it must be at least {} ([CLS], [SEP]{})", data_.source,
+           max_length_, specials, has_pairs_ ? ", [SEP]" : "");
+    if (data_.label_names.empty())
+      fail("{}: the dataset has no label names; read it with read_text_data", data_.source);
+  }
+
+  int64_t size() const override { return static_cast<int64_t>(data_.rows.size()); }
+  int64_t num_labels() const override { return static_cast<int64_t>(data_.label_names.size()); }
+
+  std::vector<int64_t> labels() const override {
+    std::vector<int64_t> out;
+    out.reserve(data_.rows.size());
+    for (const auto& r : data_.rows) out.push_back(r.label);
+    return out;
+  }
+
+  Batch collate(const std::vector<int64_t>& rows) const override {
+    check_rows(rows, size(), data_.source);
+    const auto n = static_cast<int64_t>(rows.size());
+    std::vector<Encoding> enc(rows.size());
+    int64_t width = padding_ == Padding::MaxLength ? max_length_ : 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const TextExample& ex = data_.rows[static_cast<size_t>(rows[i])];
+      std::optional<std::string_view> pair;
+      // A pair column makes every row a pair, even with an empty second text,
+      // as HF does when given a pair list.
+      if (has_pairs_) pair = ex.pair;
+      try {
+        enc[i] = tok_->encode(ex.text, pair, max_length_, false);
+      } catch (const Error& e) {
+        fail("{}: row {}: {}", data_.source, rows[i] + 1, e.what());
+      }
+      width = std::max<int64_t>(width, static_cast<int64_t>(enc[i].input_ids.size()));
+    }
+    Batch b;
+    b.input_ids = empty_long({n, width});
+    b.attention_mask = empty_long({n, width});
+    b.token_type_ids = empty_long({n, width});
+    b.labels = empty_long({n});
+    int64_t* ids = b.input_ids.data_ptr<int64_t>();
+    int64_t* mask = b.attention_mask.data_ptr<int64_t>();
+    int64_t* types = b.token_type_ids.data_ptr<int64_t>();
+    int64_t* labels = b.labels.data_ptr<int64_t>();
+    const int64_t pad = tok_->pad_id();
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Encoding& e = enc[i];
+      const auto len = static_cast<int64_t>(e.input_ids.size());
+      const int64_t off = static_cast<int64_t>(i) * width;
+      std::memcpy(ids + off, e.input_ids.data(), static_cast<size_t>(len) * sizeof(int64_t));
+      std::memcpy(mask + off, e.attention_mask.data(), static_cast<size_t>(len) * sizeof(int64_t));
+      std::memcpy(types + off, e.token_type_ids.data(), static_cast<size_t>(len) * sizeof(int64_t));
+      std::fill(ids + off + len, ids + off + width, pad);
+      std::fill(mask + off + len, mask + off + width, int64_t{0});
+      std::fill(types + off + len, types + off + width, int64_t{0});
+      labels[i] = data_.rows[static_cast<size_t>(rows[i])].label;
+    }
+    return b;
+  }
+
+ private:
+  TextData data_;
+  std::shared_ptr<const WordPieceTokenizer> tok_;
+  int max_length_;
+  Padding padding_;
+  bool has_pairs_ = false;
+};
+
+class TensorDataset final : public Dataset {
+ public:
+  TensorDataset(std::string path, at::Tensor ids, at::Tensor mask, at::Tensor types,
+                at::Tensor labels, int64_t num_labels, Padding padding)
+      : path_(std::move(path)),
+        ids_(std::move(ids)),
+        mask_(std::move(mask)),
+        types_(std::move(types)),
+        labels_(std::move(labels)),
+        num_labels_(num_labels),
+        padding_(padding) {
+    const int64_t n = ids_.size(0);
+    const int64_t width = ids_.size(1);
+    const int64_t* m = mask_.data_ptr<int64_t>();
+    lengths_.resize(static_cast<size_t>(n));
+    for (int64_t r = 0; r < n; ++r) {
+      int64_t len = 0;
+      for (int64_t c = 0; c < width; ++c)
+        if (m[r * width + c] != 0) len = c + 1;
+      lengths_[static_cast<size_t>(r)] = len;
+    }
+  }
+
+  int64_t size() const override { return ids_.size(0); }
+  int64_t num_labels() const override { return num_labels_; }
+
+  std::vector<int64_t> labels() const override {
+    const int64_t* p = labels_.data_ptr<int64_t>();
+    return {p, p + labels_.size(0)};
+  }
+
+  Batch collate(const std::vector<int64_t>& rows) const override {
+    check_rows(rows, size(), path_);
+    const auto n = static_cast<int64_t>(rows.size());
+    const int64_t full = ids_.size(1);
+    int64_t width = full;
+    if (padding_ == Padding::Longest) {
+      width = 1;  // keep at least one column so shapes stay valid
+      for (int64_t r : rows) width = std::max(width, lengths_[static_cast<size_t>(r)]);
+    }
+    Batch b;
+    b.input_ids = slice(ids_, rows, width);
+    b.attention_mask = slice(mask_, rows, width);
+    b.token_type_ids = slice(types_, rows, width);
+    b.labels = empty_long({n});
+    const int64_t* src = labels_.data_ptr<int64_t>();
+    int64_t* dst = b.labels.data_ptr<int64_t>();
+    for (size_t i = 0; i < rows.size(); ++i) dst[i] = src[rows[i]];
+    return b;
+  }
+
+ private:
+  // The first `width` columns of the given rows.
+  static at::Tensor slice(const at::Tensor& t, const std::vector<int64_t>& rows, int64_t width) {
+    const int64_t full = t.size(1);
+    at::Tensor out = empty_long({static_cast<int64_t>(rows.size()), width});
+    const int64_t* src = t.data_ptr<int64_t>();
+    int64_t* dst = out.data_ptr<int64_t>();
+    for (size_t i = 0; i < rows.size(); ++i)
+      std::memcpy(dst + static_cast<int64_t>(i) * width, src + rows[i] * full,
+                  static_cast<size_t>(width) * sizeof(int64_t));
+    return out;
+  }
+
+  std::string path_;
+  at::Tensor ids_, mask_, types_, labels_;
+  int64_t num_labels_;
+  Padding padding_;
+  std::vector<int64_t> lengths_;  // last attended column + 1, per row
+};
+
+std::string shape_string(const at::Tensor& t) {
+  std::string s = "[";
+  for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
+  return s + "]";
+}
+
+}  // namespace
+
+std::unique_ptr<Dataset> make_text_dataset(TextData data,
+                                           std::shared_ptr<const WordPieceTokenizer> tok,
+                                           int max_length, Padding padding) {
+  return std::make_unique<TextDataset>(std::move(data), std::move(tok), max_length, padding);
+}
+
+std::unique_ptr<Dataset> load_tensor_dataset(const std::string& path, int64_t num_labels,
+                                             Padding padding, int64_t max_rows) {
+  safetensors::TensorList tensors = safetensors::load(path);
+  auto get = [&](const char* name) {
+    for (auto& [n, t] : tensors)
+      if (n == name) {
+        if (t.scalar_type() != at::kLong)
+          fail("{}: tensor '{}' has dtype {}, expected I64; re-export it as int64", path, name,
+               safetensors::dtype_name(t.scalar_type()));
+        return t.contiguous();
+      }
+    fail("{}: no tensor '{}'; pre-tokenized data needs input_ids, attention_mask, "
+         "token_type_ids and labels",
+         path, name);
+  };
+  at::Tensor ids = get("input_ids");
+  at::Tensor mask = get("attention_mask");
+  at::Tensor types = get("token_type_ids");
+  at::Tensor labels = get("labels");
+  if (ids.dim() != 2 || ids.size(0) == 0 || ids.size(1) == 0)
+    fail("{}: tensor 'input_ids' has shape {}, expected [rows, seq] with rows, seq >= 1", path,
+         shape_string(ids));
+  for (auto [name, t] : {std::pair{"attention_mask", &mask}, std::pair{"token_type_ids", &types}})
+    if (!t->sizes().equals(ids.sizes()))
+      fail("{}: tensor '{}' has shape {} but input_ids has {}; they must match", path, name,
+           shape_string(*t), shape_string(ids));
+  if (labels.dim() != 1 || labels.size(0) != ids.size(0))
+    fail("{}: tensor 'labels' has shape {}, expected [{}] (one per input_ids row)", path,
+         shape_string(labels), ids.size(0));
+  if (max_rows < 0) fail("{}: max_rows is {}; use 0 for all rows", path, max_rows);
+  if (max_rows > 0 && max_rows < ids.size(0)) {
+    ids = ids.narrow(0, 0, max_rows).contiguous();
+    mask = mask.narrow(0, 0, max_rows).contiguous();
+    types = types.narrow(0, 0, max_rows).contiguous();
+    labels = labels.narrow(0, 0, max_rows).contiguous();
+  }
+  const int64_t n = ids.size(0);
+  const int64_t* lab = labels.data_ptr<int64_t>();
+  int64_t max_label = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    if (lab[r] < 0 || (num_labels > 0 && lab[r] >= num_labels))
+      fail("{}: tensor 'labels' row {}: label {} is outside [0, {}); check the model's num_labels",
+           path, r + 1, lab[r], num_labels > 0 ? std::to_string(num_labels) : std::string("inf"));
+    max_label = std::max(max_label, lab[r]);
+  }
+  const int64_t* m = mask.data_ptr<int64_t>();
+  const int64_t* id = ids.data_ptr<int64_t>();
+  for (int64_t i = 0; i < ids.numel(); ++i) {
+    if (m[i] != 0 && m[i] != 1)
+      fail("{}: tensor 'attention_mask' row {} has value {}; it must be 0 or 1", path,
+           i / ids.size(1) + 1, m[i]);
+    if (id[i] < 0)
+      fail("{}: tensor 'input_ids' row {} has negative id {}", path, i / ids.size(1) + 1, id[i]);
+  }
+  return std::make_unique<TensorDataset>(path, ids, mask, types, labels,
+                                         num_labels > 0 ? num_labels : max_label + 1, padding);
+}
+
+}  // namespace ft

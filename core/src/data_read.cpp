@@ -1,0 +1,641 @@
+// Readers for text data: JSON list, JSON Lines, CSV, TSV -> ft::TextData.
+//
+// Every format is cut into rows first (without trusting their content), so a
+// malformed row is reported with its number and, under BadRows::Skip, dropped
+// on its own instead of failing the whole file.
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "ft/data.h"
+#include "ft/error.h"
+#include "ft/sampler.h"
+
+namespace ft {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr const char* kRowFix = "fix or remove the row, or skip bad rows (data.bad_rows: skip)";
+
+// Offset of the first byte that is not well-formed UTF-8 (no overlongs,
+// surrogates or code points past U+10FFFF), or npos.
+size_t invalid_utf8_at(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return i;
+    }
+    if (i + len > n) return i;
+    if (p[i + 1] < lo || p[i + 1] > hi) return i;
+    for (size_t k = 2; k < len; ++k)
+      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
+std::string_view trim(std::string_view s) {
+  const char* ws = " \t\r\n";
+  const size_t b = s.find_first_not_of(ws);
+  if (b == std::string_view::npos) return {};
+  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
+std::optional<int64_t> parse_int(std::string_view s) {
+  s = trim(s);
+  if (!s.empty() && s.front() == '+') s.remove_prefix(1);
+  if (s.empty()) return std::nullopt;
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open the data file: {}; check the path", path, std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  std::string bytes = ss.str();
+  if (bytes.compare(0, 3, "\xEF\xBB\xBF") == 0) bytes.erase(0, 3);  // Excel's UTF-8 BOM
+  return bytes;
+}
+
+std::string list_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < 10; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > 10) out += fmt::format(", ... ({} in all)", names.size());
+  return out;
+}
+
+// A label as the file has it, before it becomes an id.
+struct RawLabel {
+  std::optional<int64_t> id;  // a JSON integer, or a string that is an integer literal
+  std::string name;           // the string as written (empty for JSON numbers)
+};
+
+// A row problem: thrown through the reader, caught per row.
+struct BadRow {
+  std::string problem;
+};
+
+// Accumulates rows, resolves labels, applies the bad-row policy.
+class Collector {
+ public:
+  explicit Collector(const DataSource& src) : src_(src) {
+    for (size_t i = 0; i < src.label_names.size(); ++i) {
+      if (!index_.emplace(src.label_names[i], static_cast<int64_t>(i)).second)
+        fail("{}: label name '{}' is given twice; label names must be unique", src.path,
+             src.label_names[i]);
+    }
+  }
+
+  // Stops reading once max_rows rows are kept (Take::First only).
+  bool full() const {
+    return src_.take == Take::First && src_.max_rows > 0 &&
+           static_cast<int64_t>(data_.rows.size()) >= src_.max_rows;
+  }
+
+  void bad(int64_t row, const std::string& problem) {
+    const std::string msg = fmt::format("{}: row {}: {}", src_.path, row, problem);
+    if (src_.bad_rows == BadRows::Error) fail("{}; {}", msg, kRowFix);
+    ++data_.skipped;
+    if (data_.skip_notes.size() < 5) data_.skip_notes.push_back(msg);
+  }
+
+  // Validates and stores one row; a BadRow escapes for the caller to report.
+  void add(std::string text, std::string pair, const RawLabel& raw) {
+    check_utf8(text, "text");
+    check_utf8(pair, "pair text");
+    check_utf8(raw.name, "label");
+    TextExample ex;
+    ex.label = resolve(raw);
+    if (src_.strip_spaces) {
+      text.erase(std::remove(text.begin(), text.end(), ' '), text.end());
+      pair.erase(std::remove(pair.begin(), pair.end(), ' '), pair.end());
+    }
+    ex.text = std::move(text);
+    ex.pair = std::move(pair);
+    data_.rows.push_back(std::move(ex));
+  }
+
+  TextData finish() {
+    data_.source = src_.path;
+    if (data_.rows.empty()) {
+      if (data_.skipped > 0)
+        fail("{}: no usable rows ({} bad rows skipped, e.g. {}); fix the file", src_.path,
+             data_.skipped, data_.skip_notes.front());
+      fail("{}: the file has no rows; give a data file with at least one example", src_.path);
+    }
+    if (!src_.label_names.empty()) {
+      data_.label_names = src_.label_names;
+    } else if (mode_ == Mode::Ids) {
+      for (int64_t i = 0; i <= max_id_; ++i) data_.label_names.push_back(std::to_string(i));
+    } else {
+      // Sorted names give every run (and every rank) the same ids.
+      std::vector<std::string> names = pending_names_;
+      std::sort(names.begin(), names.end());
+      names.erase(std::unique(names.begin(), names.end()), names.end());
+      std::unordered_map<std::string, int64_t> ids;
+      for (size_t i = 0; i < names.size(); ++i) ids[names[i]] = static_cast<int64_t>(i);
+      for (size_t r = 0; r < data_.rows.size(); ++r) data_.rows[r].label = ids[pending_names_[r]];
+      data_.label_names = std::move(names);
+    }
+    if (src_.take == Take::Random && src_.max_rows > 0 &&
+        static_cast<int64_t>(data_.rows.size()) > src_.max_rows) {
+      std::vector<int64_t> pick = seeded_permutation(static_cast<int64_t>(data_.rows.size()),
+                                                     src_.take_seed);
+      pick.resize(static_cast<size_t>(src_.max_rows));
+      std::sort(pick.begin(), pick.end());
+      std::vector<TextExample> kept;
+      kept.reserve(pick.size());
+      for (int64_t i : pick) kept.push_back(std::move(data_.rows[static_cast<size_t>(i)]));
+      data_.rows = std::move(kept);
+    }
+    return std::move(data_);
+  }
+
+ private:
+  enum class Mode { Unknown, Ids, Names };
+
+  static void check_utf8(std::string_view s, const char* what) {
+    const size_t at = invalid_utf8_at(s);
+    if (at != std::string_view::npos)
+      throw BadRow{fmt::format("{} is not valid UTF-8 (byte 0x{:02X} at offset {}); re-encode "
+                               "the file as UTF-8",
+                               what, static_cast<unsigned char>(s[at]), at)};
+  }
+
+  int64_t resolve(const RawLabel& raw) {
+    const auto k = static_cast<int64_t>(src_.label_names.size());
+    if (k > 0) {
+      if (!raw.name.empty()) {
+        auto it = index_.find(raw.name);
+        if (it != index_.end()) return it->second;
+        if (!raw.id)
+          throw BadRow{fmt::format("unknown label '{}' (label names: {})", raw.name,
+                                   list_names(src_.label_names))};
+      }
+      if (!raw.id) throw BadRow{"empty label"};
+      if (*raw.id < 0 || *raw.id >= k)
+        throw BadRow{fmt::format("label id {} is outside [0, {}) ({} label names given)", *raw.id,
+                                 k, k)};
+      return *raw.id;
+    }
+    const Mode mode = raw.id ? Mode::Ids : Mode::Names;
+    if (mode == Mode::Names && raw.name.empty()) throw BadRow{"empty label"};
+    if (mode_ != Mode::Unknown && mode != mode_)
+      throw BadRow{fmt::format(
+          "label '{}' is {} but earlier rows use {}; give label_names to map both",
+          raw.id ? std::to_string(*raw.id) : raw.name, raw.id ? "an integer id" : "a name",
+          mode_ == Mode::Ids ? "integer ids" : "names")};
+    if (mode == Mode::Ids) {
+      if (*raw.id < 0) throw BadRow{fmt::format("negative label id {}", *raw.id)};
+      if (*raw.id > 100000)
+        throw BadRow{fmt::format("label id {} is implausibly large; give label_names", *raw.id)};
+      max_id_ = std::max(max_id_, *raw.id);
+      mode_ = mode;
+      return *raw.id;
+    }
+    mode_ = mode;
+    pending_names_.push_back(raw.name);
+    return -1;  // assigned in finish()
+  }
+
+  const DataSource& src_;
+  TextData data_;
+  std::unordered_map<std::string, int64_t> index_;
+  Mode mode_ = Mode::Unknown;
+  int64_t max_id_ = -1;
+  std::vector<std::string> pending_names_;  // parallel to rows in Names mode
+};
+
+RawLabel label_from_string(std::string_view s) {
+  RawLabel raw;
+  raw.name = std::string(trim(s));
+  raw.id = parse_int(raw.name);
+  return raw;
+}
+
+RawLabel label_from_json(const json& v) {
+  if (v.is_number_integer()) return RawLabel{v.get<int64_t>(), {}};
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (d == static_cast<double>(static_cast<int64_t>(d))) return RawLabel{static_cast<int64_t>(d), {}};
+    throw BadRow{fmt::format("label {} is not an integer id or a name", v.dump())};
+  }
+  if (v.is_string()) return label_from_string(v.get_ref<const std::string&>());
+  throw BadRow{fmt::format("label is {} ({}); expected an integer id or a name", v.type_name(),
+                           v.dump())};
+}
+
+std::string string_field(const json& v, const std::string& what) {
+  if (!v.is_string())
+    throw BadRow{fmt::format("{} is {} ({}), expected a string", what, v.type_name(),
+                             v.dump().substr(0, 40))};
+  return v.get<std::string>();
+}
+
+// One parsed JSON row: [text, label], [text, pair, label] or an object.
+void add_json_row(Collector& out, const json& v, const DataSource& src) {
+  if (v.is_array()) {
+    if (v.size() != 2 && v.size() != 3)
+      throw BadRow{fmt::format("expected [text, label] or [text, pair, label], got {} items",
+                               v.size())};
+    std::string text = string_field(v[0], "text");
+    std::string pair = v.size() == 3 ? string_field(v[1], "pair text") : std::string();
+    out.add(std::move(text), std::move(pair), label_from_json(v.back()));
+    return;
+  }
+  if (!v.is_object())
+    throw BadRow{fmt::format("expected [text, label] or an object, got {}", v.type_name())};
+  auto field = [&](const std::string& name) -> const json& {
+    auto it = v.find(name);
+    if (it == v.end())
+      throw BadRow{fmt::format("missing field '{}' (set the data's field names to match)", name)};
+    return *it;
+  };
+  std::string text = string_field(field(src.text_field), "field '" + src.text_field + "'");
+  std::string pair;
+  if (!src.pair_field.empty())
+    pair = string_field(field(src.pair_field), "field '" + src.pair_field + "'");
+  out.add(std::move(text), std::move(pair), label_from_json(field(src.label_field)));
+}
+
+// Parses one row's bytes, turning any problem into a numbered bad row.
+void json_row(Collector& out, std::string_view bytes, int64_t row, const DataSource& src) {
+  try {
+    if (trim(bytes).empty()) throw BadRow{"empty row"};
+    const size_t at = invalid_utf8_at(bytes);
+    if (at != std::string_view::npos)
+      throw BadRow{fmt::format("invalid UTF-8 (byte 0x{:02X}); re-encode the file as UTF-8",
+                               static_cast<unsigned char>(bytes[at]))};
+    json v;
+    try {
+      v = json::parse(bytes.begin(), bytes.end());
+    } catch (const json::exception& e) {
+      throw BadRow{fmt::format("invalid JSON ({})", e.what())};
+    }
+    add_json_row(out, v, src);
+  } catch (const BadRow& b) {
+    out.bad(row, b.problem);
+  }
+}
+
+int64_t line_of(std::string_view buf, size_t offset) {
+  return 1 + std::count(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(offset), '\n');
+}
+
+// Cuts the top-level JSON array into element byte ranges by tracking strings
+// and bracket depth only; each element is parsed on its own afterwards.
+void read_json_list(Collector& out, std::string_view buf, const DataSource& src) {
+  size_t pos = buf.find_first_not_of(" \t\r\n");
+  if (pos == std::string_view::npos || buf[pos] != '[')
+    fail("{}: expected a JSON list ('[' at the start); use .jsonl or format jsonl for one "
+         "object per line",
+         src.path);
+  ++pos;
+  int64_t row = 0;
+  const size_t n = buf.size();
+  for (;;) {
+    const size_t start = pos;
+    int depth = 0;
+    bool in_string = false;
+    bool closed = false;
+    for (; pos < n; ++pos) {
+      const char c = buf[pos];
+      if (in_string) {
+        if (c == '\\') ++pos;
+        else if (c == '"') in_string = false;
+      } else if (c == '"') {
+        in_string = true;
+      } else if (c == '[' || c == '{') {
+        ++depth;
+      } else if (c == ']' || c == '}') {
+        if (depth == 0 && c == ']') {
+          closed = true;
+          break;
+        }
+        --depth;
+      } else if (c == ',' && depth == 0) {
+        break;
+      }
+    }
+    if (pos >= n)
+      fail("{}: the JSON list is not closed (row {} starts at line {}, no ']' follows); fix the "
+           "file",
+           src.path, row + 1, line_of(buf, std::min(start, n)));
+    const std::string_view element = buf.substr(start, pos - start);
+    ++pos;  // past ',' or ']'
+    if (closed && row == 0 && trim(element).empty()) break;  // []
+    ++row;
+    json_row(out, element, row, src);
+    if (closed || out.full()) break;
+  }
+  if (!out.full()) {
+    const size_t rest = buf.find_first_not_of(" \t\r\n", pos);
+    if (rest != std::string_view::npos)
+      fail("{}: unexpected text after the JSON list's closing ']' (line {}); fix the file",
+           src.path, line_of(buf, rest));
+  }
+}
+
+// Calls f(line_number, line) for each non-blank line, without its '\r\n'.
+template <typename F>
+void for_each_line(std::string_view buf, F&& f, const Collector& out) {
+  int64_t line = 0;
+  size_t pos = 0;
+  while (pos < buf.size() && !out.full()) {
+    size_t end = buf.find('\n', pos);
+    if (end == std::string_view::npos) end = buf.size();
+    std::string_view text = buf.substr(pos, end - pos);
+    if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
+    ++line;
+    pos = end + 1;
+    if (!trim(text).empty()) f(line, text);
+  }
+}
+
+void read_json_lines(Collector& out, std::string_view buf, const DataSource& src) {
+  for_each_line(
+      buf, [&](int64_t line, std::string_view text) { json_row(out, text, line, src); }, out);
+}
+
+// Column positions of the fields a delimited file must have.
+struct Columns {
+  size_t text = 0, label = 0, count = 0;
+  std::optional<size_t> pair;
+};
+
+Columns find_columns(const std::vector<std::string>& header, const DataSource& src) {
+  auto find = [&](const std::string& name, const char* key) {
+    auto it = std::find(header.begin(), header.end(), name);
+    if (it == header.end())
+      fail("{}: the header row has no column '{}' (columns: {}); set data.{} or add the column",
+           src.path, name, list_names(header), key);
+    return static_cast<size_t>(it - header.begin());
+  };
+  Columns c;
+  c.count = header.size();
+  c.text = find(src.text_field, "text_field");
+  c.label = find(src.label_field, "label_field");
+  if (!src.pair_field.empty()) c.pair = find(src.pair_field, "pair_field");
+  return c;
+}
+
+void add_delimited_row(Collector& out, const std::vector<std::string>& fields, const Columns& c,
+                       int64_t row) {
+  try {
+    if (fields.size() != c.count)
+      throw BadRow{fmt::format("has {} fields but the header has {}", fields.size(), c.count)};
+    for (const auto& f : fields) {
+      const size_t at = invalid_utf8_at(f);
+      if (at != std::string_view::npos)
+        throw BadRow{fmt::format("invalid UTF-8 (byte 0x{:02X}); re-encode the file as UTF-8",
+                                 static_cast<unsigned char>(f[at]))};
+    }
+    out.add(fields[c.text], c.pair ? fields[*c.pair] : std::string(),
+            label_from_string(fields[c.label]));
+  } catch (const BadRow& b) {
+    out.bad(row, b.problem);
+  }
+}
+
+// One RFC 4180 record from `pos`; advances pos past it and `line` by the
+// newlines consumed. On bad quoting, returns the problem and skips to the
+// end of the physical line.
+std::optional<std::string> csv_record(std::string_view buf, size_t& pos, int64_t& line,
+                                      std::vector<std::string>& fields) {
+  fields.clear();
+  const size_t n = buf.size();
+  auto at_eol = [&](size_t p) {
+    return p >= n || buf[p] == '\n' || (buf[p] == '\r' && p + 1 < n && buf[p + 1] == '\n');
+  };
+  auto consume_eol = [&] {
+    if (pos < n && buf[pos] == '\r') ++pos;
+    if (pos < n && buf[pos] == '\n') {
+      ++pos;
+      ++line;
+    }
+  };
+  for (;;) {
+    std::string field;
+    if (pos < n && buf[pos] == '"') {
+      const int64_t opened = line;
+      ++pos;
+      for (;;) {
+        if (pos >= n) return fmt::format("quoted field opened on line {} is never closed", opened);
+        const char c = buf[pos];
+        if (c == '"') {
+          if (pos + 1 < n && buf[pos + 1] == '"') {
+            field += '"';
+            pos += 2;
+            continue;
+          }
+          ++pos;
+          break;
+        }
+        if (c == '\n') ++line;
+        field += c;
+        ++pos;
+      }
+      if (!at_eol(pos) && buf[pos] != ',') {
+        while (!at_eol(pos)) ++pos;
+        consume_eol();
+        return std::string("unexpected character after a closing quote (quote a field whole, "
+                           "and double quotes inside it)");
+      }
+    } else {
+      while (!at_eol(pos) && buf[pos] != ',') field += buf[pos++];
+    }
+    fields.push_back(std::move(field));
+    if (pos < n && buf[pos] == ',') {
+      ++pos;
+      continue;
+    }
+    consume_eol();
+    return std::nullopt;
+  }
+}
+
+void read_csv(Collector& out, std::string_view buf, const DataSource& src) {
+  size_t pos = 0;
+  int64_t line = 1;
+  std::vector<std::string> fields;
+  std::optional<Columns> columns;
+  while (pos < buf.size() && !out.full()) {
+    if (buf[pos] == '\n' || (buf[pos] == '\r' && pos + 1 < buf.size() && buf[pos + 1] == '\n')) {
+      pos += buf[pos] == '\r' ? 2 : 1;  // blank line
+      ++line;
+      continue;
+    }
+    const int64_t row = line;
+    const std::optional<std::string> problem = csv_record(buf, pos, line, fields);
+    if (!columns) {
+      if (problem) fail("{}: line {}: header row: {}; fix the header", src.path, row, *problem);
+      columns = find_columns(fields, src);
+      continue;
+    }
+    if (problem) {
+      out.bad(row, *problem);
+      continue;
+    }
+    add_delimited_row(out, fields, *columns, row);
+  }
+}
+
+void read_tsv(Collector& out, std::string_view buf, const DataSource& src) {
+  std::optional<Columns> columns;
+  std::vector<std::string> fields;
+  for_each_line(
+      buf,
+      [&](int64_t line, std::string_view text) {
+        fields.clear();
+        size_t start = 0;
+        for (;;) {
+          const size_t tab = text.find('\t', start);
+          fields.emplace_back(text.substr(start, tab == std::string_view::npos ? tab : tab - start));
+          if (tab == std::string_view::npos) break;
+          start = tab + 1;
+        }
+        if (!columns) columns = find_columns(fields, src);
+        else add_delimited_row(out, fields, *columns, line);
+      },
+      out);
+}
+
+std::string lower_extension(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  const size_t dot = path.find_last_of('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return "";
+  std::string ext = path.substr(dot);
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return ext;
+}
+
+}  // namespace
+
+DataFormat parse_data_format(std::string_view name) {
+  static const std::pair<const char*, DataFormat> kNames[] = {
+      {"auto", DataFormat::Auto}, {"json", DataFormat::JsonList},
+      {"jsonl", DataFormat::JsonLines}, {"csv", DataFormat::Csv},
+      {"tsv", DataFormat::Tsv}, {"safetensors", DataFormat::Safetensors}};
+  for (const auto& [n, f] : kNames)
+    if (name == n) return f;
+  fail("unknown data format '{}'; use one of auto, json, jsonl, csv, tsv, safetensors", name);
+}
+
+std::string to_string(DataFormat format) {
+  switch (format) {
+    case DataFormat::Auto: return "auto";
+    case DataFormat::JsonList: return "json";
+    case DataFormat::JsonLines: return "jsonl";
+    case DataFormat::Csv: return "csv";
+    case DataFormat::Tsv: return "tsv";
+    case DataFormat::Safetensors: return "safetensors";
+  }
+  return "auto";
+}
+
+DataFormat detect_data_format(const std::string& path, DataFormat requested) {
+  if (requested != DataFormat::Auto) return requested;
+  const std::string ext = lower_extension(path);
+  if (ext == ".json") return DataFormat::JsonList;
+  if (ext == ".jsonl" || ext == ".ndjson") return DataFormat::JsonLines;
+  if (ext == ".csv") return DataFormat::Csv;
+  if (ext == ".tsv" || ext == ".tab") return DataFormat::Tsv;
+  if (ext == ".safetensors") return DataFormat::Safetensors;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open the data file: {}; check the path", path, std::strerror(errno));
+  char c = 0;
+  while (in.get(c) && std::isspace(static_cast<unsigned char>(c))) {
+  }
+  if (in && c == '[') return DataFormat::JsonList;
+  if (in && c == '{') return DataFormat::JsonLines;
+  fail("{}: cannot tell the data format from the name or content; set data.format to one of "
+       "json, jsonl, csv, tsv, safetensors",
+       path);
+}
+
+TextData read_text_data(const DataSource& source) {
+  const DataFormat format = detect_data_format(source.path, source.format);
+  if (format == DataFormat::Safetensors)
+    fail("{}: pre-tokenized safetensors data has no text rows; it is loaded as a tensor dataset "
+         "(format safetensors), not read as text",
+         source.path);
+  if (source.max_rows < 0)
+    fail("{}: max_rows is {}; use 0 for all rows or a positive count", source.path,
+         source.max_rows);
+  const std::string bytes = read_file(source.path);
+  if (trim(bytes).empty())
+    fail("{}: the file is empty; give a data file with at least one example", source.path);
+  Collector out(source);
+  switch (format) {
+    case DataFormat::JsonList: read_json_list(out, bytes, source); break;
+    case DataFormat::JsonLines: read_json_lines(out, bytes, source); break;
+    case DataFormat::Csv: read_csv(out, bytes, source); break;
+    case DataFormat::Tsv: read_tsv(out, bytes, source); break;
+    default: break;
+  }
+  return out.finish();
+}
+
+std::pair<TextData, TextData> split_train_dev(TextData all, double dev_fraction, uint64_t seed,
+                                              bool shuffle) {
+  if (!(dev_fraction >= 0.0 && dev_fraction < 1.0))
+    fail("{}: dev_fraction is {}; it must be in [0, 1)", all.source, dev_fraction);
+  const auto n = static_cast<int64_t>(all.rows.size());
+  const auto n_dev = static_cast<int64_t>(std::llround(static_cast<double>(n) * dev_fraction));
+  std::vector<int64_t> order;
+  if (shuffle) {
+    order = seeded_permutation(n, seed);
+  } else {
+    order.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+  }
+  TextData train, dev;
+  for (TextData* part : {&train, &dev}) {
+    part->label_names = all.label_names;
+    part->skipped = all.skipped;
+    part->skip_notes = all.skip_notes;
+    part->source = all.source;
+  }
+  train.rows.reserve(static_cast<size_t>(n - n_dev));
+  dev.rows.reserve(static_cast<size_t>(n_dev));
+  for (int64_t i = 0; i < n; ++i) {
+    TextData& part = i < n - n_dev ? train : dev;
+    part.rows.push_back(std::move(all.rows[static_cast<size_t>(order[static_cast<size_t>(i)])]));
+  }
+  return {std::move(train), std::move(dev)};
+}
+
+}  // namespace ft

@@ -1,0 +1,127 @@
+#include "ft/events.h"
+
+#include <unistd.h>
+
+#include <cmath>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "ft/error.h"
+
+namespace ft {
+namespace {
+
+// JSON has no NaN/Infinity: write null so every line stays parseable.
+nlohmann::json number(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
+
+}  // namespace
+
+EventLog::EventLog(bool is_rank0, const std::string& metrics_path, bool progress)
+    : rank0_(is_rank0), tty_(::isatty(STDOUT_FILENO) == 1), progress_enabled_(progress) {
+  if (!rank0_ || metrics_path.empty()) return;
+  metrics_ = std::fopen(metrics_path.c_str(), "w");
+  if (!metrics_) fail("--metrics-out {}: cannot open for writing", metrics_path);
+}
+
+EventLog::~EventLog() {
+  end_progress_line();
+  if (metrics_) std::fclose(metrics_);
+}
+
+void EventLog::write_json(const std::string& line) {
+  if (!metrics_) return;
+  std::fputs(line.c_str(), metrics_);
+  std::fputc('\n', metrics_);
+  std::fflush(metrics_);
+}
+
+void EventLog::end_progress_line() {
+  if (progress_drawn_) {
+    std::fputc('\n', stdout);
+    progress_drawn_ = false;
+  }
+}
+
+void EventLog::info(const std::string& line) {
+  if (!rank0_) return;
+  end_progress_line();
+  std::fputs((line + "\n").c_str(), stdout);
+  std::fflush(stdout);
+}
+
+void EventLog::progress(int64_t step, int64_t total, double loss) {
+  if (!rank0_ || !tty_ || !progress_enabled_ || total <= 0) return;
+  constexpr int kWidth = 30;
+  const int filled = static_cast<int>(kWidth * step / total);
+  std::string bar(filled, '#');
+  bar.resize(kWidth, '.');
+  std::fputs(fmt::format("\r[{}] {}/{} loss {:.4f}", bar, step, total, loss).c_str(), stdout);
+  std::fflush(stdout);
+  progress_drawn_ = true;
+}
+
+void EventLog::step(const StepEvent& e, bool print_line) {
+  if (!rank0_) return;
+  nlohmann::json j{{"event", "step"}, {"step", e.step}, {"epoch", e.epoch}, {"loss", number(e.loss)},
+                   {"lr", e.lr}, {"samples_per_s", number(e.samples_per_s)}, {"grad_norm", number(e.grad_norm)}};
+  if (e.skipped) j["skipped"] = true;
+  if (e.loss_scale != 1.0) j["loss_scale"] = e.loss_scale;
+  write_json(j.dump());
+  if (print_line && !(tty_ && progress_enabled_)) {
+    info(fmt::format("step {}/{} epoch {} loss {:.6f} lr {:.3e} grad_norm {:.4f} {:.1f} samples/s{}", e.step,
+                     e.total_steps, e.epoch, e.loss, e.lr, e.grad_norm, e.samples_per_s,
+                     e.skipped ? " (skipped: fp16 overflow)" : ""));
+  } else {
+    progress(e.step, e.total_steps, e.loss);
+  }
+}
+
+void EventLog::eval(int64_t step, int64_t epoch, const ClassificationReport& r,
+                    const std::vector<std::string>& label_names) {
+  if (!rank0_) return;
+  nlohmann::json j{{"event", "eval"},     {"step", step},         {"epoch", epoch},
+                   {"loss", number(r.loss)}, {"accuracy", r.accuracy}, {"macro_f1", r.macro_f1},
+                   {"samples", r.total}};
+  write_json(j.dump());
+  info(fmt::format("eval step {}: loss {:.4f} accuracy {:.4f} macro_f1 {:.4f} ({} samples)", step, r.loss,
+                   r.accuracy, r.macro_f1, r.total));
+  info(format_report(r, label_names));
+}
+
+void EventLog::summary(const SummaryEvent& s) {
+  if (!rank0_) return;
+  nlohmann::json j{{"event", "summary"},
+                   {"strategy", s.strategy},
+                   {"precision", s.precision},
+                   {"world_size", s.world_size},
+                   {"threads_per_rank", s.threads_per_rank},
+                   {"steps", s.steps},
+                   {"samples", s.samples},
+                   {"train_seconds", s.train_seconds},
+                   {"samples_per_s", number(s.samples_per_s)},
+                   {"peak_rss_mb", s.peak_rss_mb},
+                   {"model_state_bytes", s.model_state_bytes},
+                   {"param_bytes", s.param_bytes},
+                   {"grad_bytes", s.grad_bytes},
+                   {"optimizer_bytes", s.optimizer_bytes},
+                   {"trainable_params", s.trainable_params},
+                   {"final_loss", number(s.final_loss)}};
+  if (s.has_eval) {
+    j["eval_accuracy"] = s.eval.accuracy;
+    j["eval_macro_f1"] = s.eval.macro_f1;
+    j["eval_loss"] = number(s.eval.loss);
+  }
+  if (!s.checkpoint.empty()) j["checkpoint"] = s.checkpoint;
+  write_json(j.dump());
+  info(fmt::format("done: {} ({}, {} rank(s) x {} thread(s)) {} steps in {:.2f} s, {:.1f} samples/s, final loss {:.4f}",
+                   s.strategy, s.precision, s.world_size, s.threads_per_rank, s.steps, s.train_seconds,
+                   s.samples_per_s, s.final_loss));
+  if (s.has_eval) {
+    info(fmt::format("dev accuracy {:.4f} macro_f1 {:.4f}", s.eval.accuracy, s.eval.macro_f1));
+  }
+}
+
+}  // namespace ft

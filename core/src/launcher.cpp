@@ -1,0 +1,445 @@
+// launch_workers(): fork/exec N workers, relay their output, stop them all
+// when one fails. See launcher.h for the contract.
+#include "ft/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "ft/dist_env.h"
+#include "ft/error.h"
+
+namespace ft {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The one piece of process-wide state: a signal handler can only reach a
+// static. Written by the handler, read by the supervision loop.
+volatile sig_atomic_t g_launcher_signal = 0;
+
+void on_signal(int sig) { g_launcher_signal = sig; }
+
+// Installs SIGINT/SIGTERM forwarding for the duration of a launch.
+class SignalForwarding {
+ public:
+  SignalForwarding() {
+    g_launcher_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~SignalForwarding() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  SignalForwarding(const SignalForwarding&) = delete;
+  SignalForwarding& operator=(const SignalForwarding&) = delete;
+
+ private:
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+};
+
+std::string signal_name(int sig) {
+  switch (sig) {
+    case SIGKILL: return "SIGKILL";
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGHUP: return "SIGHUP";
+    case SIGQUIT: return "SIGQUIT";
+    default: return "signal " + std::to_string(sig);
+  }
+}
+
+void write_all(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    ssize_t n = ::write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;  // the reader went away; nothing useful to do
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+// Shared by the reader threads so two ranks never interleave inside a line.
+struct OutputSink {
+  std::mutex mutex;
+  int out_fd;
+  int err_fd;
+};
+
+// Relays one worker's stdout and stderr, prefixing each line. Stops at EOF on
+// both, or when woken after the worker was reaped (then drains what is
+// buffered, so a grandchild holding the pipe cannot keep the launch alive).
+class RankRelay {
+ public:
+  RankRelay(int rank, int out_pipe, int err_pipe, OutputSink& sink)
+      : prefix_("[rank " + std::to_string(rank) + "] "), sink_(sink) {
+    fds_[0] = out_pipe;
+    fds_[1] = err_pipe;
+    if (::pipe2(wake_, O_CLOEXEC) != 0) fail("launcher: cannot create a pipe: {}", std::strerror(errno));
+    thread_ = std::thread([this] { run(); });
+  }
+  ~RankRelay() { stop(); }
+  RankRelay(const RankRelay&) = delete;
+  RankRelay& operator=(const RankRelay&) = delete;
+
+  void stop() {
+    if (!thread_.joinable()) return;
+    write_all(wake_[1], "x", 1);
+    thread_.join();
+    for (int fd : {fds_[0], fds_[1], wake_[0], wake_[1]}) ::close(fd);
+  }
+
+ private:
+  void run() {
+    bool open[2] = {true, true};
+    bool draining = false;
+    while (open[0] || open[1]) {
+      pollfd p[3] = {{fds_[0], POLLIN, 0}, {fds_[1], POLLIN, 0}, {wake_[0], POLLIN, 0}};
+      if (!open[0]) p[0].fd = -1;
+      if (!open[1]) p[1].fd = -1;
+      int ready = ::poll(p, 3, draining ? 0 : -1);
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready <= 0) break;  // draining and nothing left
+      if (p[2].revents) draining = true;
+      for (int i = 0; i < 2; ++i) {
+        if (!open[i] || !(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        char buf[4096];
+        ssize_t n = ::read(fds_[i], buf, sizeof(buf));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          open[i] = false;
+          continue;
+        }
+        pending_[i].append(buf, static_cast<size_t>(n));
+        emit_lines(i, false);
+      }
+    }
+    emit_lines(0, true);
+    emit_lines(1, true);
+  }
+
+  void emit_lines(int stream, bool flush_partial) {
+    std::string& pending = pending_[stream];
+    std::string text;
+    size_t start = 0;
+    for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+      text += prefix_;
+      text.append(pending, start, nl + 1 - start);
+    }
+    pending.erase(0, start);
+    if (flush_partial && !pending.empty()) {
+      text += prefix_ + pending + "\n";
+      pending.clear();
+    }
+    if (text.empty()) return;
+    std::lock_guard<std::mutex> lock(sink_.mutex);
+    write_all(stream == 0 ? sink_.out_fd : sink_.err_fd, text.data(), text.size());
+  }
+
+  std::string prefix_;
+  OutputSink& sink_;
+  int fds_[2];
+  int wake_[2] = {-1, -1};
+  std::string pending_[2];
+  std::thread thread_;
+};
+
+struct Worker {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;
+  std::unique_ptr<RankRelay> relay;
+};
+
+// argv/envp as the child needs them, built before fork (the child may only
+// make async-signal-safe calls).
+struct CStrings {
+  std::vector<std::string> storage;
+  std::vector<char*> ptrs;
+  explicit CStrings(std::vector<std::string> items) : storage(std::move(items)) {
+    for (auto& s : storage) ptrs.push_back(s.data());
+    ptrs.push_back(nullptr);
+  }
+};
+
+std::vector<std::string> worker_env(const LaunchOptions& o, int local_rank, int port) {
+  std::map<std::string, std::string> env = process_env();
+  for (const auto& [k, v] : o.extra_env) env[k] = v;
+  env["RANK"] = std::to_string(o.node_rank * o.nproc + local_rank);
+  env["LOCAL_RANK"] = std::to_string(local_rank);
+  env["WORLD_SIZE"] = std::to_string(o.nnodes * o.nproc);
+  env["LOCAL_WORLD_SIZE"] = std::to_string(o.nproc);
+  env["GROUP_RANK"] = std::to_string(o.node_rank);
+  env["MASTER_ADDR"] = o.master_addr;
+  env["MASTER_PORT"] = std::to_string(port);
+  env["FT_LAUNCHED"] = "1";
+  std::vector<std::string> out;
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+void make_pipe(int fds[2]) {
+  if (::pipe2(fds, O_CLOEXEC) != 0) fail("launcher: cannot create a pipe: {}", std::strerror(errno));
+}
+
+// Child side of fork: wire up fds, die with the launcher, exec. On failure,
+// report errno through the close-on-exec pipe.
+[[noreturn]] void exec_child(pid_t launcher, int out_fd, int err_fd, int report_fd,
+                             CStrings& args, CStrings& env) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != launcher) ::_exit(1);  // launcher died before prctl took effect
+  if (out_fd != STDOUT_FILENO) ::dup2(out_fd, STDOUT_FILENO);
+  if (err_fd != STDERR_FILENO) ::dup2(err_fd, STDERR_FILENO);
+  ::execvpe(args.ptrs[0], args.ptrs.data(), env.ptrs.data());
+  int err = errno;
+  ssize_t ignored = ::write(report_fd, &err, sizeof(err));
+  (void)ignored;
+  ::_exit(127);
+}
+
+class Supervisor {
+ public:
+  Supervisor(const LaunchOptions& o, int port) : o_(o), port_(port), sink_{{}, o.stdout_fd, o.stderr_fd} {}
+  ~Supervisor() { stop_all(); }
+
+  void spawn_all() {
+    CStrings args(o_.argv);
+    for (int local = 0; local < o_.nproc; ++local) spawn(local, args);
+  }
+
+  LaunchResult supervise() {
+    LaunchResult result;
+    std::optional<Clock::time_point> clean_deadline;
+    int first_clean_rank = -1;
+    while (any_running()) {
+      if (int sig = g_launcher_signal) {
+        result = {128 + sig, -1, "interrupted by " + signal_name(sig) + "; stopped all workers"};
+        stop_all(sig);
+        break;
+      }
+      bool failed = false;
+      for (auto& w : workers_) {
+        if (!w.running) continue;
+        pid_t got = ::waitpid(w.pid, &w.status, WNOHANG);
+        if (got != w.pid) continue;
+        w.running = false;
+        if (WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0) {
+          if (!clean_deadline) {
+            first_clean_rank = w.rank;
+            clean_deadline = Clock::now() + seconds(o_.timeout_s);
+          }
+          continue;
+        }
+        result.failed_rank = w.rank;
+        if (WIFEXITED(w.status)) {
+          result.exit_code = WEXITSTATUS(w.status);
+          result.error = fmt::format("rank {} exited with code {}", w.rank, result.exit_code);
+        } else {
+          int sig = WTERMSIG(w.status);
+          result.exit_code = 128 + sig;
+          result.error = fmt::format("rank {} was killed by signal {}", w.rank, signal_name(sig));
+        }
+        failed = true;
+        break;
+      }
+      if (failed) {
+        stop_all();
+        break;
+      }
+      if (clean_deadline && Clock::now() > *clean_deadline && any_running()) {
+        int late = -1;
+        for (auto& w : workers_) {
+          if (w.running) {
+            late = w.rank;
+            break;
+          }
+        }
+        result = {1, late,
+                  fmt::format("rank {} did not exit within {} s after rank {} finished",
+                              late, o_.timeout_s, first_clean_rank)};
+        stop_all();
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    for (auto& w : workers_) {
+      if (w.relay) w.relay->stop();
+    }
+    return result;
+  }
+
+ private:
+  static Clock::duration seconds(double s) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  }
+
+  void spawn(int local, CStrings& args) {
+    Worker w;
+    w.rank = o_.node_rank * o_.nproc + local;
+    CStrings env(worker_env(o_, local, port_));
+    int out[2] = {-1, -1}, err[2] = {-1, -1}, report[2];
+    make_pipe(report);
+    if (w.rank != 0) {
+      make_pipe(out);
+      make_pipe(err);
+    }
+    const pid_t launcher = ::getpid();
+    pid_t pid = ::fork();
+    if (pid < 0) fail("launcher: fork failed for rank {}: {}", w.rank, std::strerror(errno));
+    if (pid == 0) {
+      exec_child(launcher, w.rank == 0 ? o_.stdout_fd : out[1],
+                 w.rank == 0 ? o_.stderr_fd : err[1], report[1], args, env);
+    }
+    w.pid = pid;
+    w.running = true;
+    ::close(report[1]);
+    if (w.rank != 0) {
+      ::close(out[1]);
+      ::close(err[1]);
+      w.relay = std::make_unique<RankRelay>(w.rank, out[0], err[0], sink_);
+    }
+    workers_.push_back(std::move(w));
+    int child_errno = 0;
+    ssize_t n;
+    do {
+      n = ::read(report[0], &child_errno, sizeof(child_errno));
+    } while (n < 0 && errno == EINTR);
+    ::close(report[0]);
+    if (n == static_cast<ssize_t>(sizeof(child_errno))) {
+      stop_all();
+      fail("cannot run worker command '{}': {}", o_.argv[0], std::strerror(child_errno));
+    }
+  }
+
+  bool any_running() const {
+    for (const auto& w : workers_) {
+      if (w.running) return true;
+    }
+    return false;
+  }
+
+  void signal_running(int sig) {
+    for (auto& w : workers_) {
+      if (w.running) ::kill(w.pid, sig);
+    }
+  }
+
+  // Polls for exits until `deadline`; true when none is left running.
+  bool reap_until(Clock::time_point deadline) {
+    while (true) {
+      for (auto& w : workers_) {
+        if (w.running && ::waitpid(w.pid, &w.status, WNOHANG) == w.pid) w.running = false;
+      }
+      if (!any_running()) return true;
+      if (Clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+
+  // Politely first (`sig`, SIGTERM by default), then SIGKILL; reaps everyone.
+  void stop_all(int sig = SIGTERM) {
+    if (!any_running()) return;
+    signal_running(sig);
+    if (reap_until(Clock::now() + seconds(o_.kill_grace_s))) return;
+    signal_running(SIGKILL);
+    for (auto& w : workers_) {
+      if (!w.running) continue;
+      while (::waitpid(w.pid, &w.status, 0) < 0 && errno == EINTR) {
+      }
+      w.running = false;
+    }
+  }
+
+  const LaunchOptions& o_;
+  int port_;
+  OutputSink sink_;
+  std::vector<Worker> workers_;
+};
+
+void validate(const LaunchOptions& o) {
+  if (o.nproc < 1) fail("--nproc must be at least 1, got {}", o.nproc);
+  if (o.nnodes < 1) fail("--nnodes must be at least 1, got {}", o.nnodes);
+  if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
+    fail("--node-rank {} is not below --nnodes {}", o.node_rank, o.nnodes);
+  }
+  if (o.master_port < 0 || o.master_port > 65535) {
+    fail("--master-port {} is not a TCP port (0-65535)", o.master_port);
+  }
+  if (o.master_port == 0 && o.nnodes > 1) {
+    fail("--master-port is required with --nnodes {} (every node must use the same port)",
+         o.nnodes);
+  }
+  if (!(o.timeout_s > 0)) fail("launch timeout must be positive, got {}", o.timeout_s);
+  if (o.kill_grace_s < 0) fail("kill grace must not be negative, got {}", o.kill_grace_s);
+  if (o.argv.empty() || o.argv[0].empty()) fail("no worker command given");
+}
+
+}  // namespace
+
+int pick_free_port(const std::string& addr) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) fail("cannot open a socket to pick a port: {}", std::strerror(errno));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = 0;
+  // The rendezvous store listens on all interfaces, so probe those too.
+  sa.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(sa);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+    int err = errno;
+    ::close(fd);
+    fail("cannot pick a free port for {}: {}; pass --master-port", addr, std::strerror(err));
+  }
+  ::close(fd);
+  return ntohs(sa.sin_port);
+}
+
+LaunchResult launch_workers(const LaunchOptions& options) {
+  validate(options);
+  const int port = options.master_port != 0 ? options.master_port : pick_free_port(options.master_addr);
+  SignalForwarding forwarding;
+  Supervisor supervisor(options, port);
+  supervisor.spawn_all();
+  return supervisor.supervise();
+}
+
+int launch_and_supervise(const LaunchOptions& options) {
+  LaunchResult r = launch_workers(options);
+  if (r.exit_code != 0) {
+    std::string line = "ft: error: " + r.error + "\n";
+    write_all(options.stderr_fd, line.data(), line.size());
+  }
+  return r.exit_code;
+}
+
+}  // namespace ft

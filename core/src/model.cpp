@@ -1,0 +1,326 @@
+// BERT modules. Names of members registered with register_module() are the
+// HF names, which is what makes weights interchangeable.
+#include "ft/model.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/init.h>
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include <fmt/ranges.h>
+
+#include "ft/error.h"
+
+namespace ft {
+namespace {
+
+using torch::nn::Dropout;
+using torch::nn::Embedding;
+using torch::nn::LayerNorm;
+using torch::nn::Linear;
+
+LayerNorm make_layer_norm(const BertConfig& c) {
+  return LayerNorm(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps));
+}
+
+struct EmbeddingsImpl : torch::nn::Module {
+  Embedding word_embeddings{nullptr}, position_embeddings{nullptr}, token_type_embeddings{nullptr};
+  LayerNorm norm{nullptr};
+  Dropout dropout{nullptr};
+
+  explicit EmbeddingsImpl(const BertConfig& c) {
+    word_embeddings = register_module(
+        "word_embeddings",
+        Embedding(torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size).padding_idx(c.pad_token_id)));
+    position_embeddings = register_module(
+        "position_embeddings", Embedding(c.max_position_embeddings, c.hidden_size));
+    token_type_embeddings =
+        register_module("token_type_embeddings", Embedding(c.type_vocab_size, c.hidden_size));
+    norm = register_module("LayerNorm", make_layer_norm(c));
+    dropout = register_module("dropout", Dropout(c.hidden_dropout_prob));
+  }
+
+  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& token_type_ids) {
+    const int64_t seq = input_ids.size(1);
+    auto positions = at::arange(seq, input_ids.options().dtype(at::kLong));
+    auto x = word_embeddings(input_ids) + token_type_embeddings(token_type_ids) +
+             position_embeddings(positions).unsqueeze(0);
+    return dropout(norm(x));
+  }
+};
+
+struct SelfAttentionImpl : torch::nn::Module {
+  Linear query{nullptr}, key{nullptr}, value{nullptr};
+  Dropout dropout{nullptr};
+  int64_t heads, head_dim;
+
+  explicit SelfAttentionImpl(const BertConfig& c)
+      : heads(c.num_attention_heads), head_dim(c.hidden_size / c.num_attention_heads) {
+    query = register_module("query", Linear(c.hidden_size, c.hidden_size));
+    key = register_module("key", Linear(c.hidden_size, c.hidden_size));
+    value = register_module("value", Linear(c.hidden_size, c.hidden_size));
+    dropout = register_module("dropout", Dropout(c.attention_probs_dropout_prob));
+  }
+
+  // [b, s, h] -> [b, heads, s, d]
+  at::Tensor split_heads(const at::Tensor& x) const {
+    return x.view({x.size(0), x.size(1), heads, head_dim}).permute({0, 2, 1, 3});
+  }
+
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& additive_mask) {
+    auto q = split_heads(query(x));
+    auto k = split_heads(key(x));
+    auto v = split_heads(value(x));
+    auto scores = at::matmul(q, k.transpose(-1, -2)) / std::sqrt(static_cast<double>(head_dim));
+    scores = scores + additive_mask;
+    auto probs = dropout(at::softmax(scores, -1));
+    auto context = at::matmul(probs, v).permute({0, 2, 1, 3}).contiguous();
+    return context.view({x.size(0), x.size(1), heads * head_dim});
+  }
+};
+
+// dense -> dropout -> residual -> LayerNorm (BertSelfOutput and BertOutput).
+struct ResidualOutputImpl : torch::nn::Module {
+  Linear dense{nullptr};
+  LayerNorm norm{nullptr};
+  Dropout dropout{nullptr};
+
+  ResidualOutputImpl(const BertConfig& c, int64_t in_features) {
+    dense = register_module("dense", Linear(in_features, c.hidden_size));
+    norm = register_module("LayerNorm", make_layer_norm(c));
+    dropout = register_module("dropout", Dropout(c.hidden_dropout_prob));
+  }
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& residual) {
+    return norm(dropout(dense(x)) + residual);
+  }
+};
+
+struct AttentionImpl : torch::nn::Module {
+  std::shared_ptr<SelfAttentionImpl> self;
+  std::shared_ptr<ResidualOutputImpl> output;
+  explicit AttentionImpl(const BertConfig& c) {
+    self = register_module("self", std::make_shared<SelfAttentionImpl>(c));
+    output = register_module("output", std::make_shared<ResidualOutputImpl>(c, c.hidden_size));
+  }
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& mask) {
+    return output->forward(self->forward(x, mask), x);
+  }
+};
+
+struct IntermediateImpl : torch::nn::Module {
+  Linear dense{nullptr};
+  explicit IntermediateImpl(const BertConfig& c) {
+    if (c.hidden_act != "gelu") fail("config.json: hidden_act '{}' is not supported; use 'gelu'", c.hidden_act);
+    dense = register_module("dense", Linear(c.hidden_size, c.intermediate_size));
+  }
+  at::Tensor forward(const at::Tensor& x) { return at::gelu(dense(x)); }
+};
+
+struct LayerImpl : torch::nn::Module {
+  std::shared_ptr<AttentionImpl> attention;
+  std::shared_ptr<IntermediateImpl> intermediate;
+  std::shared_ptr<ResidualOutputImpl> output;
+  explicit LayerImpl(const BertConfig& c) {
+    attention = register_module("attention", std::make_shared<AttentionImpl>(c));
+    intermediate = register_module("intermediate", std::make_shared<IntermediateImpl>(c));
+    output = register_module("output", std::make_shared<ResidualOutputImpl>(c, c.intermediate_size));
+  }
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& mask) {
+    auto a = attention->forward(x, mask);
+    return output->forward(intermediate->forward(a), a);
+  }
+};
+
+struct PoolerImpl : torch::nn::Module {
+  Linear dense{nullptr};
+  explicit PoolerImpl(const BertConfig& c) {
+    dense = register_module("dense", Linear(c.hidden_size, c.hidden_size));
+  }
+  at::Tensor forward(const at::Tensor& hidden) {
+    return at::tanh(dense(hidden.select(1, 0)));
+  }
+};
+
+// The classification head as one unit. The model registers its parts under
+// the HF names ("bert.pooler.*", "classifier.*"); this module only groups them.
+struct HeadUnit : torch::nn::Module {
+  std::shared_ptr<PoolerImpl> pooler;
+  Dropout dropout;
+  Linear classifier;
+  HeadUnit(std::shared_ptr<PoolerImpl> p, Dropout d, Linear c)
+      : pooler(std::move(p)), dropout(std::move(d)), classifier(std::move(c)) {
+    // Registered here too so unit(L+1)->parameters() sees them.
+    register_module("pooler", pooler);
+    register_module("dropout", dropout);
+    register_module("classifier", classifier);
+  }
+  at::Tensor forward(const at::Tensor& hidden) {
+    return classifier(dropout(pooler->forward(hidden)));
+  }
+};
+
+struct BertModelImpl : torch::nn::Module {
+  std::shared_ptr<EmbeddingsImpl> embeddings;
+  std::shared_ptr<torch::nn::Module> encoder;
+  torch::nn::ModuleList layer;
+  std::vector<std::shared_ptr<LayerImpl>> layers;
+  std::shared_ptr<PoolerImpl> pooler;
+  explicit BertModelImpl(const BertConfig& c) {
+    embeddings = register_module("embeddings", std::make_shared<EmbeddingsImpl>(c));
+    encoder = register_module("encoder", std::make_shared<torch::nn::Module>());
+    layer = encoder->register_module("layer", torch::nn::ModuleList());
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      layers.push_back(std::make_shared<LayerImpl>(c));
+      layer->push_back(layers.back());
+    }
+    pooler = register_module("pooler", std::make_shared<PoolerImpl>(c));
+  }
+};
+
+class DirectRunner final : public UnitRunner {
+ public:
+  at::Tensor run(int, const at::Tensor& input,
+                 const std::function<at::Tensor(const at::Tensor&)>& fn) override {
+    return fn(input);
+  }
+};
+
+}  // namespace
+
+struct BertForSequenceClassification::Parts {
+  std::shared_ptr<BertModelImpl> bert;
+  Dropout dropout{nullptr};
+  Linear classifier{nullptr};
+  std::shared_ptr<HeadUnit> head;
+  DirectRunner direct;
+};
+
+BertForSequenceClassification::BertForSequenceClassification(const BertConfig& config)
+    : config_(config), parts_(std::make_unique<Parts>()) {
+  config_.validate("model config");
+  parts_->bert = register_module("bert", std::make_shared<BertModelImpl>(config_));
+  parts_->dropout = register_module("dropout", Dropout(config_.hidden_dropout_prob));
+  parts_->classifier = register_module("classifier", Linear(config_.hidden_size, config_.num_labels));
+  parts_->head = std::make_shared<HeadUnit>(parts_->bert->pooler, parts_->dropout, parts_->classifier);
+  init_weights();
+}
+
+BertForSequenceClassification::~BertForSequenceClassification() = default;
+
+int BertForSequenceClassification::num_units() const {
+  return static_cast<int>(config_.num_hidden_layers) + 2;
+}
+
+std::shared_ptr<torch::nn::Module> BertForSequenceClassification::unit(int index) const {
+  if (index == 0) return parts_->bert->embeddings;
+  if (index == num_units() - 1) return parts_->head;
+  return parts_->bert->layers.at(index - 1);
+}
+
+std::string BertForSequenceClassification::unit_prefix(int index) const {
+  if (index == 0) return "bert.embeddings.";
+  if (index == num_units() - 1) return "";  // bert.pooler.* and classifier.*
+  return "bert.encoder.layer." + std::to_string(index - 1) + ".";
+}
+
+int BertForSequenceClassification::unit_of(const std::string& name) const {
+  if (name.rfind("bert.embeddings.", 0) == 0) return 0;
+  const std::string layer_prefix = "bert.encoder.layer.";
+  if (name.rfind(layer_prefix, 0) == 0) {
+    return 1 + std::stoi(name.substr(layer_prefix.size()));
+  }
+  return num_units() - 1;
+}
+
+at::Tensor BertForSequenceClassification::forward(const Batch& batch) {
+  UnitRunner& run = runner_ ? *runner_ : parts_->direct;
+  // HF: (1 - mask) * finfo(float32).min, broadcast over heads and queries.
+  auto additive_mask = (1.0 - batch.attention_mask.to(at::kFloat)).unsqueeze(1).unsqueeze(2) *
+                       std::numeric_limits<float>::lowest();
+  auto& bert = *parts_->bert;
+  auto x = run.run(0, batch.input_ids, [&](const at::Tensor& ids) {
+    return bert.embeddings->forward(ids, batch.token_type_ids);
+  });
+  for (int i = 0; i < static_cast<int>(bert.layers.size()); ++i) {
+    x = run.run(i + 1, x, [&](const at::Tensor& h) { return bert.layers[i]->forward(h, additive_mask); });
+  }
+  auto logits = run.run(num_units() - 1, x, [&](const at::Tensor& h) { return parts_->head->forward(h); });
+  return logits.to(at::kFloat);
+}
+
+void BertForSequenceClassification::init_weights() {
+  torch::NoGradGuard no_grad;
+  const double std = config_.initializer_range;
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    auto& p = item.value();
+    const bool is_norm = name.find("LayerNorm") != std::string::npos;
+    const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    if (is_norm) {
+      is_bias ? p.zero_() : p.fill_(1.0);
+    } else if (is_bias) {
+      p.zero_();
+    } else {
+      p.normal_(0.0, std);
+    }
+  }
+  auto& word = parts_->bert->embeddings->word_embeddings->weight;
+  if (config_.pad_token_id >= 0 && config_.pad_token_id < config_.vocab_size) word[config_.pad_token_id].zero_();
+}
+
+std::vector<TensorList> BertForSequenceClassification::unit_parameters() const {
+  std::vector<TensorList> units(num_units());
+  for (const auto& item : named_parameters()) units[unit_of(item.key())].emplace_back(item.key(), item.value());
+  return units;
+}
+
+TensorList BertForSequenceClassification::weights() const {
+  TensorList out;
+  for (const auto& item : named_parameters()) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+void BertForSequenceClassification::load_weights(const TensorList& weights, const std::string& source) {
+  static const char* kIgnored[] = {"bert.embeddings.position_ids", "cls.", "bert.pooler_"};
+  std::map<std::string, const at::Tensor*> given;
+  for (const auto& [name, t] : weights) {
+    // Checkpoints saved from a DDP-wrapped model carry "module." prefixes.
+    std::string key = name.rfind("module.", 0) == 0 ? name.substr(7) : name;
+    given[key] = &t;
+  }
+  torch::NoGradGuard no_grad;
+  std::set<std::string> used;
+  for (auto& item : named_parameters()) {
+    auto it = given.find(item.key());
+    if (it == given.end()) {
+      fail("{}: missing tensor '{}' (the checkpoint does not match config.json)", source, item.key());
+    }
+    const at::Tensor& src = *it->second;
+    if (src.sizes() != item.value().sizes()) {
+      fail("{}: tensor '{}' has shape {}, config.json implies {}", source, item.key(),
+           fmt::format("{}", fmt::join(src.sizes(), "x")),
+           fmt::format("{}", fmt::join(item.value().sizes(), "x")));
+    }
+    if (!src.is_floating_point()) {
+      fail("{}: tensor '{}' has a non-floating dtype", source, item.key());
+    }
+    item.value().copy_(src);
+    used.insert(item.key());
+  }
+  for (const auto& [key, t] : given) {
+    if (used.count(key)) continue;
+    bool ignorable = false;
+    for (const char* prefix : kIgnored) ignorable |= key.rfind(prefix, 0) == 0;
+    if (!ignorable) fail("{}: unexpected tensor '{}' (not part of BertForSequenceClassification)", source, key);
+  }
+}
+
+}  // namespace ft

@@ -1,0 +1,158 @@
+// BertConfig <-> HF config.json.
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "ft/error.h"
+#include "ft/model.h"
+
+namespace ft {
+namespace {
+
+using nlohmann::json;
+
+template <typename T>
+void read_key(const json& j, const char* key, T& out, const std::string& source) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return;
+  try {
+    out = it->get<T>();
+  } catch (const json::exception&) {
+    fail("{}: key '{}' has the wrong type ({})", source, key, it->type_name());
+  }
+}
+
+const char* const kKnownKeys[] = {
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+    "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
+    "type_vocab_size", "initializer_range", "layer_norm_eps", "pad_token_id", "num_labels",
+    "id2label", "label2id"};
+
+}  // namespace
+
+BertConfig BertConfig::from_json_string(const std::string& text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    fail("{}: not valid JSON ({})", source, e.what());
+  }
+  if (!j.is_object()) fail("{}: expected a JSON object", source);
+  BertConfig c;
+  read_key(j, "vocab_size", c.vocab_size, source);
+  read_key(j, "hidden_size", c.hidden_size, source);
+  read_key(j, "num_hidden_layers", c.num_hidden_layers, source);
+  read_key(j, "num_attention_heads", c.num_attention_heads, source);
+  read_key(j, "intermediate_size", c.intermediate_size, source);
+  read_key(j, "hidden_act", c.hidden_act, source);
+  read_key(j, "hidden_dropout_prob", c.hidden_dropout_prob, source);
+  read_key(j, "attention_probs_dropout_prob", c.attention_probs_dropout_prob, source);
+  read_key(j, "max_position_embeddings", c.max_position_embeddings, source);
+  read_key(j, "type_vocab_size", c.type_vocab_size, source);
+  read_key(j, "initializer_range", c.initializer_range, source);
+  read_key(j, "layer_norm_eps", c.layer_norm_eps, source);
+  read_key(j, "pad_token_id", c.pad_token_id, source);
+  c.num_labels = 0;
+  read_key(j, "num_labels", c.num_labels, source);
+  if (auto it = j.find("id2label"); it != j.end() && it->is_object()) {
+    // HF writes id2label with string keys "0".."n-1".
+    std::vector<std::string> names(it->size());
+    for (auto& [k, v] : it->items()) {
+      size_t id = 0;
+      try {
+        id = std::stoul(k);
+      } catch (const std::exception&) {
+        fail("{}: id2label key '{}' is not an integer", source, k);
+      }
+      if (id >= names.size() || !v.is_string()) fail("{}: id2label entry '{}' is invalid", source, k);
+      names[id] = v.get<std::string>();
+    }
+    c.id2label = names;
+    if (c.num_labels == 0) c.num_labels = static_cast<int64_t>(names.size());
+  }
+  if (c.num_labels == 0) c.num_labels = 2;  // HF's default
+  json extra = j;
+  for (const char* key : kKnownKeys) extra.erase(key);
+  c.extra_json = extra.dump();
+  c.validate(source);
+  return c;
+}
+
+BertConfig BertConfig::from_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail("cannot read model config {}: no such file or not readable", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return from_json_string(ss.str(), path);
+}
+
+BertConfig BertConfig::preset(const std::string& name) {
+  BertConfig c;
+  c.vocab_size = 21128;
+  if (name == "tiny") {
+    c.hidden_size = 128, c.num_hidden_layers = 2, c.num_attention_heads = 2, c.intermediate_size = 512;
+  } else if (name == "mini") {
+    c.hidden_size = 256, c.num_hidden_layers = 4, c.num_attention_heads = 4, c.intermediate_size = 1024;
+  } else if (name == "base") {
+    c.hidden_size = 768, c.num_hidden_layers = 12, c.num_attention_heads = 12, c.intermediate_size = 3072;
+  } else {
+    fail("unknown model preset '{}'; use tiny, mini, base or a path to config.json", name);
+  }
+  return c;
+}
+
+void BertConfig::validate(const std::string& source) const {
+  auto positive = [&](const char* key, int64_t v) {
+    if (v <= 0) fail("{}: {} must be positive, got {}", source, key, v);
+  };
+  positive("vocab_size", vocab_size);
+  positive("hidden_size", hidden_size);
+  positive("num_hidden_layers", num_hidden_layers);
+  positive("num_attention_heads", num_attention_heads);
+  positive("intermediate_size", intermediate_size);
+  positive("max_position_embeddings", max_position_embeddings);
+  positive("type_vocab_size", type_vocab_size);
+  positive("num_labels", num_labels);
+  if (hidden_size % num_attention_heads != 0) {
+    fail("{}: hidden_size {} is not divisible by num_attention_heads {}", source, hidden_size,
+         num_attention_heads);
+  }
+  for (double p : {hidden_dropout_prob, attention_probs_dropout_prob}) {
+    if (p < 0.0 || p >= 1.0) fail("{}: dropout probabilities must be in [0, 1), got {}", source, p);
+  }
+  if (!id2label.empty() && static_cast<int64_t>(id2label.size()) != num_labels) {
+    fail("{}: id2label has {} entries but num_labels is {}", source, id2label.size(), num_labels);
+  }
+}
+
+std::string BertConfig::to_json() const {
+  json j = json::parse(extra_json.empty() ? "{}" : extra_json);
+  j["architectures"] = {"BertForSequenceClassification"};
+  j["model_type"] = "bert";
+  j["vocab_size"] = vocab_size;
+  j["hidden_size"] = hidden_size;
+  j["num_hidden_layers"] = num_hidden_layers;
+  j["num_attention_heads"] = num_attention_heads;
+  j["intermediate_size"] = intermediate_size;
+  j["hidden_act"] = hidden_act;
+  j["hidden_dropout_prob"] = hidden_dropout_prob;
+  j["attention_probs_dropout_prob"] = attention_probs_dropout_prob;
+  j["max_position_embeddings"] = max_position_embeddings;
+  j["type_vocab_size"] = type_vocab_size;
+  j["initializer_range"] = initializer_range;
+  j["layer_norm_eps"] = layer_norm_eps;
+  j["pad_token_id"] = pad_token_id;
+  j["num_labels"] = num_labels;
+  json id2label_json = json::object(), label2id_json = json::object();
+  for (int64_t i = 0; i < num_labels; ++i) {
+    std::string label = i < static_cast<int64_t>(id2label.size()) ? id2label[i] : "LABEL_" + std::to_string(i);
+    id2label_json[std::to_string(i)] = label;
+    label2id_json[label] = i;
+  }
+  j["id2label"] = id2label_json;
+  j["label2id"] = label2id_json;
+  return j.dump(2);
+}
+
+}  // namespace ft

@@ -1,0 +1,151 @@
+#include "ft/optim.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+
+#include "ft/error.h"
+
+namespace ft {
+
+TensorOptimizer::TensorOptimizer(const OptimizerSpec& spec, std::vector<OptimSlot> slots)
+    : spec_(spec), slots_(std::move(slots)) {
+  buffers_.reserve(slots_.size());
+  for (const auto& slot : slots_) {
+    std::vector<at::Tensor> b;
+    if (spec_.kind == OptimizerKind::AdamW) {
+      b = {at::zeros_like(slot.param), at::zeros_like(slot.param)};
+    } else if (spec_.momentum != 0.0) {
+      b = {at::zeros_like(slot.param)};
+    }
+    buffers_.push_back(std::move(b));
+  }
+}
+
+std::vector<std::string> TensorOptimizer::buffer_names() const {
+  if (spec_.kind == OptimizerKind::AdamW) return {"exp_avg", "exp_avg_sq"};
+  if (spec_.momentum != 0.0) return {"momentum_buffer"};
+  return {};
+}
+
+void TensorOptimizer::step(double lr, const std::vector<at::Tensor>& grads) {
+  if (grads.size() != slots_.size()) fail("optimizer: {} grads for {} slots", grads.size(), slots_.size());
+  ++step_;
+  at::NoGradGuard no_grad;
+  if (spec_.kind == OptimizerKind::AdamW) {
+    const double bc1 = 1.0 - std::pow(spec_.beta1, static_cast<double>(step_));
+    const double bc2_sqrt = std::sqrt(1.0 - std::pow(spec_.beta2, static_cast<double>(step_)));
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      const auto& g = grads[i];
+      if (!g.defined()) continue;
+      auto& p = slots_[i].param;
+      const double slot_lr = lr * slots_[i].lr_scale;
+      auto& exp_avg = buffers_[i][0];
+      auto& exp_avg_sq = buffers_[i][1];
+      p.mul_(1.0 - slot_lr * slots_[i].weight_decay);
+      exp_avg.mul_(spec_.beta1).add_(g, 1.0 - spec_.beta1);
+      exp_avg_sq.mul_(spec_.beta2).addcmul_(g, g, 1.0 - spec_.beta2);
+      auto denom = (exp_avg_sq.sqrt() / bc2_sqrt).add_(spec_.eps);
+      p.addcdiv_(exp_avg, denom, -slot_lr / bc1);
+    }
+    return;
+  }
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    at::Tensor d = grads[i];
+    if (!d.defined()) continue;
+    auto& p = slots_[i].param;
+    if (slots_[i].weight_decay != 0.0) d = d.add(p, slots_[i].weight_decay);
+    if (spec_.momentum != 0.0) {
+      auto& buf = buffers_[i][0];
+      // torch.optim.SGD: the first step copies the gradient into the buffer.
+      if (step_ == 1) {
+        buf.copy_(d);
+      } else {
+        buf.mul_(spec_.momentum).add_(d);
+      }
+      d = buf;
+    }
+    p.add_(d, -lr * slots_[i].lr_scale);
+  }
+}
+
+OptimizerState TensorOptimizer::state() const {
+  OptimizerState out;
+  out.step = step_;
+  const auto names = buffer_names();
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    for (size_t k = 0; k < names.size(); ++k) out.tensors.emplace_back(slots_[i].name + "." + names[k], buffers_[i][k]);
+  }
+  return out;
+}
+
+void TensorOptimizer::load_state(const OptimizerState& state, const std::string& source) {
+  std::map<std::string, const at::Tensor*> by_name;
+  for (const auto& [name, t] : state.tensors) by_name[name] = &t;
+  const auto names = buffer_names();
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    for (size_t k = 0; k < names.size(); ++k) {
+      const std::string key = slots_[i].name + "." + names[k];
+      auto it = by_name.find(key);
+      if (it == by_name.end()) fail("{}: optimizer state has no '{}'", source, key);
+      if (it->second->numel() != buffers_[i][k].numel()) {
+        fail("{}: optimizer state '{}' has {} elements, expected {}", source, key, it->second->numel(),
+             buffers_[i][k].numel());
+      }
+      buffers_[i][k].copy_(it->second->reshape(buffers_[i][k].sizes()));
+    }
+  }
+  step_ = state.step;
+}
+
+int64_t TensorOptimizer::state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& b : buffers_)
+    for (const auto& t : b) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  return bytes;
+}
+
+double grad_norm_squared(const std::vector<at::Tensor>& grads) {
+  double total = 0.0;
+  for (const auto& g : grads) {
+    if (!g.defined()) continue;
+    const double n = g.norm(2).item<double>();
+    total += n * n;
+  }
+  return total;
+}
+
+void clip_grads(const std::vector<at::Tensor>& grads, double total_norm, double max_norm) {
+  if (max_norm <= 0.0) return;
+  const double coef = max_norm / (total_norm + 1e-6);
+  if (coef >= 1.0) return;
+  at::NoGradGuard no_grad;
+  for (const auto& g : grads)
+    if (g.defined()) g.mul_(coef);
+}
+
+ParamPlan default_param_plan(const TensorList& params, double weight_decay, bool decay_all) {
+  ParamPlan plan;
+  for (const auto& [name, t] : params) {
+    const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    const bool is_norm = name.find("LayerNorm") != std::string::npos;
+    ParamSettings s;
+    s.weight_decay = (decay_all || !(is_bias || is_norm)) ? weight_decay : 0.0;
+    plan[name] = s;
+  }
+  return plan;
+}
+
+std::vector<OptimSlot> slots_from_plan(const TensorList& params, const ParamPlan& plan) {
+  std::vector<OptimSlot> slots;
+  for (const auto& [name, t] : params) {
+    auto it = plan.find(name);
+    const ParamSettings s = it == plan.end() ? ParamSettings{} : it->second;
+    if (!s.trainable) continue;
+    slots.push_back({name, t, s.weight_decay, s.lr_scale});
+  }
+  return slots;
+}
+
+}  // namespace ft

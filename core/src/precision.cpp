@@ -1,0 +1,87 @@
+#include "ft/precision.h"
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+
+#include "ft/compat_autocast.h"
+#include "ft/error.h"
+
+namespace ft {
+
+PrecisionMode parse_precision(const std::string& text, const std::string& key) {
+  if (text == "fp32") return PrecisionMode::FP32;
+  if (text == "bf16") return PrecisionMode::BF16;
+  if (text == "fp16") return PrecisionMode::FP16;
+  fail("{}: unknown precision '{}'; use fp32, bf16 or fp16", key, text);
+}
+
+std::string to_string(PrecisionMode mode) {
+  switch (mode) {
+    case PrecisionMode::FP32: return "fp32";
+    case PrecisionMode::BF16: return "bf16";
+    case PrecisionMode::FP16: return "fp16";
+  }
+  return "?";
+}
+
+Precision::Precision(PrecisionMode mode, c10::DeviceType device, LossScalerOptions scaler)
+    : mode_(mode), device_(device), options_(scaler), scale_(mode == PrecisionMode::FP16 ? scaler.init_scale : 1.0) {}
+
+at::ScalarType Precision::compute_dtype() const {
+  switch (mode_) {
+    case PrecisionMode::BF16: return at::kBFloat16;
+    case PrecisionMode::FP16: return at::kHalf;
+    default: return at::kFloat;
+  }
+}
+
+Precision::Autocast::Autocast(const Precision& p) : device_(p.device_), prev_dtype_(at::kFloat) {
+  if (!p.mixed()) return;
+  active_ = true;
+  prev_enabled_ = compat::autocast_enabled(device_);
+  prev_dtype_ = compat::autocast_dtype(device_);
+  compat::set_autocast(device_, true, p.compute_dtype());
+  at::autocast::increment_nesting();
+}
+
+Precision::Autocast::~Autocast() {
+  if (!active_) return;
+  // The cast cache only lives as long as the outermost region.
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  compat::set_autocast(device_, prev_enabled_, prev_dtype_);
+}
+
+at::Tensor Precision::scale_loss(const at::Tensor& loss) const {
+  return uses_loss_scaling() ? loss * scale_ : loss;
+}
+
+bool Precision::unscale_and_check(const std::vector<at::Tensor>& grads) const {
+  if (!uses_loss_scaling()) return false;
+  bool found_inf = false;
+  const double inv = 1.0 / scale_;
+  for (const auto& g : grads) {
+    if (!g.defined()) continue;
+    g.mul_(inv);
+    if (!found_inf && !at::isfinite(g).all().item<bool>()) found_inf = true;
+  }
+  return found_inf;
+}
+
+void Precision::update(bool found_inf) {
+  if (!uses_loss_scaling()) return;
+  if (found_inf) {
+    scale_ *= options_.backoff_factor;
+    growth_tracker_ = 0;
+  } else if (++growth_tracker_ >= options_.growth_interval) {
+    scale_ *= options_.growth_factor;
+    growth_tracker_ = 0;
+  }
+}
+
+void Precision::load_state(const std::vector<double>& state) {
+  if (state.size() != 2) fail("training state: loss scaler state must have 2 values, got {}", state.size());
+  scale_ = state[0];
+  growth_tracker_ = static_cast<int64_t>(state[1]);
+}
+
+}  // namespace ft

@@ -1,0 +1,105 @@
+#include "ft/replicated_strategy.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include "ft/comm.h"
+#include "ft/error.h"
+#include "ft/model.h"
+#include "ft/precision.h"
+
+namespace ft {
+
+void ReplicatedStrategy::setup(std::shared_ptr<BertForSequenceClassification> model,
+                               const OptimizerSpec& optimizer, const ParamPlan& plan,
+                               StrategyContext& ctx) {
+  ctx_ = &ctx;
+  model_ = std::move(model);
+  model_->to(ctx.device);
+  auto slots = slots_from_plan(model_->weights(), plan);
+  for (auto& item : model_->named_parameters()) {
+    auto it = plan.find(item.key());
+    const bool trainable = it == plan.end() || it->second.trainable;
+    item.value().set_requires_grad(trainable);
+  }
+  for (const auto& s : slots) trainable_.push_back(s.param);
+  optimizer_ = std::make_unique<TensorOptimizer>(optimizer, std::move(slots));
+  on_setup();
+}
+
+at::Tensor ReplicatedStrategy::forward(const Batch& batch) {
+  Batch on_device = batch;
+  if (ctx_->device != c10::Device(c10::kCPU)) {
+    on_device.input_ids = batch.input_ids.to(ctx_->device, /*non_blocking=*/true);
+    on_device.attention_mask = batch.attention_mask.to(ctx_->device, true);
+    on_device.token_type_ids = batch.token_type_ids.to(ctx_->device, true);
+    on_device.labels = batch.labels.to(ctx_->device, true);
+  }
+  auto autocast = ctx_->precision->autocast();
+  return model_->forward(on_device);
+}
+
+void ReplicatedStrategy::backward(const at::Tensor& loss, bool sync_grads) {
+  run_backward(ctx_->precision->scale_loss(loss), sync_grads);
+}
+
+void ReplicatedStrategy::run_backward(const at::Tensor& scaled_loss, bool) {
+  scaled_loss.backward();
+}
+
+std::vector<at::Tensor> ReplicatedStrategy::grads() const {
+  std::vector<at::Tensor> out;
+  out.reserve(trainable_.size());
+  for (const auto& p : trainable_) out.push_back(p.grad());
+  return out;
+}
+
+StepResult ReplicatedStrategy::step(const StepOptions& options) {
+  finish_grad_sync();
+  auto g = grads();
+  StepResult result;
+  result.skipped = ctx_->precision->unscale_and_check(g);
+  if (!result.skipped) {
+    result.grad_norm = std::sqrt(grad_norm_squared(g));
+    clip_grads(g, result.grad_norm, options.max_grad_norm);
+    optimizer_->step(options.lr, g);
+  } else {
+    result.grad_norm = std::nan("");
+  }
+  at::NoGradGuard no_grad;
+  for (auto& grad : g)
+    if (grad.defined()) grad.zero_();
+  ctx_->precision->update(result.skipped);
+  return result;
+}
+
+TensorList ReplicatedStrategy::model_state() {
+  TensorList out;
+  for (const auto& [name, t] : model_->weights()) out.emplace_back(name, t.detach().to(at::kCPU, at::kFloat).clone());
+  return out;
+}
+
+OptimizerState ReplicatedStrategy::optimizer_state() {
+  OptimizerState s = optimizer_->state();
+  for (auto& [name, t] : s.tensors) t = t.detach().to(at::kCPU).clone();
+  return s;
+}
+
+void ReplicatedStrategy::load_state(const TensorList& model, const OptimizerState* optimizer) {
+  model_->load_weights(model, "checkpoint");
+  if (optimizer) optimizer_->load_state(*optimizer, "checkpoint optimizer state");
+}
+
+StateBytes ReplicatedStrategy::state_bytes() const {
+  StateBytes b;
+  for (const auto& p : model_->parameters()) {
+    b.params += p.numel() * static_cast<int64_t>(p.element_size());
+    if (p.grad().defined()) b.grads += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
+  }
+  b.optimizer = optimizer_->state_bytes();
+  return b;
+}
+
+}  // namespace ft

@@ -1,0 +1,206 @@
+#include "ft/run_inputs.h"
+
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+
+#include "ft/error.h"
+#include "ft/safetensors.h"
+#include "ft/sampler.h"
+#include "ft/torch_bin.h"
+
+namespace ft {
+namespace fsys = std::filesystem;
+
+TensorList read_model_weights(const std::string& path) {
+  fsys::path p(path);
+  if (fsys::is_directory(p)) {
+    if (fsys::exists(p / "model.safetensors")) return safetensors::load((p / "model.safetensors").string());
+    if (fsys::exists(p / "pytorch_model.bin")) return load_pytorch_bin((p / "pytorch_model.bin").string());
+    fail("{}: no model.safetensors or pytorch_model.bin in this directory", path);
+  }
+  if (!fsys::exists(p)) fail("model.weights: {} does not exist", path);
+  if (p.extension() == ".bin" || p.extension() == ".pt") return load_pytorch_bin(path);
+  return safetensors::load(path);
+}
+
+BertConfig resolve_model_config(const RunConfig& config) {
+  const std::string& ref = config.model.config;
+  BertConfig c;
+  if (ref == "tiny" || ref == "mini" || ref == "base") {
+    c = BertConfig::preset(ref);
+  } else if (ref.empty()) {
+    fail("{}: model.config is empty; give a preset (tiny, mini, base), a config.json or a checkpoint dir",
+         config.source);
+  } else if (fsys::is_directory(ref)) {
+    c = BertConfig::from_json_file((fsys::path(ref) / "config.json").string());
+  } else {
+    c = BertConfig::from_json_file(ref);
+  }
+  if (config.model.dropout) {
+    c.hidden_dropout_prob = *config.model.dropout;
+    c.attention_probs_dropout_prob = *config.model.dropout;
+  }
+  return c;
+}
+
+std::shared_ptr<const WordPieceTokenizer> load_tokenizer(const RunConfig& config) {
+  std::string vocab = config.data.vocab;
+  if (vocab.empty() && fsys::is_directory(config.model.config) &&
+      fsys::exists(fsys::path(config.model.config) / "vocab.txt")) {
+    vocab = (fsys::path(config.model.config) / "vocab.txt").string();
+  }
+  if (vocab.empty()) {
+    fail("{}: data.vocab is not set; point it at a vocab.txt or make one with `ft vocab build --data {} --out vocab.txt`",
+         config.source, config.data.train);
+  }
+  TokenizerOptions options;
+  if (config.data.lowercase == "true") options.lowercase = Lowercase::Yes;
+  if (config.data.lowercase == "false") options.lowercase = Lowercase::No;
+  return std::make_shared<const WordPieceTokenizer>(WordPieceTokenizer::from_file(vocab, options));
+}
+
+namespace {
+
+class SubsetDataset final : public Dataset {
+ public:
+  SubsetDataset(std::shared_ptr<Dataset> base, std::vector<int64_t> rows)
+      : base_(std::move(base)), rows_(std::move(rows)) {}
+  int64_t size() const override { return static_cast<int64_t>(rows_.size()); }
+  int64_t num_labels() const override { return base_->num_labels(); }
+  std::vector<int64_t> labels() const override {
+    auto all = base_->labels();
+    std::vector<int64_t> out;
+    out.reserve(rows_.size());
+    for (int64_t r : rows_) out.push_back(all[r]);
+    return out;
+  }
+  Batch collate(const std::vector<int64_t>& rows) const override {
+    std::vector<int64_t> mapped;
+    mapped.reserve(rows.size());
+    for (int64_t r : rows) mapped.push_back(rows_.at(r));
+    return base_->collate(mapped);
+  }
+
+ private:
+  std::shared_ptr<Dataset> base_;
+  std::vector<int64_t> rows_;
+};
+
+std::vector<int64_t> all_rows(const Dataset& d) {
+  std::vector<int64_t> rows(d.size());
+  std::iota(rows.begin(), rows.end(), 0);
+  return rows;
+}
+
+Padding parse_padding(const std::string& s) {
+  return s == "max_length" ? Padding::MaxLength : Padding::Longest;
+}
+
+DataSource make_source(const RunConfig& config, const std::string& path) {
+  const auto& d = config.data;
+  DataSource src;
+  src.path = path;
+  src.format = parse_data_format(d.format);
+  src.text_field = d.text_field;
+  src.pair_field = d.pair_field;
+  src.label_field = d.label_field;
+  src.max_rows = d.max_rows;
+  src.take = d.take == "random" ? Take::Random : Take::First;
+  src.take_seed = static_cast<uint64_t>(d.split_seed);
+  src.strip_spaces = d.strip_spaces;
+  src.bad_rows = d.bad_rows == "skip" ? BadRows::Skip : BadRows::Error;
+  src.label_names = d.labels;
+  return src;
+}
+
+// Pre-tokenized data: the label count comes from the model config.
+void prepare_tensor_inputs(const RunConfig& config, RunInputs& in) {
+  const auto& d = config.data;
+  const Padding padding = parse_padding(d.padding);
+  std::shared_ptr<Dataset> all = load_tensor_dataset(d.train, in.model_config.num_labels, padding, d.max_rows);
+  if (!d.dev.empty()) {
+    in.train = subset(all, all_rows(*all));
+    in.dev = load_tensor_dataset(d.dev, in.model_config.num_labels, padding);
+  } else if (d.dev_fraction > 0) {
+    std::vector<int64_t> perm(all->size());
+    std::iota(perm.begin(), perm.end(), 0);
+    if (d.shuffle_before_split) perm = seeded_permutation(all->size(), static_cast<uint64_t>(d.split_seed));
+    const auto n_dev = static_cast<int64_t>(std::llround(all->size() * d.dev_fraction));
+    std::vector<int64_t> train_rows(perm.begin(), perm.end() - n_dev), dev_rows(perm.end() - n_dev, perm.end());
+    in.train = subset(all, train_rows);
+    in.dev = subset(all, dev_rows);
+  } else {
+    in.train = subset(all, all_rows(*all));
+  }
+  in.label_names = in.model_config.id2label;
+}
+
+void prepare_text_inputs(const RunConfig& config, RunInputs& in) {
+  const auto& d = config.data;
+  in.tokenizer = load_tokenizer(config);
+  if (d.max_seq_len > in.model_config.max_position_embeddings) {
+    fail("data.max_seq_len {} exceeds the model's max_position_embeddings {}", d.max_seq_len,
+         in.model_config.max_position_embeddings);
+  }
+  TextData train = read_text_data(make_source(config, d.train));
+  TextData dev;
+  in.skipped_rows = train.skipped;
+  if (!d.dev.empty()) {
+    auto dev_source = make_source(config, d.dev);
+    dev_source.max_rows = 0;
+    dev_source.label_names = train.label_names;
+    dev = read_text_data(dev_source);
+    in.skipped_rows += dev.skipped;
+  } else if (d.dev_fraction > 0) {
+    auto split = split_train_dev(std::move(train), d.dev_fraction, static_cast<uint64_t>(d.split_seed),
+                                 d.shuffle_before_split);
+    train = std::move(split.first);
+    dev = std::move(split.second);
+  }
+  in.label_names = train.label_names;
+  const auto n_labels = static_cast<int64_t>(in.label_names.size());
+  if (in.model_config.num_labels != n_labels) {
+    if (in.initial_weights) {
+      fail("{}: the data has {} labels but the model's config.json says num_labels {}; set data.labels to match",
+           d.train, n_labels, in.model_config.num_labels);
+    }
+    in.model_config.num_labels = n_labels;
+  }
+  in.model_config.id2label = in.label_names;
+  const Padding padding = parse_padding(d.padding);
+  const int max_len = static_cast<int>(d.max_seq_len);
+  in.train = make_text_dataset(std::move(train), in.tokenizer, max_len, padding);
+  if (!dev.rows.empty()) in.dev = make_text_dataset(std::move(dev), in.tokenizer, max_len, padding);
+}
+
+}  // namespace
+
+std::unique_ptr<Dataset> subset(std::shared_ptr<Dataset> base, std::vector<int64_t> rows) {
+  return std::make_unique<SubsetDataset>(std::move(base), std::move(rows));
+}
+
+RunInputs prepare_inputs(const RunConfig& config) {
+  RunInputs in;
+  in.model_config = resolve_model_config(config);
+  std::string weights = config.model.weights;
+  if (weights.empty() && fsys::is_directory(config.model.config) &&
+      (fsys::exists(fsys::path(config.model.config) / "model.safetensors") ||
+       fsys::exists(fsys::path(config.model.config) / "pytorch_model.bin"))) {
+    weights = config.model.config;  // a checkpoint directory brings its weights
+  }
+  if (!weights.empty()) {
+    in.initial_weights = read_model_weights(weights);
+    in.weights_source = weights;
+  }
+  if (config.data.train.empty()) fail("{}: data.train is not set", config.source);
+  if (detect_data_format(config.data.train, parse_data_format(config.data.format)) == DataFormat::Safetensors) {
+    prepare_tensor_inputs(config, in);
+  } else {
+    prepare_text_inputs(config, in);
+  }
+  if (in.train->size() == 0) fail("{}: no training rows", config.data.train);
+  return in;
+}
+
+}  // namespace ft

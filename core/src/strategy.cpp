@@ -1,0 +1,14 @@
+#include "ft/strategy.h"
+
+#include "ft/model.h"
+
+namespace ft {
+
+// Out of line on purpose: as Strategy's first non-inline virtual it anchors
+// the vtable and type_info in ft_core, so every plugin shares one
+// ft::Strategy type (dynamic_cast and exceptions across the .so boundary).
+void Strategy::set_training(bool training) {
+  if (model_) model_->train(training);
+}
+
+}  // namespace ft

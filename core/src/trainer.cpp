@@ -1,0 +1,399 @@
+#include "ft/trainer.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <mutex>
+#include <regex>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <torch/autograd.h>
+
+#include "ft/checkpoint.h"
+#include "ft/error.h"
+#include "ft/model.h"
+#include "ft/optim.h"
+#include "ft/precision.h"
+#include "ft/sampler.h"
+
+namespace ft {
+namespace fsys = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double peak_rss_mb() {
+  struct rusage usage {};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is KiB on Linux
+}
+
+double scheduled_lr(const TrainConfig& train, int64_t step, int64_t total_steps, int64_t warmup_steps) {
+  if (step < warmup_steps) return train.lr * static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, warmup_steps));
+  if (train.scheduler == "constant") return train.lr;
+  const double remaining = static_cast<double>(total_steps - step);
+  return train.lr * std::max(0.0, remaining / static_cast<double>(std::max<int64_t>(1, total_steps - warmup_steps)));
+}
+
+struct Trainer::Impl {
+  RunConfig config;
+  RunInputs inputs;
+  std::shared_ptr<Strategy> strategy;
+  std::string strategy_name;
+  Comm& comm;
+  EventLog& events;
+  std::unique_ptr<Precision> precision;
+  StrategyContext ctx;
+  std::shared_ptr<BertForSequenceClassification> model;
+  TrainerState state;
+  std::optional<ClassificationReport> last_eval;
+
+  Impl(RunConfig c, RunInputs in, std::shared_ptr<Strategy> s, std::string name, Comm& cm, EventLog& ev)
+      : config(std::move(c)), inputs(std::move(in)), strategy(std::move(s)), strategy_name(std::move(name)),
+        comm(cm), events(ev) {}
+
+  bool is_rank0() const { return comm.rank() == 0; }
+  c10::Device device() const {
+    return config.runtime.device == "cuda" ? c10::Device(c10::kCUDA, comm.local_rank()) : c10::Device(c10::kCPU);
+  }
+
+  void setup() {
+    const auto dev = device();
+    const PrecisionMode mode = config.strategy.precision == "auto"
+                                   ? strategy->default_precision(dev.type())
+                                   : parse_precision(config.strategy.precision, "strategy.precision");
+    precision = std::make_unique<Precision>(mode, dev.type());
+    ctx.comm = &comm;
+    ctx.precision = precision.get();
+    ctx.device = dev;
+    ctx.seed = config.train.seed;
+    ctx.threads = at::get_num_threads();
+    ctx.options = config.strategy.options;
+
+    // Same seed on every rank: identical random init without a broadcast.
+    at::manual_seed(static_cast<uint64_t>(config.train.seed));
+    model = std::make_shared<BertForSequenceClassification>(inputs.model_config);
+    if (inputs.initial_weights) model->load_weights(*inputs.initial_weights, inputs.weights_source);
+    const auto& t = config.train;
+    OptimizerSpec spec;
+    spec.kind = t.optimizer == "sgd" ? OptimizerKind::SGD : OptimizerKind::AdamW;
+    spec.lr = t.lr;
+    spec.beta1 = t.beta1;
+    spec.beta2 = t.beta2;
+    spec.eps = t.eps;
+    spec.weight_decay = t.weight_decay;
+    spec.momentum = t.momentum;
+    spec.decay_bias_and_norm = t.decay_bias_and_norm;
+    const ParamPlan plan = default_param_plan(model->weights(), t.weight_decay, t.decay_bias_and_norm);
+    strategy->setup(model, spec, plan, ctx);
+    // Dropout masks differ per rank (as in DDP) but are reproducible.
+    at::manual_seed(static_cast<uint64_t>(config.train.seed) + 1000003ULL * static_cast<uint64_t>(comm.rank()));
+  }
+
+  std::vector<at::Tensor> gather_rng_states() {
+    auto local = at::detail::getDefaultCPUGenerator().get_state();
+    std::vector<at::Tensor> all(comm.world_size());
+    for (auto& t : all) t = at::empty_like(local);
+    comm.all_gather(all, local);
+    return all;
+  }
+
+  void resume(const std::string& dir) {
+    auto ckpt = load_checkpoint(dir, /*with_training_state=*/true);
+    strategy->load_state(ckpt.model, &*ckpt.optimizer);
+    state = *ckpt.state;
+    if (!state.loss_scaler.empty()) precision->load_state(state.loss_scaler);
+    // RNG streams continue only when every rank has its own saved stream.
+    if (static_cast<int>(ckpt.rng_states.size()) == comm.world_size()) {
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(ckpt.rng_states[comm.rank()]);
+    }
+    events.info(fmt::format("resumed from {} at step {} (saved by {} on {} rank(s))", dir, state.global_step,
+                            state.strategy, state.world_size));
+  }
+
+  ClassificationReport evaluate() {
+    strategy->set_training(false);
+    torch::NoGradGuard no_grad;
+    const auto& dev = *inputs.dev;
+    auto batches = eval_batches(dev.size(), config.train.batch_size, comm.world_size(), comm.rank());
+    std::vector<int64_t> preds, labels;
+    double loss_sum = 0.0;
+    for (const auto& b : batches) {
+      Batch batch = dev.collate(b.rows);
+      auto logits = strategy->forward(batch);
+      auto n = b.num_valid;
+      if (n == 0) continue;
+      auto valid_logits = logits.narrow(0, 0, n).to(at::kCPU, at::kFloat);
+      auto valid_labels = batch.labels.narrow(0, 0, n);
+      loss_sum += at::cross_entropy_loss(valid_logits, valid_labels, {}, at::Reduction::Sum).item<double>();
+      auto p = valid_logits.argmax(1).contiguous();
+      preds.insert(preds.end(), p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + n);
+      auto l = valid_labels.contiguous();
+      labels.insert(labels.end(), l.data_ptr<int64_t>(), l.data_ptr<int64_t>() + n);
+    }
+    strategy->set_training(true);
+    auto both = at::cat({at::tensor(preds, at::kLong), at::tensor(labels, at::kLong)});
+    auto gathered = comm.all_gather_varlen(both);
+    std::vector<int64_t> all_preds, all_labels;
+    for (const auto& g : gathered) {
+      const int64_t half = g.numel() / 2;
+      auto* d = g.data_ptr<int64_t>();
+      all_preds.insert(all_preds.end(), d, d + half);
+      all_labels.insert(all_labels.end(), d + half, d + 2 * half);
+    }
+    auto loss_t = at::tensor({loss_sum}, at::kDouble);
+    comm.all_reduce(loss_t, ReduceOp::Sum);
+    const double mean_loss = all_labels.empty() ? 0.0 : loss_t.item<double>() / static_cast<double>(all_labels.size());
+    return classification_report(all_preds, all_labels, dev.num_labels(), mean_loss);
+  }
+
+  double metric_value(const ClassificationReport& r) const {
+    if (config.train.best_metric == "loss") return -r.loss;
+    if (config.train.best_metric == "macro_f1") return r.macro_f1;
+    return r.accuracy;
+  }
+
+  void run_eval(int64_t epoch) {
+    auto report = evaluate();
+    events.eval(state.global_step, epoch, report, inputs.label_names);
+    last_eval = report;
+    const double v = metric_value(report);
+    if (!state.has_best || v > state.best_metric) {
+      state.best_metric = v;
+      state.has_best = true;
+      state.best_checkpoint.clear();  // set when the next checkpoint is written
+      pending_best_ = true;
+    }
+  }
+
+  CheckpointData checkpoint_data(bool with_training_state) {
+    CheckpointData data;
+    data.config = inputs.model_config;
+    data.model = strategy->model_state();
+    data.tokenizer = inputs.tokenizer.get();
+    if (with_training_state) {
+      data.optimizer = strategy->optimizer_state();
+      TrainerState s = state;
+      s.loss_scaler = precision->state();
+      s.strategy = strategy_name;
+      s.world_size = comm.world_size();
+      data.state = s;
+      data.rng_states = gather_rng_states();
+      data.run_yaml = to_yaml(config);
+    }
+    return data;
+  }
+
+  void save_step_checkpoint() {
+    const fsys::path out = config.train.output_dir;
+    const fsys::path dir = out / fmt::format("checkpoint-{}", state.global_step);
+    if (pending_best_) {
+      state.best_checkpoint = dir.string();
+      pending_best_ = false;
+    }
+    auto data = checkpoint_data(true);  // collective: every rank takes part
+    if (is_rank0()) {
+      save_checkpoint(dir, data);
+      rotate_checkpoints(out);
+      events.info(fmt::format("saved {}", dir.string()));
+    }
+  }
+
+  // Keeps the newest save_total_limit checkpoints, never the best one.
+  void rotate_checkpoints(const fsys::path& out) {
+    if (config.train.save_total_limit <= 0) return;
+    static const std::regex kName("checkpoint-([0-9]+)");
+    std::vector<std::pair<int64_t, fsys::path>> found;
+    for (const auto& e : fsys::directory_iterator(out)) {
+      std::smatch m;
+      const std::string name = e.path().filename().string();
+      if (e.is_directory() && std::regex_match(name, m, kName)) found.emplace_back(std::stoll(m[1]), e.path());
+    }
+    std::sort(found.begin(), found.end());
+    auto excess = static_cast<int64_t>(found.size()) - config.train.save_total_limit;
+    for (const auto& [step, path] : found) {
+      if (excess <= 0) break;
+      if (path.string() == state.best_checkpoint) continue;
+      fsys::remove_all(path);
+      --excess;
+    }
+  }
+
+  TrainResult fit();
+  bool pending_best_ = false;
+};
+
+TrainResult Trainer::Impl::fit() {
+  const auto& t = config.train;
+  SamplerOptions so;
+  so.dataset_size = inputs.train->size();
+  so.per_rank_batch = t.batch_size;
+  so.world = comm.world_size();
+  so.rank = comm.rank();
+  so.accum = t.grad_accum;
+  so.shuffle = t.shuffle;
+  so.drop_last = t.drop_last;
+  so.seed = static_cast<uint64_t>(t.seed);
+  DistributedSampler sampler(so);
+  const int64_t per_epoch = sampler.steps_per_epoch();
+  const int64_t total = t.max_steps > 0 ? t.max_steps : t.epochs * per_epoch;
+  const int64_t warmup = t.warmup_steps > 0 ? t.warmup_steps
+                                            : static_cast<int64_t>(std::ceil(t.warmup_ratio * static_cast<double>(total)));
+  state.total_steps = total;
+  if (!t.resume_from.empty()) resume(t.resume_from);
+  strategy->set_training(true);
+  events.info(fmt::format("training {} with {} on {} rank(s), precision {}, {} steps ({} per epoch), global batch {}",
+                          inputs.model_config.num_hidden_layers > 0 ? "BERT" : "model", strategy_name, comm.world_size(),
+                          to_string(precision->mode()), total, per_epoch, sampler.global_batch_size()));
+
+  // Throughput leaves out the first steps (allocator and thread-pool warm-up).
+  const int64_t warm_steps = total - state.global_step > 6 ? 2 : 0;
+  int64_t timed_samples = 0;
+  double timed_seconds = 0.0, eval_seconds = 0.0;
+  double loss_since_log = 0.0, last_loss = std::nan("");
+  int64_t steps_since_log = 0, samples_since_log = 0, steps_run = 0, samples = 0;
+  double log_window_seconds = 0.0;
+  const auto loop_start = Clock::now();
+
+  while (state.global_step < total) {
+    const int64_t epoch = state.epoch;
+    if (state.step_in_epoch >= per_epoch) {
+      if (!t.eval_every && inputs.dev) {
+        const auto e0 = Clock::now();
+        run_eval(epoch);
+        eval_seconds += std::chrono::duration<double>(Clock::now() - e0).count();
+      }
+      state.epoch += 1;
+      state.step_in_epoch = 0;
+      continue;
+    }
+    const auto s0 = Clock::now();
+    const double lr = scheduled_lr(t, state.global_step, total, warmup);
+    double step_loss = 0.0;
+    for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
+      Batch batch = inputs.train->collate(sampler.micro_batch(epoch, state.step_in_epoch, micro));
+      auto logits = strategy->forward(batch);
+      auto loss = at::cross_entropy_loss(logits, batch.labels.to(logits.device())) / static_cast<double>(t.grad_accum);
+      strategy->backward(loss, micro == t.grad_accum - 1);
+      step_loss += loss.item<double>();
+    }
+    StepResult r = strategy->step({lr, t.max_grad_norm});
+    const int64_t rows = sampler.step_rows(state.step_in_epoch);
+    state.global_step += 1;
+    state.step_in_epoch += 1;
+    ++steps_run;
+    samples += rows;
+    const double dt = std::chrono::duration<double>(Clock::now() - s0).count();
+    if (steps_run > warm_steps) {
+      timed_seconds += dt;
+      timed_samples += rows;
+    }
+    loss_since_log += step_loss;
+    ++steps_since_log;
+    samples_since_log += rows;
+    log_window_seconds += dt;
+    const bool last = state.global_step == total;
+    if (state.global_step % std::max<int64_t>(1, t.log_every) == 0 || last) {
+      auto l = at::tensor({loss_since_log / static_cast<double>(steps_since_log)}, at::kDouble);
+      comm.all_reduce(l, ReduceOp::Avg);
+      last_loss = l.item<double>();
+      StepEvent ev{state.global_step, total, epoch, last_loss, lr, r.grad_norm,
+                   static_cast<double>(samples_since_log) / std::max(1e-9, log_window_seconds),
+                   precision->loss_scale(), r.skipped};
+      events.step(ev, true);
+      loss_since_log = 0.0;
+      steps_since_log = samples_since_log = 0;
+      log_window_seconds = 0.0;
+    } else {
+      events.progress(state.global_step, total, last_loss);
+    }
+    if (t.eval_every > 0 && inputs.dev && (state.global_step % t.eval_every == 0 || last)) {
+      const auto e0 = Clock::now();
+      run_eval(epoch);
+      eval_seconds += std::chrono::duration<double>(Clock::now() - e0).count();
+    }
+    if (!t.output_dir.empty() && t.save_every > 0 && state.global_step % t.save_every == 0 && !last) {
+      const auto e0 = Clock::now();
+      save_step_checkpoint();
+      eval_seconds += std::chrono::duration<double>(Clock::now() - e0).count();
+    }
+  }
+  // The per-epoch cadence also evaluates where training stops.
+  if (!t.eval_every && inputs.dev) {
+    const auto e0 = Clock::now();
+    run_eval(state.epoch);
+    eval_seconds += std::chrono::duration<double>(Clock::now() - e0).count();
+  }
+  const double loop_seconds = std::chrono::duration<double>(Clock::now() - loop_start).count() - eval_seconds;
+
+  TrainResult result;
+  SummaryEvent& s = result.summary;
+  s.strategy = strategy_name;
+  s.precision = to_string(precision->mode());
+  s.world_size = comm.world_size();
+  s.threads_per_rank = ctx.threads;
+  s.steps = steps_run;
+  s.samples = samples;
+  s.train_seconds = loop_seconds;
+  s.samples_per_s = timed_seconds > 0 ? static_cast<double>(timed_samples) / timed_seconds
+                                      : static_cast<double>(samples) / std::max(1e-9, loop_seconds);
+  s.final_loss = last_loss;
+  StateBytes bytes = strategy->state_bytes();
+  auto facts = at::tensor({peak_rss_mb(), static_cast<double>(bytes.params), static_cast<double>(bytes.grads),
+                           static_cast<double>(bytes.optimizer)},
+                          at::kDouble);
+  std::vector<at::Tensor> all(comm.world_size());
+  for (auto& x : all) x = at::empty_like(facts);
+  comm.all_gather(all, facts);
+  for (const auto& x : all) {
+    auto* d = x.data_ptr<double>();
+    s.peak_rss_mb.push_back(d[0]);
+    s.param_bytes.push_back(static_cast<int64_t>(d[1]));
+    s.grad_bytes.push_back(static_cast<int64_t>(d[2]));
+    s.optimizer_bytes.push_back(static_cast<int64_t>(d[3]));
+    s.model_state_bytes.push_back(static_cast<int64_t>(d[1] + d[2] + d[3]));
+  }
+  for (const auto& p : model->parameters())
+    if (p.requires_grad()) s.trainable_params += p.numel();
+  if (last_eval) {
+    s.has_eval = true;
+    s.eval = *last_eval;
+  }
+  if (!t.output_dir.empty()) {
+    const fsys::path final_dir = fsys::path(t.output_dir) / "final";
+    if (pending_best_) state.best_checkpoint = final_dir.string();
+    pending_best_ = false;
+    auto data = checkpoint_data(true);
+    if (is_rank0()) {
+      save_checkpoint(final_dir, data);
+      events.info(fmt::format("saved {}", final_dir.string()));
+    }
+    s.checkpoint = final_dir.string();
+  }
+  events.summary(s);
+  result.last_eval = last_eval;
+  return result;
+}
+
+Trainer::Trainer(RunConfig config, RunInputs inputs, std::shared_ptr<Strategy> strategy, std::string strategy_name,
+                 Comm& comm, EventLog& events)
+    : impl_(std::make_unique<Impl>(std::move(config), std::move(inputs), std::move(strategy),
+                                   std::move(strategy_name), comm, events)) {
+  impl_->setup();
+}
+
+Trainer::~Trainer() = default;
+
+TrainResult Trainer::fit() { return impl_->fit(); }
+
+ClassificationReport Trainer::evaluate() {
+  if (!impl_->inputs.dev) fail("no dev data: set data.dev or data.dev_fraction > 0");
+  return impl_->evaluate();
+}
+
+}  // namespace ft

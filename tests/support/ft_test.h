@@ -1,0 +1,55 @@
+// Shared helpers for ft's doctest suites.
+#pragma once
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <unistd.h>
+
+#include <doctest/doctest.h>
+
+namespace ft_test {
+
+// ../shared beside the checkout (CI always has it; a user's clone may not).
+inline std::filesystem::path shared_dir() {
+  if (const char* env = std::getenv("FT_SHARED_DIR")) return env;
+  return FT_SHARED_DIR;
+}
+
+inline bool have_shared(const char* sub = "") {
+  return std::filesystem::exists(shared_dir() / sub);
+}
+
+inline std::filesystem::path source_dir() { return FT_SOURCE_DIR; }
+inline std::filesystem::path binary_dir() { return FT_BINARY_DIR; }
+inline std::filesystem::path ft_exe() { return binary_dir() / "bin" / "ft"; }
+
+// A fresh empty directory under the build tree, removed at scope exit.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag) {
+    static int counter = 0;
+    path_ = binary_dir() / "test-tmp" /
+            (tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+}  // namespace ft_test
+
+// Tests that need ../shared say so visibly and skip when it is absent.
+#define FT_REQUIRE_SHARED(sub)                                                   \
+  do {                                                                           \
+    if (!ft_test::have_shared(sub)) {                                            \
+      MESSAGE("SKIPPED: needs " << (ft_test::shared_dir() / (sub)).string()); \
+      return;                                                                    \
+    }                                                                            \
+  } while (0)
