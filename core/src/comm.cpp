@@ -1,7 +1,9 @@
 // Comm: rendezvous, group construction, Work handles and failure tracking.
 // The collectives themselves are in comm_ops.cpp.
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -90,12 +92,42 @@ bool port_is_free(int port) {
   return free;
 }
 
+// Whether something accepts TCP connections at addr:port right now.
+bool can_connect(const std::string& addr, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
+  bool ok = false;
+  for (addrinfo* a = found; a && !ok; a = a->ai_next) {
+    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    timeval limit{1, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+    ok = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return ok;
+}
+
+// TCPStore's client retries a refused connect only about once a second;
+// polling first lets ranks started together meet in milliseconds.
+void wait_for_store(const DistEnv& env, std::chrono::steady_clock::time_point deadline) {
+  while (!can_connect(env.master_addr, env.master_port) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 c10::intrusive_ptr<c10d::Store> connect_store(const DistEnv& env, std::chrono::milliseconds timeout) {
   const bool server = env.rank == 0;
   if (server && !port_is_free(env.master_port)) {
     fail("master port {} on {} is in use; pass --master-port", env.master_port, env.master_addr);
   }
   try {
+    if (!server) wait_for_store(env, std::chrono::steady_clock::now() + timeout);
     return c10::make_intrusive<c10d::TCPStore>(
         env.master_addr, compat::store_options(static_cast<uint16_t>(env.master_port), server,
                                                env.world_size, timeout));

@@ -4,12 +4,11 @@
 // malformed row is reported with its number and, under BadRows::Skip, dropped
 // on its own instead of failing the whole file.
 #include <algorithm>
-#include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <map>
 #include <optional>
 #include <sstream>
 #include <unordered_map>
@@ -250,7 +249,8 @@ RawLabel label_from_json(const json& v) {
   if (v.is_number_integer()) return RawLabel{v.get<int64_t>(), {}};
   if (v.is_number_float()) {
     const double d = v.get<double>();
-    if (d == static_cast<double>(static_cast<int64_t>(d))) return RawLabel{static_cast<int64_t>(d), {}};
+    // Range check first: casting an out-of-range double to int64 is undefined.
+    if (std::abs(d) < 1e15 && d == std::floor(d)) return RawLabel{static_cast<int64_t>(d), {}};
     throw BadRow{fmt::format("label {} is not an integer id or a name", v.dump())};
   }
   if (v.is_string()) return label_from_string(v.get_ref<const std::string&>());
@@ -533,58 +533,7 @@ void read_tsv(Collector& out, std::string_view buf, const DataSource& src) {
       out);
 }
 
-std::string lower_extension(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  const size_t dot = path.find_last_of('.');
-  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return "";
-  std::string ext = path.substr(dot);
-  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return ext;
-}
-
 }  // namespace
-
-DataFormat parse_data_format(std::string_view name) {
-  static const std::pair<const char*, DataFormat> kNames[] = {
-      {"auto", DataFormat::Auto}, {"json", DataFormat::JsonList},
-      {"jsonl", DataFormat::JsonLines}, {"csv", DataFormat::Csv},
-      {"tsv", DataFormat::Tsv}, {"safetensors", DataFormat::Safetensors}};
-  for (const auto& [n, f] : kNames)
-    if (name == n) return f;
-  fail("unknown data format '{}'; use one of auto, json, jsonl, csv, tsv, safetensors", name);
-}
-
-std::string to_string(DataFormat format) {
-  switch (format) {
-    case DataFormat::Auto: return "auto";
-    case DataFormat::JsonList: return "json";
-    case DataFormat::JsonLines: return "jsonl";
-    case DataFormat::Csv: return "csv";
-    case DataFormat::Tsv: return "tsv";
-    case DataFormat::Safetensors: return "safetensors";
-  }
-  return "auto";
-}
-
-DataFormat detect_data_format(const std::string& path, DataFormat requested) {
-  if (requested != DataFormat::Auto) return requested;
-  const std::string ext = lower_extension(path);
-  if (ext == ".json") return DataFormat::JsonList;
-  if (ext == ".jsonl" || ext == ".ndjson") return DataFormat::JsonLines;
-  if (ext == ".csv") return DataFormat::Csv;
-  if (ext == ".tsv" || ext == ".tab") return DataFormat::Tsv;
-  if (ext == ".safetensors") return DataFormat::Safetensors;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open the data file: {}; check the path", path, std::strerror(errno));
-  char c = 0;
-  while (in.get(c) && std::isspace(static_cast<unsigned char>(c))) {
-  }
-  if (in && c == '[') return DataFormat::JsonList;
-  if (in && c == '{') return DataFormat::JsonLines;
-  fail("{}: cannot tell the data format from the name or content; set data.format to one of "
-       "json, jsonl, csv, tsv, safetensors",
-       path);
-}
 
 TextData read_text_data(const DataSource& source) {
   const DataFormat format = detect_data_format(source.path, source.format);
@@ -607,35 +556,6 @@ TextData read_text_data(const DataSource& source) {
     default: break;
   }
   return out.finish();
-}
-
-std::pair<TextData, TextData> split_train_dev(TextData all, double dev_fraction, uint64_t seed,
-                                              bool shuffle) {
-  if (!(dev_fraction >= 0.0 && dev_fraction < 1.0))
-    fail("{}: dev_fraction is {}; it must be in [0, 1)", all.source, dev_fraction);
-  const auto n = static_cast<int64_t>(all.rows.size());
-  const auto n_dev = static_cast<int64_t>(std::llround(static_cast<double>(n) * dev_fraction));
-  std::vector<int64_t> order;
-  if (shuffle) {
-    order = seeded_permutation(n, seed);
-  } else {
-    order.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
-  }
-  TextData train, dev;
-  for (TextData* part : {&train, &dev}) {
-    part->label_names = all.label_names;
-    part->skipped = all.skipped;
-    part->skip_notes = all.skip_notes;
-    part->source = all.source;
-  }
-  train.rows.reserve(static_cast<size_t>(n - n_dev));
-  dev.rows.reserve(static_cast<size_t>(n_dev));
-  for (int64_t i = 0; i < n; ++i) {
-    TextData& part = i < n - n_dev ? train : dev;
-    part.rows.push_back(std::move(all.rows[static_cast<size_t>(order[static_cast<size_t>(i)])]));
-  }
-  return {std::move(train), std::move(dev)};
 }
 
 }  // namespace ft

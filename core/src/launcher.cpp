@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -313,11 +314,26 @@ class Supervisor {
       make_pipe(err);
     }
     const pid_t launcher = ::getpid();
+    // Signals stay blocked across fork so none reaches the child while it
+    // still runs the launcher's handler (it would be swallowed there).
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     pid_t pid = ::fork();
-    if (pid < 0) fail("launcher: fork failed for rank {}: {}", w.rank, std::strerror(errno));
     if (pid == 0) {
+      ::signal(SIGINT, SIG_DFL);
+      ::signal(SIGTERM, SIG_DFL);
+      pthread_sigmask(SIG_SETMASK, &old, nullptr);
       exec_child(launcher, w.rank == 0 ? o_.stdout_fd : out[1],
                  w.rank == 0 ? o_.stderr_fd : err[1], report[1], args, env);
+    }
+    const int fork_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (pid < 0) {
+      for (int fd : {report[0], report[1], out[0], out[1], err[0], err[1]}) {
+        if (fd >= 0) ::close(fd);
+      }
+      fail("launcher: fork failed for rank {}: {}", w.rank, std::strerror(fork_errno));
     }
     w.pid = pid;
     w.running = true;

@@ -139,6 +139,13 @@ void prepare_tensor_inputs(const RunConfig& config, RunInputs& in) {
 void prepare_text_inputs(const RunConfig& config, RunInputs& in) {
   const auto& d = config.data;
   in.tokenizer = load_tokenizer(config);
+  if (in.tokenizer->vocab_size() != in.model_config.vocab_size) {
+    if (in.initial_weights) {
+      fail("{}: vocab has {} tokens but the model's vocab_size is {}; use the vocab.txt the weights were trained with",
+           d.vocab, in.tokenizer->vocab_size(), in.model_config.vocab_size);
+    }
+    in.model_config.vocab_size = in.tokenizer->vocab_size();  // random init: size the embeddings to the vocab
+  }
   if (d.max_seq_len > in.model_config.max_position_embeddings) {
     fail("data.max_seq_len {} exceeds the model's max_position_embeddings {}", d.max_seq_len,
          in.model_config.max_position_embeddings);

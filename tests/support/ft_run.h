@@ -1,0 +1,60 @@
+// Running the real `ft` binary from tests and reading its metrics.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ft_test.h"
+
+namespace ft_test {
+
+struct RunOutput {
+  int exit_code = -1;
+  std::string output;  // stdout + stderr
+};
+
+// Runs `ft <args>` from the source dir (configs use paths relative to it).
+inline RunOutput run_ft(const std::string& args) {
+  const std::string cmd = "cd '" + source_dir().string() + "' && '" + ft_exe().string() + "' " + args + " 2>&1";
+  RunOutput out;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) return out;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) out.output.append(buf.data(), n);
+  const int status = ::pclose(pipe);
+  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return out;
+}
+
+// All JSON Lines of a metrics file whose "event" equals `event`.
+inline std::vector<nlohmann::json> read_events(const std::filesystem::path& file, const std::string& event) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    auto j = nlohmann::json::parse(line);
+    if (j.value("event", "") == event) out.push_back(j);
+  }
+  return out;
+}
+
+inline std::vector<double> step_losses(const std::filesystem::path& metrics) {
+  std::vector<double> out;
+  for (const auto& j : read_events(metrics, "step")) out.push_back(j.at("loss").get<double>());
+  return out;
+}
+
+inline std::vector<double> reference_losses() {
+  std::ifstream in(shared_dir() / "fixtures/parity-tiny/ref_losses.json");
+  return nlohmann::json::parse(in).at("losses").get<std::vector<double>>();
+}
+
+}  // namespace ft_test

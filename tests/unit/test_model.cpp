@@ -1,0 +1,122 @@
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include "ft/error.h"
+#include "ft/model.h"
+#include "ft/safetensors.h"
+#include "ft_test.h"
+
+namespace {
+
+ft::BertConfig tiny_config() {
+  auto c = ft::BertConfig::preset("tiny");
+  c.vocab_size = 100;
+  c.num_labels = 3;
+  c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0.0;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("parameter names are Hugging Face's, in model order") {
+  ft::BertForSequenceClassification model(tiny_config());
+  auto w = model.weights();
+  REQUIRE(w.size() == 5 + 16 * 2 + 2 + 2);
+  CHECK(w.front().first == "bert.embeddings.word_embeddings.weight");
+  CHECK(w[5].first == "bert.encoder.layer.0.attention.self.query.weight");
+  CHECK(w[w.size() - 4].first == "bert.pooler.dense.weight");
+  CHECK(w.back().first == "classifier.bias");
+  CHECK(model.num_units() == 4);
+  CHECK(model.unit_of("bert.encoder.layer.1.output.dense.bias") == 2);
+  CHECK(model.unit_of("classifier.weight") == 3);
+  auto units = model.unit_parameters();
+  CHECK(units[0].size() == 5);
+  CHECK(units[3].size() == 4);
+  CHECK(model.unit(3)->parameters().size() == 4);
+}
+
+TEST_CASE("HF init: padding row zero, LayerNorm ones, biases zero, weights ~N(0, 0.02)") {
+  at::manual_seed(7);
+  ft::BertForSequenceClassification model(tiny_config());
+  for (const auto& [name, t] : model.weights()) {
+    if (name == "bert.embeddings.word_embeddings.weight") {
+      CHECK(t[0].abs().sum().item<double>() == 0.0);
+      CHECK(std::abs(t.slice(0, 1).std().item<double>() - 0.02) < 0.002);
+    }
+    if (name == "bert.embeddings.LayerNorm.weight") CHECK(t.eq(1).all().item<bool>());
+    if (name == "classifier.bias") CHECK(t.eq(0).all().item<bool>());
+  }
+}
+
+TEST_CASE("padding positions do not change unmasked outputs") {
+  at::manual_seed(3);
+  ft::BertForSequenceClassification model(tiny_config());
+  model.eval();
+  torch::NoGradGuard ng;
+  ft::Batch a;
+  a.input_ids = at::tensor({2, 5, 7, 3}, at::kLong).view({1, 4});
+  a.attention_mask = at::ones({1, 4}, at::kLong);
+  a.token_type_ids = at::zeros({1, 4}, at::kLong);
+  ft::Batch b;
+  b.input_ids = at::tensor({2, 5, 7, 3, 9, 9}, at::kLong).view({1, 6});
+  b.attention_mask = at::tensor({1, 1, 1, 1, 0, 0}, at::kLong).view({1, 6});
+  b.token_type_ids = at::zeros({1, 6}, at::kLong);
+  CHECK(at::allclose(model.forward(a), model.forward(b), 1e-5, 1e-6));
+}
+
+TEST_CASE("load_weights names the missing tensor and the shape mismatch") {
+  ft::BertForSequenceClassification model(tiny_config());
+  auto w = model.weights();
+  auto missing = ft::TensorList(w.begin() + 1, w.end());
+  CHECK_THROWS_WITH_AS(model.load_weights(missing, "x.safetensors"),
+                       doctest::Contains("missing tensor 'bert.embeddings.word_embeddings.weight'"), ft::Error);
+  auto bad = w;
+  bad.back().second = at::zeros({7});
+  CHECK_THROWS_WITH_AS(model.load_weights(bad, "x.safetensors"), doctest::Contains("classifier.bias' has shape 7"),
+                       ft::Error);
+  auto extra = w;
+  extra.emplace_back("bert.something.else", at::zeros({1}));
+  CHECK_THROWS_WITH_AS(model.load_weights(extra, "x.safetensors"), doctest::Contains("unexpected tensor"), ft::Error);
+  // DDP-style "module." prefixes and HF's position_ids buffer are accepted.
+  auto prefixed = w;
+  for (auto& [name, t] : prefixed) name = "module." + name;
+  prefixed.emplace_back("bert.embeddings.position_ids", at::arange(512));
+  CHECK_NOTHROW(model.load_weights(prefixed, "x.safetensors"));
+}
+
+TEST_CASE("config.json: HF fields, id2label, validation naming the key") {
+  auto c = ft::BertConfig::from_json_string(
+      R"({"vocab_size": 50, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+          "intermediate_size": 16, "id2label": {"0": "neg", "1": "pos"}, "torch_dtype": "float32"})",
+      "c.json");
+  CHECK(c.num_labels == 2);
+  CHECK(c.id2label == std::vector<std::string>{"neg", "pos"});
+  auto round = ft::BertConfig::from_json_string(c.to_json(), "round");
+  CHECK(round.hidden_size == 8);
+  CHECK(round.id2label == c.id2label);
+  CHECK(round.to_json().find("\"torch_dtype\": \"float32\"") != std::string::npos);
+  CHECK_THROWS_WITH_AS(ft::BertConfig::from_json_string(R"({"hidden_size": 10, "num_attention_heads": 3})", "c.json"),
+                       doctest::Contains("hidden_size 10 is not divisible by num_attention_heads 3"), ft::Error);
+  CHECK_THROWS_WITH_AS(ft::BertConfig::from_json_string(R"({"hidden_size": "big"})", "c.json"),
+                       doctest::Contains("c.json: key 'hidden_size' has the wrong type"), ft::Error);
+}
+
+TEST_CASE("logits of batch 0 match the PyTorch reference") {
+  FT_REQUIRE_SHARED("fixtures/parity-tiny");
+  const auto dir = ft_test::shared_dir() / "fixtures/parity-tiny";
+  auto config = ft::BertConfig::from_json_file((dir / "config.json").string());
+  ft::BertForSequenceClassification model(config);
+  model.load_weights(ft::safetensors::load((dir / "model.safetensors").string()), "fixture");
+  ft::TensorList data = ft::safetensors::load((dir / "data.safetensors").string());
+  ft::Batch batch;
+  for (auto& [name, t] : data) {
+    if (name == "input_ids") batch.input_ids = t.slice(0, 0, 32);
+    if (name == "attention_mask") batch.attention_mask = t.slice(0, 0, 32);
+    if (name == "token_type_ids") batch.token_type_ids = t.slice(0, 0, 32);
+  }
+  auto ref = ft::safetensors::load((dir / "ref_logits_step0.safetensors").string()).at(0).second;
+  torch::NoGradGuard ng;
+  auto logits = model.forward(batch);
+  REQUIRE(logits.sizes() == ref.sizes());
+  CHECK((logits - ref).abs().max().item<double>() < 1e-4);
+}
