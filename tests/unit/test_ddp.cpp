@@ -284,7 +284,7 @@ TEST_CASE("gradient accumulation 2 x 16 equals one batch of 32") {
 TEST_CASE("ddp_amp defaults to bf16 on CPU and stays near the fp32 reference") {
   FT_REQUIRE_SHARED("fixtures/parity-tiny");
   const auto ref = ft_test::reference_losses();
-  auto r = run_parity("--strategy ddp_amp --nproc 2 --threads 1 --set train.batch_size=16", "amp");
+  auto r = run_parity("--strategy ddp_amp --precision auto --nproc 2 --threads 1 --set train.batch_size=16", "amp");
   CHECK(r.summary.at("precision") == "bf16");
   check_close(r.losses, ref, 2e-2);
   // bf16 really ran: some step differs from fp32 by more than fp32 noise.
