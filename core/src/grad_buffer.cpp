@@ -65,20 +65,29 @@ GradBuffer::GradBuffer(const std::vector<at::Tensor>& params, GradBufferOptions 
       fail("GradBuffer: parameter {} is not a leaf tensor that requires grad", i);
     }
   }
-  layout(params_);
+  std::vector<int> order;
+  for (int i = static_cast<int>(params_.size()) - 1; i >= 0; --i) order.push_back(i);
+  layout(order);
   attach_views();
+  rebuilt_ = options_.rebuild_with == nullptr;
   for (size_t i = 0; i < params_.size(); ++i) {
     auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
     hook_keys_.push_back(acc->add_post_hook(std::make_unique<Hook>(this, static_cast<int>(i))));
     accumulators_.push_back(std::move(acc));
   }
+  reset_bucket_state();
+  param_ready_.assign(params_.size(), false);
+}
+
+void GradBuffer::reset_bucket_state() {
   const size_t n = buckets_.size();
   pending_.assign(n, 0);
+  comms_.clear();
   comms_.resize(n);
   launched_at_.assign(n, Clock::time_point{});
   done_at_.assign(n, Clock::time_point{});
   seen_done_.assign(n, false);
-  param_ready_.assign(params_.size(), false);
+  next_launch_ = 0;
 }
 
 GradBuffer::~GradBuffer() {
@@ -87,7 +96,8 @@ GradBuffer::~GradBuffer() {
   for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
 }
 
-void GradBuffer::layout(const std::vector<at::Tensor>& params) {
+void GradBuffer::layout(const std::vector<int>& order) {
+  const std::vector<at::Tensor>& params = params_;
   struct Group {
     at::ScalarType dtype;
     c10::Device device;
@@ -95,6 +105,8 @@ void GradBuffer::layout(const std::vector<at::Tensor>& params) {
     int open = -1;       // bucket still taking params, or -1
   };
   std::vector<Group> groups;
+  buckets_.clear();
+  buffers_.clear();
   slots_.assign(params.size(), ParamSlot{});
   auto close = [&](Group& g) {
     if (g.open < 0) return;
@@ -104,7 +116,7 @@ void GradBuffer::layout(const std::vector<at::Tensor>& params) {
     g.cursor = b.offset + b.padded_numel;
     g.open = -1;
   };
-  for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
+  for (int i : order) {
     const at::Tensor& p = params[static_cast<size_t>(i)];
     int gi = 0;
     while (gi < static_cast<int>(groups.size()) &&
@@ -155,6 +167,7 @@ void GradBuffer::start_backward(bool sync) {
     fail("GradBuffer: a new backward started while the previous synchronised backward's buckets "
          "were never waited on; call finish_sync() (the optimizer step) in between");
   }
+  if (!rebuilt_ && state_ == State::kSynced && !ready_order_.empty()) rebuild();
   // Someone may have replaced a `.grad` (e.g. set it to None); put the view back.
   for (size_t i = 0; i < params_.size(); ++i) {
     const ParamSlot& s = slots_[i];
@@ -189,6 +202,7 @@ void GradBuffer::on_grad_ready(int param) {
          param, b);
   }
   param_ready_[static_cast<size_t>(param)] = true;
+  if (!rebuilt_) ready_order_.push_back(param);
   if (!callback_queued_) {
     // Runs once this backward has accumulated every gradient, before
     // backward() returns: launches buckets holding unused parameters.
@@ -205,6 +219,27 @@ void GradBuffer::on_backward_end() {
   if (state_ != State::kSyncing) return;
   while (next_launch_ < num_buckets()) launch(next_launch_);
   observe_completions();
+}
+
+void GradBuffer::rebuild() {
+  rebuilt_ = true;
+  std::vector<int64_t> order(ready_order_.begin(), ready_order_.end());
+  std::vector<bool> seen(params_.size(), false);
+  for (int i : ready_order_) seen[static_cast<size_t>(i)] = true;
+  // Params with no grad in that backward keep reverse model order, last.
+  for (int i = static_cast<int>(params_.size()) - 1; i >= 0; --i)
+    if (!seen[static_cast<size_t>(i)]) order.push_back(i);
+  if (options_.rebuild_with->world_size() > 1) {
+    at::Tensor t = at::tensor(order, at::kLong);
+    options_.rebuild_with->broadcast(t, 0);
+    order.assign(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
+  }
+  std::vector<int> layout_order(order.begin(), order.end());
+  // attach_views() copies each current .grad (a view of the old buffers) into the new place.
+  layout(layout_order);
+  attach_views();
+  reset_bucket_state();
+  ready_order_.clear();
 }
 
 void GradBuffer::launch_ready_in_order() {

@@ -169,6 +169,46 @@ TEST_CASE("GradBuffer: finish_sync without start_backward reduces what was accum
   CHECK(values(log[0].data)[22] == 4.0f);   // p0 (1..4) ends it
 }
 
+TEST_CASE("GradBuffer rebuilds its buckets once, in the order grads arrived, keeping the grads") {
+  auto comm = ft::Comm::create(ft::DistEnv{});
+  auto ps = make_params();
+  std::vector<Launch> log;
+  ft::GradBufferOptions o;
+  o.bucket_bytes = 40;
+  o.rebuild_with = comm.get();
+  ft::GradBuffer buf(ps, o, recording_hook(log, ps));
+  // Terms made in the order p2, p0, p3, p1: backward reaches p1, p3, p0, p2.
+  auto loss = [&] {
+    at::Tensor l = (ps[2] * ps[2]).sum() * 0.5;
+    for (int i : {0, 3, 1}) l = l + (ps[static_cast<size_t>(i)] * ps[static_cast<size_t>(i)]).sum() * 0.5;
+    return l;
+  };
+  buf.start_backward(true);
+  loss().backward();
+  buf.finish_sync();
+  CHECK(buf.buckets()[0].params == std::vector<int>{3});  // reverse model order still
+  buf.start_backward(true);                                // rebuild happens here
+  REQUIRE(buf.num_buckets() == 3);
+  CHECK(buf.buckets()[0].params == std::vector<int>{1});
+  CHECK(buf.buckets()[1].params == std::vector<int>{3});
+  CHECK(buf.buckets()[2].params == std::vector<int>{0, 2});
+  CHECK(buf.slot(2).offset == 20);
+  // The grads of the first backward moved with their params.
+  CHECK(values(ps[2].grad()) == std::vector<float>{11, 12, 13});
+  CHECK(ps[2].grad().data_ptr<float>() == buf.buffers()[0].data_ptr<float>() + 20);
+  log.clear();
+  loss().backward();
+  buf.finish_sync();
+  REQUIRE(log.size() == 3);
+  CHECK(values(log[0].data) == std::vector<float>{10, 12, 14, 16, 18, 20});
+  // Bucket 0 left before backward reached p0: it still held the first pass only.
+  CHECK(values(log[0].first_grad) == std::vector<float>{1, 2, 3, 4});
+  CHECK(values(log[2].data) == std::vector<float>{2, 4, 6, 8, 22, 24, 26});
+  // Only once.
+  buf.start_backward(true);
+  CHECK(buf.buckets()[0].params == std::vector<int>{1});
+}
+
 TEST_CASE("GradBuffer puts a replaced .grad back as a view, keeping its values") {
   auto ps = make_params();
   std::vector<Launch> log;

@@ -81,6 +81,15 @@ struct GradBufferOptions {
   /// Each bucket's element count is rounded up to a multiple of this
   /// (e.g. the world size, so a reduce-scatter splits it evenly). >= 1.
   int64_t align_elements = 1;
+  /// When set, the layout is rebuilt once, at the start_backward() after the
+  /// first synchronised backward, in the order gradients really became ready
+  /// there (c10d's "rebuild buckets"): model order is only a guess, e.g.
+  /// BERT's small embedding tensors come first in reverse model order but
+  /// their grads arrive last, holding back the bucket they share with the
+  /// last encoder layer. The order is broadcast from rank 0 (a collective
+  /// inside start_backward) so every rank lays out alike. Leave null when
+  /// others depend on a fixed layout (e.g. shards cut from buffers()).
+  Comm* rebuild_with = nullptr;
 };
 
 /// Where one bucket lives; fixed at construction.
@@ -115,7 +124,7 @@ struct OverlapStats {
 class GradBuffer {
  public:
   /// `params`: leaf tensors that require grad, in MODEL order (the layout
-  /// reverses it). Any existing `.grad` is copied into the buffer, then each
+  /// reverses it, until a rebuild; see GradBufferOptions::rebuild_with). Any existing `.grad` is copied into the buffer, then each
   /// `.grad` becomes a view of it. Installs one post-accumulate hook per
   /// parameter; they are removed in the destructor. Throws ft::Error on an
   /// empty list, a parameter without requires_grad, or bad options.
@@ -128,6 +137,7 @@ class GradBuffer {
   /// grads accumulate, nothing is launched. sync=true: buckets launch as
   /// they fill and any left after backward are launched when it ends.
   /// Throws ft::Error if a synced backward's buckets were never waited on.
+  /// Collective once when a bucket rebuild is due.
   void start_backward(bool sync);
 
   /// Blocks until every bucket's communication is done (launching the ones
@@ -159,7 +169,9 @@ class GradBuffer {
     kSynced,     // finish_sync() done: the buffer holds reduced grads
   };
 
-  void layout(const std::vector<at::Tensor>& params);
+  void layout(const std::vector<int>& order);  // fills buckets_, slots_, buffers_
+  void reset_bucket_state();                   // sizes the per-bucket vectors
+  void rebuild();                              // re-layout in ready_order_
   void attach_views();
   void on_grad_ready(int param);  // from a hook
   void on_backward_end();         // autograd callback after the last hook
@@ -168,12 +180,17 @@ class GradBuffer {
   void observe_completions();
   void record_sync_stats(Clock::time_point wait_start, Clock::time_point wait_end);
 
-  // Fixed at construction.
+  // Fixed at construction (buffers_, buckets_, slots_: until a rebuild).
   GradBufferOptions options_;
   CommHook hook_;
   std::vector<at::Tensor> params_;       // constructor order; leaves requiring grad
   std::vector<at::Tensor> buffers_;      // one contiguous 1-D tensor per dtype; padding stays 0
   std::vector<BucketInfo> buckets_;      // index order == launch order == layout order
+  // Rebuild: params in the order their hooks fired in the first sync
+  // backward (recorded while !rebuilt_); rebuilt_ is true once done or when
+  // no rebuild is wanted. Only layout-changing fields change on rebuild.
+  std::vector<int> ready_order_;
+  bool rebuilt_ = true;
   std::vector<ParamSlot> slots_;         // slots_[i] for params_[i]
   // Grad accumulators of params_ (the variables hold them only weakly: if
   // these die, the hooks die with them) and the keys of our hooks on them.

@@ -1,0 +1,437 @@
+// ShardedStrategy: setup, the unit runner, backward hooks and the step.
+// Checkpoint/state code is in zero_state.cpp.
+#include "ft/zero_strategy.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "ft/comm.h"
+#include "ft/error.h"
+#include "ft/grad_buffer.h"
+#include "ft/model.h"
+#include "ft/precision.h"
+
+namespace ft {
+
+// ---------------------------------------------------------------- policies
+
+ShardingPolicy ShardingPolicy::zero(ZeroStage stage) {
+  ShardingPolicy p;
+  switch (stage) {
+    case ZeroStage::kDisabled:
+      fail("zero: stage 0 is plain data parallelism; use the ddp strategy");
+    case ZeroStage::kOptimizerStates: p.name = "zero1"; break;
+    case ZeroStage::kGradients: p.name = "zero2"; p.shard_grads = true; break;
+    case ZeroStage::kWeights:
+      p.name = "zero3";
+      p.shard_grads = true;
+      p.shard_params = true;
+      break;
+  }
+  return p;
+}
+
+ShardingPolicy ShardingPolicy::fsdp(FsdpSharding mode, int nnodes) {
+  ShardingPolicy p;
+  p.name = "fsdp";
+  switch (mode) {
+    case FsdpSharding::kFullShard:
+      p.shard_grads = p.shard_params = true;
+      break;
+    case FsdpSharding::kShardGradOp:
+      p.shard_grads = p.shard_params = true;
+      p.reshard_after_forward = false;
+      break;
+    case FsdpSharding::kNoShard:
+      p.shard_optimizer = false;
+      break;
+    case FsdpSharding::kHybridShard:
+      if (nnodes <= 1) {
+        fail("strategy.options.sharding_strategy: HYBRID_SHARD on one node is FULL_SHARD; use FULL_SHARD");
+      }
+      fail("strategy.options.sharding_strategy: HYBRID_SHARD needs per-node process groups, which ft does not "
+           "create yet; use FULL_SHARD or SHARD_GRAD_OP");
+  }
+  return p;
+}
+
+// ---------------------------------------------------------------- glue classes
+
+class ShardedStrategy::Runner final : public UnitRunner {
+ public:
+  explicit Runner(ShardedStrategy* owner) : owner_(owner) {}
+  at::Tensor run(int index, const at::Tensor& input,
+                 const std::function<at::Tensor(const at::Tensor&)>& fn) override {
+    return owner_->run_unit(index, input, fn);
+  }
+
+ private:
+  ShardedStrategy* owner_;
+};
+
+// Post-hook of a parameter's AccumulateGrad node: its `.grad` now holds
+// this backward's contribution.
+class ShardedStrategy::GradHook final : public torch::autograd::FunctionPostHook {
+ public:
+  GradHook(ShardedStrategy* owner, int unit) : owner_(owner), unit_(unit) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    owner_->on_grad_accumulated(unit_);
+    return outputs;
+  }
+
+ private:
+  ShardedStrategy* owner_;  // outlives the hook: the destructor removes it
+  int unit_;
+};
+
+ShardedCheckpointing::~ShardedCheckpointing() = default;
+
+// ---------------------------------------------------------------- setup
+
+ShardedStrategy::ShardedStrategy(ShardingPolicy policy) : policy_(std::move(policy)) {}
+
+ShardedStrategy::~ShardedStrategy() {
+  for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+  if (model_) model_->set_unit_runner(nullptr);
+}
+
+int ShardedStrategy::shard_world() const { return policy_.shard_optimizer ? ctx_->comm->world_size() : 1; }
+int ShardedStrategy::shard_rank() const { return policy_.shard_optimizer ? ctx_->comm->rank() : 0; }
+
+void ShardedStrategy::setup(std::shared_ptr<BertForSequenceClassification> model, const OptimizerSpec& optimizer,
+                            const ParamPlan& plan, StrategyContext& ctx) {
+  ctx_ = &ctx;
+  model_ = std::move(model);
+  model_->to(ctx.device);
+  if (policy_.limit_all_gathers < 0) fail("strategy.options.limit_all_gathers: must be >= 0");
+  if (policy_.shard_params && !policy_.shard_grads) fail("{}: sharded parameters need sharded gradients", policy_.name);
+  for (auto& item : model_->named_parameters()) {
+    auto it = plan.find(item.key());
+    item.value().set_requires_grad(it == plan.end() || it->second.trainable);
+  }
+  build_units(plan);
+
+  std::vector<OptimSlot> slots;
+  for (const SlotRef& r : slots_) {
+    const FlatParam& f = *units_[static_cast<size_t>(r.unit)];
+    const FlatEntry& e = f.layout().entries[static_cast<size_t>(r.entry)];
+    auto it = plan.find(e.name);
+    const ParamSettings s = it == plan.end() ? ParamSettings{} : it->second;
+    slots.push_back({e.name, f.shard().narrow(0, r.piece.offset_in_shard, r.piece.numel), s.weight_decay, s.lr_scale});
+  }
+  optimizer_ = std::make_unique<TensorOptimizer>(optimizer, std::move(slots));
+
+  if (policy_.shard_grads) {
+    for (const auto& f : units_) {
+      grad_shards_.push_back(at::zeros({f->layout().shard_numel()}, f->shard().options()));
+    }
+    install_grad_hooks();
+  } else {
+    std::vector<at::Tensor> trainable;
+    for (const auto& f : units_)
+      for (size_t i = 0; i < f->params().size(); ++i)
+        if (f->layout().entries[i].trainable) trainable.push_back(f->params()[i]);
+    if (!trainable.empty()) {
+      GradBufferOptions bo;
+      bo.bucket_bytes = std::max<int64_t>(4, static_cast<int64_t>(policy_.bucket_mb * 1024.0 * 1024.0));
+      grad_buffer_ = std::make_unique<GradBuffer>(trainable, bo, allreduce_avg_hook(*ctx.comm));
+    }
+  }
+  if (policy_.shard_params) {
+    runner_ = std::make_unique<Runner>(this);
+    model_->set_unit_runner(runner_.get());
+  }
+  note_gathered_bytes();
+}
+
+void ShardedStrategy::build_units(const ParamPlan& plan) {
+  Comm& comm = *ctx_->comm;
+  const auto unit_params = model_->unit_parameters();
+  const int n = static_cast<int>(unit_params.size());
+  at::NoGradGuard no_grad;
+  for (int u = 0; u < n; ++u) {
+    const TensorList& params = unit_params[static_cast<size_t>(u)];
+    // Rank 0's weights everywhere, so the shards form one consistent model.
+    if (comm.world_size() > 1 && !params.empty()) {
+      std::vector<at::Tensor> parts;
+      for (const auto& [name, t] : params) parts.push_back(t.detach().reshape({-1}));
+      at::Tensor flat = at::cat(parts);
+      comm.broadcast(flat, 0);
+      int64_t off = 0;
+      for (const auto& [name, t] : params) {
+        t.detach().copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+        off += t.numel();
+      }
+    }
+    std::vector<bool> trainable;
+    for (const auto& [name, t] : params) {
+      auto it = plan.find(name);
+      trainable.push_back(it == plan.end() || it->second.trainable);
+    }
+    units_.push_back(std::make_unique<FlatParam>(u, params, trainable, shard_world(), shard_rank(),
+                                                 policy_.shard_params));
+    const FlatParam& f = *units_.back();
+    int count = 0;
+    for (const FlatPiece& piece : f.layout().pieces(shard_rank())) {
+      if (f.layout().entries[static_cast<size_t>(piece.entry)].trainable) slots_.push_back({u, piece.entry, piece});
+    }
+    for (const auto& e : f.layout().entries) count += e.trainable ? 1 : 0;
+    trainable_count_.push_back(count);
+  }
+  pending_.assign(static_cast<size_t>(n), 0);
+  ready_.assign(static_cast<size_t>(n), false);
+  prefetched_unit_.assign(static_cast<size_t>(n), false);
+}
+
+void ShardedStrategy::install_grad_hooks() {
+  for (const auto& f : units_) {
+    for (size_t i = 0; i < f->params().size(); ++i) {
+      if (!f->layout().entries[i].trainable) continue;
+      auto acc = torch::autograd::impl::grad_accumulator(f->params()[i]);
+      hook_keys_.push_back(acc->add_post_hook(std::make_unique<GradHook>(this, f->unit())));
+      accumulators_.push_back(std::move(acc));
+    }
+  }
+}
+
+// ---------------------------------------------------------------- forward
+
+at::Tensor ShardedStrategy::forward(const Batch& batch) {
+  Batch b = batch;
+  if (ctx_->device != c10::Device(c10::kCPU)) {
+    b.input_ids = batch.input_ids.to(ctx_->device, true);
+    b.attention_mask = batch.attention_mask.to(ctx_->device, true);
+    b.token_type_ids = batch.token_type_ids.to(ctx_->device, true);
+    b.labels = batch.labels.to(ctx_->device, true);
+  }
+  auto autocast = ctx_->precision->autocast();
+  return model_->forward(b);
+}
+
+void ShardedStrategy::note_gathered_bytes() {
+  if (!policy_.shard_params) return;
+  int64_t held = 0;
+  for (const auto& f : units_) held += f->full_bytes_held();
+  peak_full_bytes_ = std::max(peak_full_bytes_, held);
+}
+
+void ShardedStrategy::prefetch(int unit) {
+  if (unit < 0 || unit >= static_cast<int>(units_.size())) return;
+  FlatParam& f = *units_[static_cast<size_t>(unit)];
+  if (f.state() != ShardedState::kSharded || prefetched_ >= policy_.limit_all_gathers) return;
+  f.unshard(*ctx_->comm);
+  prefetched_unit_[static_cast<size_t>(unit)] = true;
+  ++prefetched_;
+  note_gathered_bytes();
+}
+
+void ShardedStrategy::reshard_unit(int unit) {
+  FlatParam& f = *units_[static_cast<size_t>(unit)];
+  if (!f.params_sharded()) return;
+  // An all-gather still writing into the storage must finish before it goes.
+  if (f.state() == ShardedState::kUnsharding) f.wait_for_unshard(*ctx_->comm);
+  if (prefetched_unit_[static_cast<size_t>(unit)]) {
+    prefetched_unit_[static_cast<size_t>(unit)] = false;
+    --prefetched_;
+  }
+  f.reshard();
+}
+
+at::Tensor ShardedStrategy::run_unit(int unit, const at::Tensor& input,
+                                     const std::function<at::Tensor(const at::Tensor&)>& fn) {
+  FlatParam& f = *units_[static_cast<size_t>(unit)];
+  if (prefetched_unit_[static_cast<size_t>(unit)]) {
+    prefetched_unit_[static_cast<size_t>(unit)] = false;
+    --prefetched_;
+  }
+  f.wait_for_unshard(*ctx_->comm);
+  note_gathered_bytes();
+  if (policy_.forward_prefetch) {
+    for (int k = 1; k <= policy_.limit_all_gathers; ++k) prefetch(unit + k);
+  }
+  at::Tensor out = fn(input);
+  const bool training = at::GradMode::is_enabled();
+  if (!training || policy_.reshard_after_forward) reshard_unit(unit);
+  if (training && out.requires_grad()) {
+    out.register_hook([this, unit](const at::Tensor& grad) {
+      pre_backward(unit);
+      return grad;
+    });
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- backward
+
+void ShardedStrategy::backward(const at::Tensor& loss, bool sync_grads) {
+  sync_ = sync_grads;
+  pending_ = trainable_count_;
+  std::fill(ready_.begin(), ready_.end(), false);
+  next_reduce_ = 0;
+  callback_queued_ = false;
+  if (grad_buffer_) grad_buffer_->start_backward(sync_grads);
+  ctx_->precision->scale_loss(loss).backward();
+}
+
+namespace {
+void queue_end_callback(bool& queued, const std::function<void()>& fn) {
+  if (queued) return;
+  torch::autograd::Engine::get_default_engine().queue_callback(fn);
+  queued = true;
+}
+}  // namespace
+
+void ShardedStrategy::pre_backward(int unit) {
+  queue_end_callback(callback_queued_, [this] { on_backward_end(); });
+  FlatParam& f = *units_[static_cast<size_t>(unit)];
+  if (prefetched_unit_[static_cast<size_t>(unit)]) {
+    prefetched_unit_[static_cast<size_t>(unit)] = false;
+    --prefetched_;
+  }
+  f.wait_for_unshard(*ctx_->comm);
+  note_gathered_bytes();
+  if (policy_.backward_prefetch) {
+    for (int k = 1; k <= policy_.limit_all_gathers; ++k) prefetch(unit - k);
+  }
+}
+
+void ShardedStrategy::on_grad_accumulated(int unit) {
+  queue_end_callback(callback_queued_, [this] { on_backward_end(); });
+  const auto u = static_cast<size_t>(unit);
+  if (ready_[u] || --pending_[u] > 0) return;
+  ready_[u] = true;
+  reshard_unit(unit);
+  if (sync_) launch_ready_reduces();
+}
+
+void ShardedStrategy::on_backward_end() {
+  callback_queued_ = false;
+  // Units whose grads did not all arrive (unused parameters) or that have no
+  // trainable parameters: done now, in the same order on every rank.
+  for (size_t u = 0; u < units_.size(); ++u) {
+    ready_[u] = true;
+    reshard_unit(static_cast<int>(u));
+  }
+  if (sync_) launch_ready_reduces();
+}
+
+void ShardedStrategy::launch_ready_reduces() {
+  const int n = static_cast<int>(units_.size());
+  while (next_reduce_ < n) {
+    const int u = n - 1 - next_reduce_;
+    if (trainable_count_[static_cast<size_t>(u)] > 0) {
+      if (!ready_[static_cast<size_t>(u)]) return;
+      launch_reduce(u);
+    }
+    ++next_reduce_;
+  }
+}
+
+void ShardedStrategy::launch_reduce(int unit) {
+  const FlatParam& f = *units_[static_cast<size_t>(unit)];
+  const FlatLayout& l = f.layout();
+  at::NoGradGuard no_grad;
+  at::Tensor staging = at::zeros({l.padded_numel}, f.shard().options());
+  for (size_t i = 0; i < l.entries.size(); ++i) {
+    if (!l.entries[i].trainable) continue;
+    at::Tensor p = f.params()[i];
+    const at::Tensor& g = p.grad();
+    if (!g.defined()) continue;
+    staging.narrow(0, l.entries[i].offset, l.entries[i].numel).copy_(g.reshape({-1}));
+    p.mutable_grad() = at::Tensor();  // the full grad is not kept (ZeRO-2)
+  }
+  InflightReduce r{unit, Work(), staging, at::empty({l.shard_numel()}, staging.options())};
+  r.work = ctx_->comm->reduce_scatter_flat_async(r.out, r.staging, ReduceOp::Avg);
+  inflight_.push_back(std::move(r));
+  while (static_cast<int>(inflight_.size()) > std::max(1, policy_.max_inflight_reduces)) wait_oldest_reduce();
+}
+
+void ShardedStrategy::wait_oldest_reduce() {
+  InflightReduce& r = inflight_.front();
+  r.work.wait();
+  grad_shards_[static_cast<size_t>(r.unit)].add_(r.out);
+  inflight_.pop_front();
+}
+
+void ShardedStrategy::finish_grad_sync() {
+  if (grad_buffer_) {
+    grad_buffer_->finish_sync();
+    return;
+  }
+  if (!policy_.shard_grads) return;
+  if (!sync_) {
+    // Only accumulation backwards ran since the last step: reduce their sum now.
+    sync_ = true;
+    std::fill(ready_.begin(), ready_.end(), true);
+    next_reduce_ = 0;
+  }
+  launch_ready_reduces();
+  while (!inflight_.empty()) wait_oldest_reduce();
+}
+
+// ---------------------------------------------------------------- step
+
+std::vector<at::Tensor> ShardedStrategy::slot_grads() const {
+  std::vector<at::Tensor> out;
+  out.reserve(slots_.size());
+  for (const SlotRef& r : slots_) {
+    if (policy_.shard_grads) {
+      out.push_back(grad_shards_[static_cast<size_t>(r.unit)].narrow(0, r.piece.offset_in_shard, r.piece.numel));
+      continue;
+    }
+    const at::Tensor& g = units_[static_cast<size_t>(r.unit)]->params()[static_cast<size_t>(r.entry)].grad();
+    out.push_back(g.defined() ? g.reshape({-1}).narrow(0, r.piece.offset_in_entry, r.piece.numel) : at::Tensor());
+  }
+  return out;
+}
+
+StepResult ShardedStrategy::step(const StepOptions& options) {
+  Comm& comm = *ctx_->comm;
+  finish_grad_sync();
+  auto grads = slot_grads();
+  StepResult result;
+  bool found_inf = ctx_->precision->unscale_and_check(grads);
+  if (ctx_->precision->uses_loss_scaling() && shard_world() > 1) {
+    at::Tensor flag = at::full({1}, found_inf ? 1.0f : 0.0f, at::kFloat);
+    comm.all_reduce(flag, ReduceOp::Max);
+    found_inf = flag.item<float>() > 0.0f;
+  }
+  result.skipped = found_inf;
+  if (!found_inf) {
+    at::Tensor sq = at::full({1}, grad_norm_squared(grads), at::kDouble);
+    if (shard_world() > 1) comm.all_reduce(sq, ReduceOp::Sum);
+    result.grad_norm = std::sqrt(sq.item<double>());
+    clip_grads(grads, result.grad_norm, options.max_grad_norm);
+    optimizer_->step(options.lr, grads);
+  } else {
+    result.grad_norm = std::nan("");
+  }
+  {
+    at::NoGradGuard no_grad;
+    if (grad_buffer_) grad_buffer_->zero();
+    for (auto& g : grad_shards_) g.zero_();
+  }
+  ctx_->precision->update(found_inf);
+  sync_ = false;
+  // Replicated parameters (ZeRO-1/2): every rank re-assembles the full
+  // model from the updated shards. Sharded ones gather on next use.
+  if (!found_inf && !policy_.shard_params && shard_world() > 1) {
+    std::vector<Work> works;
+    for (auto& f : units_) works.push_back(f->gather_from_shards_async(comm));
+    for (auto& w : works) w.wait();
+  }
+  return result;
+}
+
+void ShardedStrategy::teardown() {
+  while (!inflight_.empty()) wait_oldest_reduce();
+  grad_buffer_.reset();
+}
+
+}  // namespace ft

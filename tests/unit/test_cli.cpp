@@ -1,0 +1,138 @@
+// End-to-end runs of the `ft` binary on a small text task made in the test:
+// train, save, resume, eval and predict agree with each other.
+#include <algorithm>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "ft/safetensors.h"
+#include "ft_run.h"
+
+namespace {
+
+namespace fsys = std::filesystem;
+
+// "good"/"bad" reviews: learnable in a few dozen steps by a tiny model.
+void write_task(const fsys::path& dir) {
+  std::ofstream vocab(dir / "vocab.txt");
+  for (const char* t : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "film", "plot", "the",
+                        "very", "was", "a", "##s", "!"})
+    vocab << t << "\n";
+  std::ofstream data(dir / "train.jsonl");
+  const char* good[] = {"the film was good", "very good plot", "good good film !", "a good film", "the plot was very good"};
+  const char* bad[] = {"the film was bad", "very bad plot", "bad bad film !", "a bad film", "the plot was very bad"};
+  for (int i = 0; i < 16; ++i) {
+    data << nlohmann::json{{"text", good[i % 5]}, {"label", "pos"}}.dump() << "\n";
+    data << nlohmann::json{{"text", bad[i % 5]}, {"label", "neg"}}.dump() << "\n";
+  }
+  std::ofstream cfg(dir / "run.yaml");
+  cfg << fmt::format(R"(model:
+  config: tiny
+  dropout: 0.1
+data:
+  train: {0}/train.jsonl
+  labels: [neg, pos]
+  vocab: {0}/vocab.txt
+  dev_fraction: 0.25
+  max_seq_len: 16
+train:
+  epochs: 6
+  batch_size: 8
+  lr: 2.0e-3
+  warmup_ratio: 0.1
+  log_every: 1
+  seed: 5
+strategy:
+  name: single
+runtime:
+  threads: 1
+)",
+                     dir.string());
+}
+
+std::string flags(const fsys::path& dir, const std::string& extra) {
+  return fmt::format("run --config {}/run.yaml --metrics-out {}/m.jsonl {}", dir.string(), dir.string(), extra);
+}
+
+}  // namespace
+
+TEST_CASE("train, save, eval and predict agree on a small text task") {
+  ft_test::TempDir tmp("cli");
+  write_task(tmp.path());
+  auto out = ft_test::run_ft(flags(tmp.path(), "--output-dir " + (tmp.path() / "out").string()));
+  INFO(out.output);
+  REQUIRE(out.exit_code == 0);
+  auto evals = ft_test::read_events(tmp.path() / "m.jsonl", "eval");
+  REQUIRE(evals.size() == 6);  // one per epoch
+  const double acc = evals.back().at("accuracy").get<double>();
+  CHECK(acc == 1.0);
+  CHECK(evals.back().at("samples").get<int>() == 8);
+  auto summary = ft_test::read_events(tmp.path() / "m.jsonl", "summary").at(0);
+  CHECK(summary.at("steps").get<int>() == 18);  // 24 train rows / 8 per step * 6 epochs
+  CHECK(summary.at("world_size").get<int>() == 1);
+
+  const auto final_dir = tmp.path() / "out" / "final";
+  for (const char* f : {"config.json", "model.safetensors", "vocab.txt", "training_state/optimizer.safetensors",
+                        "training_state/trainer_state.json", "training_state/run.yaml"}) {
+    INFO(f);
+    CHECK(fsys::exists(final_dir / f));
+  }
+  auto weights = ft::safetensors::load((final_dir / "model.safetensors").string());
+  auto word = std::find_if(weights.begin(), weights.end(),
+                           [](const auto& w) { return w.first == "bert.embeddings.word_embeddings.weight"; });
+  REQUIRE(word != weights.end());
+  CHECK(word->second.size(0) == 15);  // random init sized to the vocab
+  CHECK(weights.size() == 41);
+
+  auto ev = ft_test::run_ft(fmt::format("eval --config {}/run.yaml --checkpoint {}", tmp.path().string(),
+                                        final_dir.string()));
+  INFO(ev.output);
+  CHECK(ev.exit_code == 0);
+  CHECK(ev.output.find("accuracy 1.0000") != std::string::npos);
+
+  auto pred = ft_test::run_ft(fmt::format("predict --checkpoint {} 'a very good film' 'the plot was bad'",
+                                          final_dir.string()));
+  INFO(pred.output);
+  REQUIRE(pred.exit_code == 0);
+  std::istringstream lines(pred.output);
+  std::string l1, l2;
+  std::getline(lines, l1);
+  std::getline(lines, l2);
+  auto j1 = nlohmann::json::parse(l1), j2 = nlohmann::json::parse(l2);
+  CHECK(j1.at("label") == "pos");
+  CHECK(j2.at("label") == "neg");
+  const double p = j1.at("probabilities").at("pos").get<double>() + j1.at("probabilities").at("neg").get<double>();
+  CHECK(std::abs(p - 1.0) < 1e-6);
+}
+
+TEST_CASE("resume continues the exact loss curve, dropout RNG included") {
+  ft_test::TempDir tmp("resume");
+  write_task(tmp.path());
+  const auto base = tmp.path() / "full";
+  auto full = ft_test::run_ft(flags(tmp.path(), "--max-steps 8 --set train.save_every=4 --output-dir " + base.string()));
+  INFO(full.output);
+  REQUIRE(full.exit_code == 0);
+  const auto all = ft_test::step_losses(tmp.path() / "m.jsonl");
+  REQUIRE(all.size() == 8);
+  auto resumed = ft_test::run_ft(flags(tmp.path(), "--max-steps 8 --resume " + (base / "checkpoint-4").string()));
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  const auto tail = ft_test::step_losses(tmp.path() / "m.jsonl");
+  REQUIRE(tail.size() == 4);
+  for (int i = 0; i < 4; ++i) CHECK(tail[i] == doctest::Approx(all[4 + i]).epsilon(1e-6));
+}
+
+TEST_CASE("bad input: one line naming the culprit, non-zero exit") {
+  ft_test::TempDir tmp("bad");
+  write_task(tmp.path());
+  auto unknown = ft_test::run_ft(flags(tmp.path(), "--strategy nosuch"));
+  CHECK(unknown.exit_code != 0);
+  CHECK(unknown.output.find("nosuch") != std::string::npos);
+  CHECK(unknown.output.find("single") != std::string::npos);  // lists the known ones
+  auto key = ft_test::run_ft(flags(tmp.path(), "--set train.lrr=1"));
+  CHECK(key.exit_code != 0);
+  CHECK(key.output.find("did you mean 'train.lr'") != std::string::npos);
+  auto missing = ft_test::run_ft("eval --checkpoint /nonexistent/ckpt");
+  CHECK(missing.exit_code != 0);
+  CHECK(missing.output.find("ft: error:") != std::string::npos);
+}
