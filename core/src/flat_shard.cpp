@@ -162,8 +162,9 @@ FlatParam::FlatParam(int unit, const TensorList& params, const std::vector<bool>
 void FlatParam::unshard(Comm& comm) {
   if (state_ != ShardedState::kSharded) return;
   alloc_storage(full_, layout_.padded_numel * 4);
-  send_ = shard_.clone();
-  gather_ = comm.all_gather_flat_async(full_, send_);
+  // shard_ is separate memory here (params_sharded), so it can go on the
+  // wire as is; it must not change until wait_for_unshard().
+  gather_ = comm.all_gather_flat_async(full_, shard_);
   state_ = ShardedState::kUnsharding;
 }
 

@@ -6,8 +6,8 @@
 // ring traffic. A *cycle* starts when a tensor lands in an empty queue and
 // lasts `cycle` (Horovod's HOROVOD_CYCLE_TIME): the thread waits that long so
 // that tensors becoming ready close together share one collective. It ends
-// early when the queue holds `threshold_bytes` or every tensor the round
-// expects. At the end of a cycle the ranks *negotiate*: they all-reduce (Min)
+// early when the queue holds every tensor the round expects (expect()), so
+// a round whose gradients are all ready (reduce at step()) never waits. At the end of a cycle the ranks *negotiate*: they all-reduce (Min)
 // how many queued tensors each has, and reduce that common prefix, so every
 // rank fuses exactly the same tensors even though their backward passes run
 // at different speeds (Horovod's coordinator does this with ready lists).
@@ -92,7 +92,6 @@ class TensorFusion {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Entry> queue_;
-  int64_t queued_bytes_ = 0;
   int64_t expected_ = 0;  // tensors of the round not yet taken off the queue
   bool stop_ = false;
   FusionStats stats_;

@@ -1,11 +1,22 @@
 // `single`: one process, one device, no communication. The baseline row of
 // the timing table and the reference every other strategy must match.
+#include "ft/comm.h"
+#include "ft/error.h"
 #include "ft/plugin.h"
 #include "ft/replicated_strategy.h"
 
 namespace {
 
-class SingleStrategy final : public ft::ReplicatedStrategy {};
+class SingleStrategy final : public ft::ReplicatedStrategy {
+ protected:
+  void on_setup() override {
+    // Without gradient sync, N ranks would silently train N different models.
+    if (ctx_->comm->world_size() > 1) {
+      ft::fail("strategy 'single' runs one process but the job has {} ranks; use --strategy ddp (or another distributed strategy) with --nproc",
+               ctx_->comm->world_size());
+    }
+  }
+};
 
 }  // namespace
 

@@ -40,10 +40,17 @@ inline std::vector<nlohmann::json> read_events(const std::filesystem::path& file
   std::ifstream in(file);
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
-    auto j = nlohmann::json::parse(line);
+    // A file still being written may end in a partial line: skip it.
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) continue;
     if (j.value("event", "") == event) out.push_back(j);
   }
   return out;
+}
+
+inline std::string read_text(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 inline std::vector<double> step_losses(const std::filesystem::path& metrics) {

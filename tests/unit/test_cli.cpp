@@ -136,3 +136,36 @@ TEST_CASE("bad input: one line naming the culprit, non-zero exit") {
   CHECK(missing.exit_code != 0);
   CHECK(missing.output.find("ft: error:") != std::string::npos);
 }
+
+TEST_CASE("checkpoint rotation keeps the newest save_total_limit, never the best") {
+  ft_test::TempDir tmp("rotate");
+  write_task(tmp.path());
+  const auto out_dir = tmp.path() / "out";
+  // 3 steps per epoch, eval per epoch: the best checkpoint is the one saved after the best eval.
+  auto run = ft_test::run_ft(flags(tmp.path(), "--max-steps 12 --set train.save_every=2 --set train.save_total_limit=2 "
+                                               "--set train.best_metric=loss --output-dir " + out_dir.string()));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  std::vector<std::string> kept;
+  for (const auto& e : fsys::directory_iterator(out_dir)) kept.push_back(e.path().filename().string());
+  std::sort(kept.begin(), kept.end());
+  // Saves at 2,4,6,8,10; evals after 3,6,9,12 with falling loss: best = checkpoint-10's
+  // predecessor eval at step 9 -> first save after it is checkpoint-10, so nothing extra is kept.
+  CHECK(kept == std::vector<std::string>{"checkpoint-10", "checkpoint-8", "final"});
+}
+
+TEST_CASE("ft vocab build makes a vocabulary the run can use") {
+  ft_test::TempDir tmp("vocab");
+  write_task(tmp.path());
+  const auto vocab = tmp.path() / "built.txt";
+  auto built = ft_test::run_ft(fmt::format("vocab build --config {}/run.yaml --out {} --size 60 --min-frequency 1",
+                                           tmp.path().string(), vocab.string()));
+  INFO(built.output);
+  REQUIRE(built.exit_code == 0);
+  const std::string text = ft_test::read_text(vocab);
+  CHECK(text.rfind("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n", 0) == 0);
+  CHECK(text.find("\ngood\n") != std::string::npos);
+  auto run = ft_test::run_ft(flags(tmp.path(), "--max-steps 2 --set data.vocab=" + vocab.string()));
+  INFO(run.output);
+  CHECK(run.exit_code == 0);
+}

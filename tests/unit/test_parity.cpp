@@ -19,6 +19,24 @@ struct ParityCase {
 // One row per (strategy, layout); the global batch is always 32.
 const ParityCase kCases[] = {
     {"single", 1, 32, 1, "", 1e-4},
+    {"dp", 1, 32, 1, "--set strategy.options.replicas=2", 1e-4},
+    {"horovod", 2, 16, 1, "", 1e-4},
+    {"horovod", 2, 16, 1, "--set strategy.options.compression=fp16", 1e-2},
+    // ZeRO / FSDP (helper `zero`): 2 and 4 ranks; the flat buffers do not
+    // divide evenly, so padding is exercised.
+    {"zero1", 2, 16, 1, "", 1e-4},
+    {"zero1", 4, 8, 1, "", 1e-4},
+    {"zero2", 2, 16, 1, "", 1e-4},
+    {"zero2", 4, 8, 1, "", 1e-4},
+    {"zero3", 2, 16, 1, "", 1e-4},
+    {"zero3", 4, 8, 1, "", 1e-4},
+    {"zero3", 2, 8, 2, "", 1e-4},
+    {"fsdp", 2, 16, 1, "--set strategy.options.sharding_strategy=FULL_SHARD", 1e-4},
+    {"fsdp", 4, 8, 1, "--set strategy.options.sharding_strategy=FULL_SHARD", 1e-4},
+    {"fsdp", 2, 16, 1, "--set strategy.options.sharding_strategy=SHARD_GRAD_OP", 1e-4},
+    {"fsdp", 4, 8, 1, "--set strategy.options.sharding_strategy=SHARD_GRAD_OP", 1e-4},
+    {"fsdp", 2, 16, 1, "--set strategy.options.sharding_strategy=NO_SHARD", 1e-4},
+    {"fsdp", 4, 8, 1, "--set strategy.options.sharding_strategy=NO_SHARD", 1e-4},
 };
 
 void check_case(const ParityCase& c) {

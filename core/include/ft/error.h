@@ -13,7 +13,9 @@
 
 namespace ft {
 
-class Error : public std::runtime_error {
+// Default visibility: plugins are built with hidden symbols, and an exception
+// type must have one identity across the .so boundary to be caught by type.
+class __attribute__((visibility("default"))) Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };

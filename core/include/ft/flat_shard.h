@@ -149,7 +149,7 @@ class FlatParam {
   std::vector<at::Tensor> params_;
   at::Tensor full_;
   at::Tensor shard_;
-  at::Tensor send_;  // copy of shard_ on the wire while kUnsharding
+  at::Tensor send_;  // replicated mode: copy of shard_ (which aliases full_) on the wire
   Work gather_;
   ShardedState state_ = ShardedState::kUnsharded;
 };

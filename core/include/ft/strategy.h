@@ -107,7 +107,9 @@ struct OptimizerState {
   int64_t step = 0;
 };
 
-class Strategy {
+// Default visibility: the vtable and type_info live in ft_core and are shared
+// with plugins built with -fvisibility=hidden.
+class __attribute__((visibility("default"))) Strategy {
  public:
   virtual ~Strategy() = default;
 

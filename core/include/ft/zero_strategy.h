@@ -49,6 +49,7 @@
 #include <deque>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -91,6 +92,21 @@ struct ShardingPolicy {
   /// Throws ft::Error for kHybridShard (needs per-node process groups).
   static ShardingPolicy fsdp(FsdpSharding mode, int nnodes);
 };
+
+/// strategy.options for zero1/zero2/zero3 (all optional):
+///   bucket_mb          (> 0, default 25)  zero1: GradBuffer bucket size for the all-reduce
+///   prefetch           (true|false, default true) zero3: gather the next unit ahead (forward and backward)
+///   limit_all_gathers  (int >= 0, default 1) zero3: prefetched all-gathers in flight at most
+///   max_inflight_reduces (int >= 1, default 2) zero2/3: reduce-scatters in flight before waiting
+/// Errors (ft::Error) name `strategy.options.<key>`; unknown keys list the known ones.
+ShardingPolicy zero_policy_from_options(ZeroStage stage, const std::map<std::string, std::string>& options);
+
+/// strategy.options for fsdp (all optional):
+///   sharding_strategy  FULL_SHARD (default) | SHARD_GRAD_OP | NO_SHARD | HYBRID_SHARD (refused)
+///   forward_prefetch   (true|false, default true)
+///   backward_prefetch  (BACKWARD_PRE (default) | NONE; true/false accepted)
+///   limit_all_gathers  (int >= 0, default 1), max_inflight_reduces, bucket_mb (NO_SHARD) as for zero.
+ShardingPolicy fsdp_policy_from_options(const std::map<std::string, std::string>& options, int nnodes);
 
 /// Optional ability (STYLE.md): a strategy that can write its state as
 /// per-rank shards without gathering. Discovered with dynamic_cast.

@@ -1,0 +1,131 @@
+// ShardedStrategy: full (consolidated) state for ordinary checkpoints, the
+// per-rank sharded save, loading full state saved by any strategy, and the
+// bytes this rank holds.
+#include <map>
+
+#include <ATen/ATen.h>
+
+#include "ft/comm.h"
+#include "ft/consolidate.h"
+#include "ft/error.h"
+#include "ft/grad_buffer.h"
+#include "ft/model.h"
+#include "ft/zero_strategy.h"
+
+namespace ft {
+
+TensorList ShardedStrategy::model_state() {
+  at::NoGradGuard no_grad;
+  TensorList out;
+  for (const auto& f : units_) {
+    for (auto& named : f->layout().unflatten(f->gather_copy(*ctx_->comm))) out.push_back(std::move(named));
+  }
+  return out;
+}
+
+namespace {
+// One optimizer buffer kind of one unit as this rank's flat shard (zeros
+// over padding and over pieces without a slot).
+template <typename Slots>
+at::Tensor buffer_shard(const FlatParam& f, int unit, const Slots& slots,
+                        const std::vector<std::vector<at::Tensor>>& buffers, size_t kind) {
+  at::Tensor shard = at::zeros({f.layout().shard_numel()}, at::kFloat);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i].unit != unit) continue;
+    shard.narrow(0, slots[i].piece.offset_in_shard, slots[i].piece.numel)
+        .copy_(buffers[i][kind].detach().reshape({-1}).to(at::kCPU));
+  }
+  return shard;
+}
+}  // namespace
+
+OptimizerState ShardedStrategy::optimizer_state() {
+  at::NoGradGuard no_grad;
+  Comm& comm = *ctx_->comm;
+  OptimizerState s;
+  s.step = optimizer_->step_count();
+  const auto names = optimizer_->buffer_names();
+  for (size_t k = 0; k < names.size(); ++k) {
+    for (size_t u = 0; u < units_.size(); ++u) {
+      const FlatParam& f = *units_[u];
+      at::Tensor shard = buffer_shard(f, static_cast<int>(u), slots_, optimizer_->buffers(), k);
+      at::Tensor full = shard;
+      if (shard_world() > 1) {
+        full = at::empty({f.layout().padded_numel}, shard.options());
+        comm.all_gather_flat(full, shard);
+      }
+      for (auto& named : f.layout().unflatten(full, "." + names[k], /*trainable_only=*/true)) {
+        s.tensors.push_back(std::move(named));
+      }
+    }
+  }
+  return s;
+}
+
+void ShardedStrategy::load_state(const TensorList& model, const OptimizerState* optimizer) {
+  at::NoGradGuard no_grad;
+  // Accept DDP-style "module." prefixes like BertForSequenceClassification::load_weights.
+  TensorList weights;
+  for (const auto& [name, t] : model) weights.emplace_back(name.rfind("module.", 0) == 0 ? name.substr(7) : name, t);
+  for (auto& f : units_) f->load_full(f->layout().flatten(weights, "checkpoint"));
+  if (!optimizer) return;
+  std::map<std::string, const at::Tensor*> by_name;
+  for (const auto& [name, t] : optimizer->tensors) by_name[name] = &t;
+  const auto names = optimizer_->buffer_names();
+  OptimizerState mine;
+  mine.step = optimizer->step;
+  for (const SlotRef& r : slots_) {
+    const FlatEntry& e = units_[static_cast<size_t>(r.unit)]->layout().entries[static_cast<size_t>(r.entry)];
+    for (const auto& k : names) {
+      const std::string key = e.name + "." + k;
+      auto it = by_name.find(key);
+      if (it == by_name.end()) fail("checkpoint optimizer state: no '{}'", key);
+      if (it->second->numel() != e.numel) {
+        fail("checkpoint optimizer state: '{}' has {} elements, the model needs {}", key, it->second->numel(), e.numel);
+      }
+      mine.tensors.emplace_back(key, it->second->reshape({-1}).narrow(0, r.piece.offset_in_entry, r.piece.numel));
+    }
+  }
+  optimizer_->load_state(mine, "checkpoint optimizer state");
+}
+
+StateBytes ShardedStrategy::state_bytes() const {
+  StateBytes b;
+  for (const auto& f : units_) {
+    b.params += f->params_sharded() ? f->shard_bytes() : f->layout().padded_numel * 4;
+  }
+  if (policy_.shard_params) b.params += peak_full_bytes_;
+  if (grad_buffer_) {
+    for (const auto& t : grad_buffer_->buffers()) b.grads += t.numel() * static_cast<int64_t>(t.element_size());
+  }
+  for (const auto& g : grad_shards_) b.grads += g.numel() * static_cast<int64_t>(g.element_size());
+  b.optimizer = optimizer_->state_bytes();
+  return b;
+}
+
+void ShardedStrategy::save_sharded(const std::filesystem::path& dir) {
+  at::NoGradGuard no_grad;
+  ShardedMeta meta;
+  meta.strategy = policy_.name;
+  meta.world_size = shard_world();
+  meta.optimizer_step = optimizer_->step_count();
+  meta.optimizer_buffers = optimizer_->buffer_names();
+  for (const auto& f : units_) meta.units.push_back(f->layout());
+  // With unsharded optimizer state (NO_SHARD) every rank holds the same
+  // single shard; rank 0 writes it.
+  if (policy_.shard_optimizer || ctx_->comm->rank() == 0) {
+    TensorList tensors;
+    for (size_t u = 0; u < units_.size(); ++u) {
+      const std::string prefix = "unit." + std::to_string(u) + ".";
+      tensors.emplace_back(prefix + "param", units_[u]->shard().detach().to(at::kCPU).clone());
+      for (size_t k = 0; k < meta.optimizer_buffers.size(); ++k) {
+        tensors.emplace_back(prefix + meta.optimizer_buffers[k],
+                             buffer_shard(*units_[u], static_cast<int>(u), slots_, optimizer_->buffers(), k));
+      }
+    }
+    write_shard(dir, shard_rank(), meta, tensors);
+  }
+  if (ctx_->comm->rank() == 0) write_sharded_meta(dir, meta);
+}
+
+}  // namespace ft

@@ -1,0 +1,350 @@
+// zero1/2/3 and fsdp (ft::ShardedStrategy) and the flat-shard layout.
+//
+// In-process (world size 1, so every collective is local): the layout
+// arithmetic, FlatParam's storage coming and going, options errors, every
+// policy training the same weights as the replicated strategy (clipping
+// on), state bytes, full state round trips across strategies.
+// Subprocess (the real `ft`): zero3 on 4 ranks saves, ddp on 2 and single
+// resume it; memory per rank on bench-mini against BENCHMARK.md's theory.
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "ft/comm.h"
+#include "ft/error.h"
+#include "ft/flat_shard.h"
+#include "ft/model.h"
+#include "ft/precision.h"
+#include "ft/replicated_strategy.h"
+#include "ft/safetensors.h"
+#include "ft/zero_strategy.h"
+#include "ft_run.h"
+
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ft::Error& e) {
+    return e.what();
+  }
+  return "<no ft::Error>";
+}
+
+ft::BertConfig tiny_config() {
+  ft::BertConfig c;
+  c.vocab_size = 37;
+  c.hidden_size = 8;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 2;
+  c.intermediate_size = 12;
+  c.max_position_embeddings = 16;
+  c.hidden_dropout_prob = 0.0;
+  c.attention_probs_dropout_prob = 0.0;
+  c.num_labels = 3;
+  c.id2label = {"a", "b", "c"};
+  return c;
+}
+
+std::shared_ptr<ft::BertForSequenceClassification> tiny_model() {
+  at::manual_seed(7);
+  return std::make_shared<ft::BertForSequenceClassification>(tiny_config());
+}
+
+ft::Batch tiny_batch(int step) {
+  at::manual_seed(100 + step);
+  ft::Batch b;
+  b.input_ids = at::randint(1, 37, {4, 6}, at::kLong);
+  b.attention_mask = at::ones({4, 6}, at::kLong);
+  b.attention_mask[3][5] = 0;
+  b.token_type_ids = at::zeros({4, 6}, at::kLong);
+  b.labels = at::randint(0, 3, {4}, at::kLong);
+  return b;
+}
+
+// One strategy driven like the Trainer drives it, at world size 1.
+struct Harness {
+  std::unique_ptr<ft::Comm> comm = ft::Comm::create(ft::DistEnv{});
+  ft::Precision precision{ft::PrecisionMode::FP32, c10::kCPU};
+  ft::StrategyContext ctx;
+  std::shared_ptr<ft::Strategy> strategy;
+  std::shared_ptr<ft::BertForSequenceClassification> model = tiny_model();
+
+  explicit Harness(std::shared_ptr<ft::Strategy> s) : strategy(std::move(s)) {
+    ctx.comm = comm.get();
+    ctx.precision = &precision;
+    ft::OptimizerSpec spec;
+    spec.lr = 1e-2;
+    spec.weight_decay = 0.1;
+    auto plan = ft::default_param_plan(model->weights(), 0.1, false);
+    strategy->setup(model, spec, plan, ctx);
+  }
+  // Two micro-batches per step (the first without sync), clipping at 0.05.
+  std::vector<double> train(int steps, int first = 0) {
+    std::vector<double> losses;
+    for (int s = first; s < first + steps; ++s) {
+      double total = 0;
+      for (int micro = 0; micro < 2; ++micro) {
+        ft::Batch b = tiny_batch(2 * s + micro);
+        auto loss = at::cross_entropy_loss(strategy->forward(b), b.labels) / 2.0;
+        strategy->backward(loss, micro == 1);
+        total += loss.item<double>();
+      }
+      strategy->step({1e-2, 0.05});
+      losses.push_back(total);
+    }
+    return losses;
+  }
+};
+
+std::shared_ptr<ft::Strategy> sharded(ft::ShardingPolicy p) { return std::make_shared<ft::ShardedStrategy>(p); }
+
+double max_diff(const ft::TensorList& a, const ft::TensorList& b) {
+  std::map<std::string, at::Tensor> bm(b.begin(), b.end());
+  double d = 0;
+  REQUIRE(a.size() == b.size());
+  for (const auto& [name, t] : a) {
+    INFO(name);
+    REQUIRE(bm.count(name) == 1);
+    d = std::max(d, (t - bm[name]).abs().max().item<double>());
+  }
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("flat layout: padded to the world size, equal contiguous shards, pieces per rank") {
+  ft::TensorList params = {{"a", at::zeros({5})}, {"b", at::zeros({3, 2})}, {"c", at::zeros({4})}};
+  auto l = ft::FlatLayout::build(params, 4, {true, false, true});
+  CHECK(l.numel == 15);
+  CHECK(l.padded_numel == 16);
+  CHECK(l.shard_numel() == 4);
+  CHECK(l.padding() == 1);
+  CHECK(l.entries[1].offset == 5);
+  CHECK(l.entries[2].offset == 11);
+  CHECK_FALSE(l.entries[1].trainable);
+  // Rank 1 owns [4, 8): last element of a, first three of b.
+  auto p1 = l.pieces(1);
+  REQUIRE(p1.size() == 2);
+  CHECK((p1[0].entry == 0 && p1[0].offset_in_entry == 4 && p1[0].offset_in_shard == 0 && p1[0].numel == 1));
+  CHECK((p1[1].entry == 1 && p1[1].offset_in_entry == 0 && p1[1].offset_in_shard == 1 && p1[1].numel == 3));
+  // Rank 3 owns [12, 16): c[1..3] and one padding element.
+  auto p3 = l.pieces(3);
+  REQUIRE(p3.size() == 1);
+  CHECK((p3[0].entry == 2 && p3[0].offset_in_entry == 1 && p3[0].numel == 3));
+
+  ft::TensorList named = {{"a", at::arange(5, at::kFloat)}, {"b", at::arange(6, at::kFloat).view({3, 2}) + 10},
+                          {"c", at::arange(4, at::kFloat) + 20}};
+  auto flat = l.flatten(named, "test");
+  CHECK(flat[5].item<float>() == 10.0f);
+  CHECK(flat[15].item<float>() == 0.0f);
+  auto back = l.unflatten(flat, ".x", /*trainable_only=*/true);
+  REQUIRE(back.size() == 2);
+  CHECK(back[1].first == "c.x");
+  CHECK(at::equal(back[1].second, named[2].second));
+  CHECK(error_of([&] { l.flatten({named[0], named[2]}, "ckpt"); }) == "ckpt: missing tensor 'b'");
+  CHECK(error_of([&] { l.flatten({named[0], {"b", at::zeros({5})}, named[2]}, "ckpt"); }) ==
+        "ckpt: tensor 'b' has 5 elements, expected 6 (shape 3x2)");
+  auto round = ft::FlatLayout::from_json(l.to_json(), "meta.json");
+  CHECK(round.to_json() == l.to_json());
+}
+
+TEST_CASE("flat layout: the embedding unit is split equally (balanced within 1%) on bench-mini shapes") {
+  ft::BertConfig c = ft::BertConfig::preset("mini");
+  c.vocab_size = 21128;
+  ft::BertForSequenceClassification model(c);
+  for (int world : {2, 4}) {
+    int64_t per_rank = 0, total = 0;
+    for (const auto& unit : model.unit_parameters()) {
+      auto l = ft::FlatLayout::build(unit, world);
+      CHECK(l.padding() < world);
+      per_rank += l.shard_numel();
+      total += l.numel;
+    }
+    // Every rank owns exactly per_rank elements; the ideal is total / world.
+    CHECK(static_cast<double>(per_rank) / (static_cast<double>(total) / world) < 1.01);
+  }
+}
+
+TEST_CASE("FlatParam: reshard frees the storage, unshard brings the values back, sizes stay") {
+  auto comm = ft::Comm::create(ft::DistEnv{});
+  auto w = at::arange(6, at::kFloat).view({2, 3}).requires_grad_(true);
+  auto b = at::full({4}, 9.0f).requires_grad_(true);
+  ft::FlatParam f(0, {{"w", w}, {"b", b}}, {true, true}, 1, 0, /*params_sharded=*/true);
+  CHECK(f.state() == ft::ShardedState::kSharded);
+  CHECK(f.full_bytes_held() == 0);
+  CHECK(w.sizes() == at::IntArrayRef({2, 3}));
+  CHECK(f.shard().numel() == 10);
+  f.unshard(*comm);
+  f.wait_for_unshard(*comm);
+  CHECK(f.state() == ft::ShardedState::kUnsharded);
+  CHECK(f.full_bytes_held() == 40);
+  CHECK(w[1][2].item<float>() == 5.0f);
+  CHECK(b[3].item<float>() == 9.0f);
+  f.reshard();
+  CHECK(f.full_bytes_held() == 0);
+  CHECK(at::equal(f.gather_copy(*comm).narrow(0, 0, 6), at::arange(6, at::kFloat)));
+}
+
+TEST_CASE("strategy options: policies and errors naming the key") {
+  auto z3 = ft::zero_policy_from_options(ft::ZeroStage::kWeights, {{"limit_all_gathers", "2"}});
+  CHECK((z3.shard_params && z3.shard_grads && z3.limit_all_gathers == 2 && z3.name == "zero3"));
+  auto z1 = ft::zero_policy_from_options(ft::ZeroStage::kOptimizerStates, {});
+  CHECK((!z1.shard_grads && !z1.shard_params && z1.shard_optimizer));
+  auto sgo = ft::fsdp_policy_from_options({{"sharding_strategy", "SHARD_GRAD_OP"}}, 1);
+  CHECK((sgo.shard_params && !sgo.reshard_after_forward));
+  auto ns = ft::fsdp_policy_from_options({{"sharding_strategy", "NO_SHARD"}, {"backward_prefetch", "NONE"}}, 1);
+  CHECK((!ns.shard_optimizer && !ns.shard_grads && !ns.backward_prefetch));
+  CHECK(error_of([] { ft::zero_policy_from_options(ft::ZeroStage::kGradients, {{"stage", "2"}}); }) ==
+        "strategy.options.stage: unknown option for zero2 (known: bucket_mb, prefetch, limit_all_gathers, "
+        "max_inflight_reduces)");
+  CHECK(error_of([] { ft::zero_policy_from_options(ft::ZeroStage::kWeights, {{"limit_all_gathers", "-1"}}); }) ==
+        "strategy.options.limit_all_gathers: '-1' is not an integer >= 0");
+  CHECK(error_of([] { ft::fsdp_policy_from_options({{"sharding_strategy", "FULL"}}, 1); }) ==
+        "strategy.options.sharding_strategy: 'FULL' is not one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD");
+  CHECK(error_of([] { ft::fsdp_policy_from_options({{"sharding_strategy", "HYBRID_SHARD"}}, 1); }) ==
+        "strategy.options.sharding_strategy: HYBRID_SHARD on one node is FULL_SHARD; use FULL_SHARD");
+  CHECK(error_of([] { ft::fsdp_policy_from_options({{"sharding_strategy", "HYBRID_SHARD"}}, 2); })
+            .find("HYBRID_SHARD needs per-node process groups") != std::string::npos);
+}
+
+TEST_CASE("every sharding policy trains the same weights as the replicated strategy (accumulation, clipping)") {
+  Harness ref(std::make_shared<ft::ReplicatedStrategy>());
+  const auto ref_losses = ref.train(3);
+  const auto ref_weights = ref.strategy->model_state();
+  const std::vector<ft::ShardingPolicy> policies = {
+      ft::ShardingPolicy::zero(ft::ZeroStage::kOptimizerStates), ft::ShardingPolicy::zero(ft::ZeroStage::kGradients),
+      ft::ShardingPolicy::zero(ft::ZeroStage::kWeights), ft::ShardingPolicy::fsdp(ft::FsdpSharding::kShardGradOp, 1),
+      ft::ShardingPolicy::fsdp(ft::FsdpSharding::kNoShard, 1)};
+  for (const auto& p : policies) {
+    CAPTURE(p.name);
+    CAPTURE(p.reshard_after_forward);
+    Harness h(sharded(p));
+    const auto losses = h.train(3);
+    for (size_t i = 0; i < losses.size(); ++i) CHECK(losses[i] == doctest::Approx(ref_losses[i]).epsilon(1e-6));
+    CHECK(max_diff(h.strategy->model_state(), ref_weights) < 1e-6);
+  }
+}
+
+TEST_CASE("zero3 state bytes: shards, grad shards, Adam state and the two units gathered at once") {
+  Harness h(sharded(ft::ShardingPolicy::zero(ft::ZeroStage::kWeights)));
+  h.train(1);
+  auto& s = dynamic_cast<ft::ShardedStrategy&>(*h.strategy);
+  int64_t shards = 0, trainable = 0, peak_pair = 0, prev = 0;
+  for (const auto& f : s.flat_params()) {
+    shards += f->layout().padded_numel * 4;
+    trainable += f->layout().numel;
+    CHECK(f->full_bytes_held() == 0);  // everything resharded after the step
+    peak_pair = std::max(peak_pair, prev + f->layout().padded_numel * 4);
+    prev = f->layout().padded_numel * 4;
+  }
+  const ft::StateBytes b = h.strategy->state_bytes();
+  CHECK(b.params == shards + peak_pair);  // limit_all_gathers 1: the unit in use + the prefetched one
+  CHECK(b.grads == shards);
+  CHECK(b.optimizer == 2 * 4 * trainable);
+}
+
+TEST_CASE("full state moves between replicated and sharded strategies, optimizer state included") {
+  Harness ref(std::make_shared<ft::ReplicatedStrategy>());
+  ref.train(2);
+  Harness z(sharded(ft::ShardingPolicy::zero(ft::ZeroStage::kWeights)));
+  auto opt = ref.strategy->optimizer_state();
+  z.strategy->load_state(ref.strategy->model_state(), &opt);
+  auto zopt = z.strategy->optimizer_state();
+  CHECK(zopt.step == 2);
+  CHECK(max_diff(zopt.tensors, opt.tensors) == 0.0);
+  CHECK(max_diff(z.strategy->model_state(), ref.strategy->model_state()) == 0.0);
+  const auto a = ref.train(2, 2), b = z.train(2, 2);
+  CHECK(b[1] == doctest::Approx(a[1]).epsilon(1e-6));
+  CHECK(max_diff(z.strategy->model_state(), ref.strategy->model_state()) < 1e-6);
+  CHECK(error_of([&] { z.strategy->load_state({}, nullptr); }) == "checkpoint: missing tensor 'bert.embeddings.word_embeddings.weight'");
+}
+
+// ---------------------------------------------------------------- real ft runs
+
+namespace {
+
+ft_test::RunOutput ft_parity(const std::string& extra, const std::filesystem::path& metrics) {
+  return ft_test::run_ft(fmt::format("run --config configs/parity-tiny.yaml --threads 1 --metrics-out {} {}",
+                                     metrics.string(), extra));
+}
+
+}  // namespace
+
+TEST_CASE("zero3 on 4 ranks saves at step 4; ddp on 2 ranks and single resume it and match the uninterrupted run") {
+  FT_REQUIRE_SHARED("fixtures/parity-tiny");
+  ft_test::TempDir tmp("zero-resume");
+  const auto ref = ft_test::reference_losses();
+  // The single-strategy weights after 4 steps.
+  auto single = ft_parity(fmt::format("--strategy single --max-steps 4 --output-dir {}", (tmp.path() / "single").string()),
+                          tmp.path() / "single.jsonl");
+  INFO(single.output);
+  REQUIRE(single.exit_code == 0);
+  auto z3 = ft_parity(fmt::format("--strategy zero3 --nproc 4 --set train.batch_size=8 --max-steps 4 --output-dir {}",
+                                  (tmp.path() / "z3").string()),
+                      tmp.path() / "z3.jsonl");
+  INFO(z3.output);
+  REQUIRE(z3.exit_code == 0);
+  const auto final_dir = tmp.path() / "z3" / "final";
+  CHECK(std::filesystem::exists(final_dir / "config.json"));
+  CHECK(std::filesystem::exists(final_dir / "training_state" / "optimizer.safetensors"));
+  const auto z3_weights = ft::safetensors::load((final_dir / "model.safetensors").string());
+  const auto single_weights = ft::safetensors::load((tmp.path() / "single" / "final" / "model.safetensors").string());
+  CHECK(max_diff(z3_weights, single_weights) < 1e-5);
+
+  struct Resume {
+    const char* name;
+    const char* flags;
+  };
+  for (const Resume& r : {Resume{"ddp", "--strategy ddp --nproc 2 --set train.batch_size=16"},
+                          Resume{"single", "--strategy single"}}) {
+    CAPTURE(r.name);
+    const auto metrics = tmp.path() / (std::string(r.name) + "-resume.jsonl");
+    auto out = ft_parity(fmt::format("{} --resume {} --max-steps 8", r.flags, final_dir.string()), metrics);
+    INFO(out.output);
+    REQUIRE(out.exit_code == 0);
+    const auto got = ft_test::step_losses(metrics);
+    REQUIRE(got.size() == 4);
+    for (size_t i = 0; i < 4; ++i) {
+      INFO("step " << i + 5);
+      CHECK(std::abs(got[i] - ref[i + 4]) < 1e-4);
+    }
+  }
+}
+
+TEST_CASE("bench-mini, 2 ranks: model-state bytes per rank within 10% of BENCHMARK.md's theory") {
+  FT_REQUIRE_SHARED("fixtures/bench-mini");
+  ft_test::TempDir tmp("zero-mem");
+  ft::BertConfig c = ft::BertConfig::from_json_file((ft_test::shared_dir() / "fixtures/bench-mini/config.json").string());
+  ft::BertForSequenceClassification model(c);
+  double psi = 0, largest_unit = 0;
+  for (const auto& unit : model.unit_parameters()) {
+    double n = 0;
+    for (const auto& [name, t] : unit) n += static_cast<double>(t.numel());
+    psi += n;
+    largest_unit = std::max(largest_unit, n);
+  }
+  const double N = 2;
+  const std::map<std::string, double> theory = {{"zero1", 8 * psi + 8 * psi / N},
+                                                {"zero2", 4 * psi + 12 * psi / N},
+                                                {"zero3", 16 * psi / N + 4 * largest_unit}};
+  for (const auto& [name, bytes] : theory) {
+    CAPTURE(name);
+    const auto metrics = tmp.path() / (name + ".jsonl");
+    auto out = ft_test::run_ft(fmt::format(
+        "run --config configs/bench-mini.yaml --strategy {} --nproc 2 --threads 1 --set train.batch_size=2 "
+        "--max-steps 1 --metrics-out {}",
+        name, metrics.string()));
+    INFO(out.output);
+    REQUIRE(out.exit_code == 0);
+    const auto summary = ft_test::read_events(metrics, "summary");
+    REQUIRE(summary.size() == 1);
+    const auto per_rank = summary[0].at("model_state_bytes").get<std::vector<double>>();
+    REQUIRE(per_rank.size() == 2);
+    for (double b : per_rank) CHECK(std::abs(b - bytes) / bytes < 0.10);
+  }
+}
