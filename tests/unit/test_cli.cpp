@@ -149,8 +149,8 @@ TEST_CASE("checkpoint rotation keeps the newest save_total_limit, never the best
   std::vector<std::string> kept;
   for (const auto& e : fsys::directory_iterator(out_dir)) kept.push_back(e.path().filename().string());
   std::sort(kept.begin(), kept.end());
-  // Saves at 2,4,6,8,10; evals after 3,6,9,12 with falling loss: best = checkpoint-10's
-  // predecessor eval at step 9 -> first save after it is checkpoint-10, so nothing extra is kept.
+  // Saves at 2,4,6,8,10 (step 12 is `final`); evals after steps 3,6,9,12 with a falling loss,
+  // so the best is always the newest save and rotation keeps exactly the two newest.
   CHECK(kept == std::vector<std::string>{"checkpoint-10", "checkpoint-8", "final"});
 }
 
