@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   ft::app::add_eval_predict_commands(app, exit_code);
   ft::app::add_vocab_command(app, exit_code);
   ft::app::add_consolidate_command(app, exit_code);
+  ft::app::add_bench_command(app, exit_code, args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

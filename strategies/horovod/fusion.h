@@ -7,8 +7,9 @@
 // lasts `cycle` (Horovod's HOROVOD_CYCLE_TIME): the thread waits that long so
 // that tensors becoming ready close together share one collective. It ends
 // early when the queue holds every tensor the round expects (expect()), so
-// a round whose gradients are all ready (reduce at step()) never waits. At the end of a cycle the ranks *negotiate*: they all-reduce (Min)
-// how many queued tensors each has, and reduce that common prefix, so every
+// a round whose gradients are all ready (reduce at step()) never waits. At
+// the end of a cycle the ranks *negotiate*: they all-reduce (Min) how many
+// queued tensors each has, and reduce that common prefix, so every
 // rank fuses exactly the same tensors even though their backward passes run
 // at different speeds (Horovod's coordinator does this with ready lists).
 // The prefix is cut into groups of at most `threshold_bytes` (one tensor

@@ -128,9 +128,10 @@ TEST_CASE("ring at world size 1: identity in fp32, fp16 wire rounds, misuse is o
 }
 
 TEST_CASE("ring all-reduce is exact on 2, 3 and 4 ranks with uneven sizes; fusion negotiates") {
-  // Per rank: 6 sizes x 2 ops x 4 checks, fp64, 5 fp16 checks, the hook;
-  // fusion: 4 fusion_groups + 6 scattered + 2 adjacent + 3 staggered.
-  const int ring = 6 * 2 * 4 + 1 + 5 + 1;
+  // Per rank: 6 sizes x 2 ops x 4 checks, fp64, 5 fp16 checks, the hook
+  // alone and under a GradBuffer; fusion: 4 fusion_groups + 6 scattered +
+  // 2 adjacent + 3 staggered.
+  const int ring = 6 * 2 * 4 + 1 + 5 + 2;
   expect_all_passed(run_worker(2, "ring"), 2, ring);
   expect_all_passed(run_worker(3, "all"), 3, ring + 15);
   expect_all_passed(run_worker(4, "ring"), 4, ring);

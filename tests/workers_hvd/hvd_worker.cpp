@@ -26,6 +26,7 @@
 #include "ft/comm.h"
 #include "ft/dist_env.h"
 #include "ft/error.h"
+#include "ft/grad_buffer.h"
 #include "ft/ring_allreduce.h"
 #include "fusion.h"
 #include "horovod_options.h"
@@ -120,6 +121,22 @@ void check_ring(ft::Comm& comm) {
     bc.work.wait();
     bc.after_wait();
     check(r, at::equal(data, ramp_sum(10, w, at::kFloat) / static_cast<float>(w)), "ring hook averages the bucket");
+  }
+  {
+    // The hook under a GradBuffer (how ddp would use it): one bucket per
+    // parameter, launched from autograd hooks during backward.
+    std::vector<at::Tensor> ps;
+    for (int64_t n : {4, 6, 3}) ps.push_back(at::zeros({n}).requires_grad_(true));
+    ft::GradBufferOptions bo;
+    bo.bucket_bytes = 1;
+    ft::GradBuffer buffer(ps, bo, ft::ring_allreduce_hook(comm, at::kFloat));
+    buffer.start_backward(true);
+    at::Tensor loss = (ps[0].sum() + ps[1].sum() + ps[2].sum()) * static_cast<double>(r + 1);
+    loss.backward();
+    buffer.finish_sync();
+    bool ok = buffer.num_buckets() == 3;
+    for (auto& p : ps) ok = ok && at::equal(p.grad(), at::full_like(p, (w + 1) / 2.0f));
+    check(r, ok, "ring hook under GradBuffer averages every grad");
   }
 }
 

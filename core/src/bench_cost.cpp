@@ -1,0 +1,237 @@
+// The memory / α-β cost model behind the `auto` strategy and the theory
+// column of `ft bench` (formulas in ft/bench.h).
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "ft/bench.h"
+#include "ft/error.h"
+
+namespace ft {
+namespace {
+
+constexpr double kNearTie = 1.05;  // within 5 %: prefer the simpler, earlier candidate
+
+bool known_candidate(const std::string& name) {
+  return name == "ddp" || name == "ddp_amp" || name == "zero1" || name == "zero2" || name == "zero3" ||
+         name == "fsdp";
+}
+
+bool sharded_params(const std::string& name) { return name == "zero3" || name == "fsdp"; }
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / std::max<int64_t>(1, b); }
+
+// Saved activations per rank for backward, from Korthikanti et al. (2022):
+// 34·s·b·h + 5·a·s²·b bytes per layer with 16-bit activations; fp32 doubles it.
+int64_t activation_bytes(const PlanInputs& in) {
+  const double s = static_cast<double>(in.seq_len);
+  const double b = static_cast<double>(in.batch_rows);
+  const double h = static_cast<double>(in.model.hidden);
+  const double a = static_cast<double>(in.model.heads);
+  const double per_layer = 34.0 * s * b * h + 5.0 * a * s * s * b;
+  const double bytes = per_layer * static_cast<double>(in.model.layers) * (in.mixed_precision ? 1.0 : 2.0);
+  return static_cast<int64_t>(bytes);
+}
+
+// Forward + backward FLOPs of one micro-batch: 6 per matmul weight per token,
+// plus attention scores and context (12·L·s²·h per row).
+double step_flops(const PlanInputs& in) {
+  const double tokens = static_cast<double>(in.batch_rows) * static_cast<double>(in.seq_len);
+  const double matmul_params = static_cast<double>(std::max<int64_t>(0, in.model.params - in.model.embedding_params));
+  const double attention = 12.0 * static_cast<double>(in.model.layers) * static_cast<double>(in.seq_len) *
+                           static_cast<double>(in.model.hidden) * tokens;
+  return 6.0 * matmul_params * tokens + attention;
+}
+
+CandidateEstimate estimate(const std::string& name, const PlanInputs& in) {
+  const int n = std::max(1, in.world_size);
+  const int64_t psi = in.model.params;
+  const int64_t grad_bytes = 4 * psi;  // ft communicates fp32 gradients
+  CandidateEstimate e;
+  e.name = name;
+  e.formula = theory_formula(name);
+  e.state_bytes = theory_state_bytes(name, psi, n);
+  if (sharded_params(name)) {
+    // The gathered unit in fp32 and its full gradient before the reduce-scatter.
+    e.extra_bytes = n > 1 ? 2 * 4 * in.model.largest_unit_params : 0;
+    if (in.mixed_precision) e.extra_bytes += 2 * psi / n;
+  } else if (in.mixed_precision) {
+    e.extra_bytes = 2 * psi;
+  }
+  e.activation_bytes = activation_bytes(in);
+  e.total_bytes = e.state_bytes + e.extra_bytes + e.activation_bytes;
+  e.fits = in.memory_limit_bytes <= 0 || e.total_bytes <= in.memory_limit_bytes;
+  e.compute_s = step_flops(in) / std::max(1.0, in.flops_per_s);
+
+  if (n > 1) {
+    const double share = static_cast<double>(n - 1) / n;
+    const int64_t buckets = ceil_div(grad_bytes, in.bucket_bytes);
+    const int64_t units = std::max<int64_t>(1, in.model.num_units);
+    if (name == "ddp" || name == "ddp_amp") {
+      e.collectives = buckets;
+      e.comm_bytes = static_cast<int64_t>(2.0 * share * grad_bytes);
+      e.comm_s = ring_allreduce_seconds(in.link, n, grad_bytes, buckets);
+    } else if (name == "zero1") {
+      // All-reduce the grads, then all-gather the updated parameters.
+      e.collectives = buckets + 1;
+      e.comm_bytes = static_cast<int64_t>(3.0 * share * grad_bytes);
+      e.comm_s = ring_allreduce_seconds(in.link, n, grad_bytes, buckets) +
+                 ring_allgather_seconds(in.link, n, grad_bytes, 1);
+    } else if (name == "zero2") {
+      // Reduce-scatter the grads, all-gather the updated parameters.
+      e.collectives = buckets + 1;
+      e.comm_bytes = static_cast<int64_t>(2.0 * share * grad_bytes);
+      e.comm_s = ring_allgather_seconds(in.link, n, grad_bytes, buckets) +
+                 ring_allgather_seconds(in.link, n, grad_bytes, 1);
+    } else {
+      // zero3 / fsdp: all-gather per unit in forward and again in backward,
+      // reduce-scatter per unit.
+      e.collectives = 3 * units;
+      e.comm_bytes = static_cast<int64_t>(3.0 * share * grad_bytes);
+      e.comm_s = 3.0 * ring_allgather_seconds(in.link, n, grad_bytes, units);
+    }
+  }
+  // No overlap credit: on CPU the ranks' communication competes with their
+  // compute for the same cores, so hiding it behind backward is not free.
+  e.step_s = e.compute_s + e.comm_s;
+  return e;
+}
+
+std::string mb(int64_t bytes) { return fmt::format("{:.1f}", static_cast<double>(bytes) / (1024.0 * 1024.0)); }
+
+}  // namespace
+
+LinkModel fit_link_model(int world_size, int64_t small_bytes, double small_seconds, int64_t large_bytes,
+                         double large_seconds) {
+  if (large_bytes <= small_bytes) {
+    fail("fit_link_model: the large probe ({} B) must be bigger than the small one ({} B)", large_bytes, small_bytes);
+  }
+  LinkModel link;
+  if (world_size <= 1) return link;
+  const double n = world_size;
+  // Per-call time t(bytes) = a + b·bytes with a = 2(N-1)α and b = 2(N-1)/N·β.
+  const double b = (large_seconds - small_seconds) / static_cast<double>(large_bytes - small_bytes);
+  const double a = small_seconds - b * static_cast<double>(small_bytes);
+  link.alpha_s = std::max(0.0, a / (2.0 * (n - 1.0)));
+  link.beta_s_per_byte = std::max(0.0, b * n / (2.0 * (n - 1.0)));
+  return link;
+}
+
+double ring_allreduce_seconds(const LinkModel& link, int world_size, int64_t bytes, int64_t calls) {
+  if (world_size <= 1) return 0.0;
+  const double n = world_size;
+  return 2.0 * (n - 1.0) * static_cast<double>(calls) * link.alpha_s +
+         2.0 * (n - 1.0) / n * static_cast<double>(bytes) * link.beta_s_per_byte;
+}
+
+double ring_allgather_seconds(const LinkModel& link, int world_size, int64_t bytes, int64_t calls) {
+  if (world_size <= 1) return 0.0;
+  const double n = world_size;
+  return (n - 1.0) * static_cast<double>(calls) * link.alpha_s +
+         (n - 1.0) / n * static_cast<double>(bytes) * link.beta_s_per_byte;
+}
+
+int64_t theory_state_bytes(const std::string& strategy, int64_t params, int world_size, int replicas) {
+  const int64_t n = std::max(1, world_size);
+  const int64_t p = params;
+  if (strategy == "single" || strategy == "ddp" || strategy == "ddp_amp" || strategy == "horovod") return 16 * p;
+  if (strategy == "dp") return 16 * p + 8 * p * (std::max(1, replicas) - 1);
+  if (strategy == "zero1") return 8 * p + 8 * p / n;
+  if (strategy == "zero2") return 4 * p + 12 * p / n;
+  if (strategy == "zero3" || strategy == "fsdp") return 16 * p / n;
+  return -1;
+}
+
+std::string theory_formula(const std::string& strategy) {
+  if (strategy == "single" || strategy == "ddp" || strategy == "ddp_amp" || strategy == "horovod") return "16Ψ";
+  if (strategy == "dp") return "16Ψ+8Ψ(R-1)";
+  if (strategy == "zero1") return "8Ψ+8Ψ/N";
+  if (strategy == "zero2") return "4Ψ+12Ψ/N";
+  if (strategy == "zero3" || strategy == "fsdp") return "16Ψ/N";
+  return "";
+}
+
+Plan plan_strategy(const PlanInputs& in) {
+  Plan plan;
+  for (const auto& name : in.candidates) {
+    if (!known_candidate(name)) continue;
+    if (in.mixed_precision && name == "ddp") continue;
+    if (!in.mixed_precision && name == "ddp_amp") continue;
+    if (std::any_of(plan.table.begin(), plan.table.end(), [&](const auto& e) { return e.name == name; })) continue;
+    plan.table.push_back(estimate(name, in));
+  }
+  if (plan.table.empty()) {
+    std::string given;
+    for (const auto& c : in.candidates) given += (given.empty() ? "" : ", ") + c;
+    fail("auto: none of ddp, ddp_amp, zero1, zero2, zero3, fsdp is installed (found: {}); build them or pick a strategy by name",
+         given.empty() ? "nothing" : given);
+  }
+  int fastest = -1;
+  for (size_t i = 0; i < plan.table.size(); ++i) {
+    if (!plan.table[i].fits) continue;
+    if (fastest < 0 || plan.table[i].step_s < plan.table[static_cast<size_t>(fastest)].step_s) fastest = static_cast<int>(i);
+  }
+  const std::string limit =
+      in.memory_limit_bytes > 0 ? fmt::format("the {} MB per-rank limit", mb(in.memory_limit_bytes)) : "no memory limit";
+  if (fastest < 0) {
+    size_t smallest = 0;
+    for (size_t i = 1; i < plan.table.size(); ++i) {
+      if (plan.table[i].total_bytes < plan.table[smallest].total_bytes) smallest = i;
+    }
+    plan.chosen = static_cast<int>(smallest);
+    plan.reason = fmt::format("no candidate fits {}; {} needs the least memory ({} MB per rank)", limit,
+                              plan.table[smallest].name, mb(plan.table[smallest].total_bytes));
+    return plan;
+  }
+  // The earliest fitting candidate within the near-tie band of the fastest.
+  const double bound = plan.table[static_cast<size_t>(fastest)].step_s * kNearTie;
+  for (size_t i = 0; i < plan.table.size(); ++i) {
+    if (plan.table[i].fits && plan.table[i].step_s <= bound) {
+      plan.chosen = static_cast<int>(i);
+      break;
+    }
+  }
+  const auto& c = plan.choice();
+  std::vector<std::string> too_big;
+  for (const auto& e : plan.table) {
+    if (!e.fits) too_big.push_back(e.name);
+  }
+  std::string excluded;
+  if (!too_big.empty()) {
+    std::string names;
+    for (const auto& n : too_big) names += (names.empty() ? "" : ", ") + n;
+    excluded = fmt::format("; {} would not fit", names);
+  }
+  plan.reason = fmt::format("{} fits {} ({} MB per rank) with the fastest estimated step ({:.1f} ms, comm {:.1f} ms){}",
+                            c.name, limit, mb(c.total_bytes), c.step_s * 1e3, c.comm_s * 1e3, excluded);
+  if (static_cast<int>(plan.chosen) != fastest) {
+    plan.reason += fmt::format("; {} is within 5% and simpler than {}", c.name,
+                               plan.table[static_cast<size_t>(fastest)].name);
+  }
+  return plan;
+}
+
+std::string format_plan(const Plan& plan, const PlanInputs& in) {
+  std::string out = fmt::format(
+      "auto: Ψ = {} params, {} rank(s), {}, per-rank batch {} x {} tokens, link α = {:.1f} us, β = {:.3f} ns/B "
+      "({:.2f} GB/s), compute {:.2f} GFLOP/s{}\n",
+      in.model.params, in.world_size, in.mixed_precision ? "mixed precision" : "fp32", in.batch_rows, in.seq_len,
+      in.link.alpha_s * 1e6, in.link.beta_s_per_byte * 1e9,
+      in.link.beta_s_per_byte > 0 ? 1e-9 / in.link.beta_s_per_byte : 0.0, in.flops_per_s * 1e-9,
+      in.memory_limit_bytes > 0 ? fmt::format(", memory limit {} MB/rank", mb(in.memory_limit_bytes)) : "");
+  out += fmt::format("  {:<8} {:>11} {:>9} {:>8} {:>8} {:>9} {:>5} {:>11} {:>9} {:>9} {:>9}\n", "strategy",
+                     "formula", "state MB", "extra MB", "act MB", "total MB", "fits", "comm MB/st", "comm ms",
+                     "compute ms", "step ms");
+  for (size_t i = 0; i < plan.table.size(); ++i) {
+    const auto& e = plan.table[i];
+    out += fmt::format("{} {:<8} {:>11} {:>9} {:>8} {:>8} {:>9} {:>5} {:>11} {:>9.1f} {:>9.1f} {:>9.1f}\n",
+                       static_cast<int>(i) == plan.chosen ? "*" : " ", e.name, e.formula, mb(e.state_bytes),
+                       mb(e.extra_bytes), mb(e.activation_bytes), mb(e.total_bytes), e.fits ? "yes" : "no",
+                       mb(e.comm_bytes), e.comm_s * 1e3, e.compute_s * 1e3, e.step_s * 1e3);
+  }
+  out += fmt::format("auto: picked {}: {}\n", plan.choice().name, plan.reason);
+  return out;
+}
+
+}  // namespace ft

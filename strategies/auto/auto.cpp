@@ -1,0 +1,239 @@
+// `auto`: one name that picks the backend (the seeds' accelerate row).
+//
+// At setup it estimates, for every installed candidate (ddp or ddp_amp,
+// zero1, zero2, zero3, fsdp), the per-rank memory (model-state formula +
+// gathered unit + 16-bit copies + activations) and the step time (compute
+// from a measured matmul rate + communication from an α-β link model fitted
+// to timed all-reduces of two sizes), picks one with ft::plan_strategy,
+// prints the estimate table and the reason on rank 0, and from then on
+// forwards every Strategy call to the chosen strategy, which it owns.
+//
+// strategy.options read here (all others go to the chosen strategy):
+//   memory_limit_mb  per-rank budget in MiB (default: none)
+//   batch_size       per-rank rows for the activation estimate (default 16)
+//   seq_len          tokens per row for the activation estimate (default 128)
+//   candidates       comma list to choose from (default: all installed)
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "ft/bench.h"
+#include "ft/comm.h"
+#include "ft/error.h"
+#include "ft/model.h"
+#include "ft/plugin.h"
+#include "ft/plugin_host.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Preference order for near-ties: the simplest strategy first.
+const std::vector<std::string> kPreference = {"ddp", "ddp_amp", "zero1", "zero2", "zero3", "fsdp"};
+
+struct AutoOptions {
+  int64_t memory_limit_bytes = 0;
+  int64_t batch_size = 16;
+  int64_t seq_len = 128;
+  std::vector<std::string> candidates;           // empty: every installed one
+  std::map<std::string, std::string> passthrough;  // for the chosen strategy
+};
+
+double parse_positive(const std::string& key, const std::string& value, const char* what) {
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != value.size() || !(v > 0)) ft::fail("strategy.options.{}: '{}' is not a positive number ({})", key, value, what);
+  return v;
+}
+
+AutoOptions parse_options(const std::map<std::string, std::string>& options) {
+  AutoOptions out;
+  for (const auto& [key, value] : options) {
+    if (key == "memory_limit_mb") {
+      out.memory_limit_bytes = static_cast<int64_t>(parse_positive(key, value, "MiB per rank, e.g. 512") * 1024.0 * 1024.0);
+    } else if (key == "batch_size") {
+      out.batch_size = static_cast<int64_t>(parse_positive(key, value, "rows per rank, e.g. 16"));
+    } else if (key == "seq_len") {
+      out.seq_len = static_cast<int64_t>(parse_positive(key, value, "tokens per row, e.g. 128"));
+    } else if (key == "candidates") {
+      std::stringstream ss(value);
+      for (std::string item; std::getline(ss, item, ',');) {
+        if (item.empty()) continue;
+        if (std::find(kPreference.begin(), kPreference.end(), item) == kPreference.end()) {
+          ft::fail("strategy.options.candidates: '{}' is not one auto can model (known: ddp, ddp_amp, zero1, zero2, zero3, fsdp)",
+                   item);
+        }
+        out.candidates.push_back(item);
+      }
+      if (out.candidates.empty()) ft::fail("strategy.options.candidates: empty list; name at least one, e.g. ddp,zero3");
+    } else {
+      out.passthrough[key] = value;
+    }
+  }
+  return out;
+}
+
+// Median seconds of `reps` all-reduces of `numel` floats, after one warm-up.
+double time_allreduce(ft::Comm& comm, int64_t numel, int reps) {
+  at::Tensor t = at::ones({numel}, at::kFloat);
+  comm.all_reduce(t);
+  std::vector<double> s;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    comm.all_reduce(t);
+    s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::sort(s.begin(), s.end());
+  return s[s.size() / 2];
+}
+
+// Best-of-3 fp32 matmul rate on this rank's threads, sized like one FFN matmul.
+double measure_flops(int64_t hidden) {
+  const int64_t m = 512, k = std::max<int64_t>(64, hidden), n = 4 * k;
+  at::Tensor a = at::randn({m, k});
+  at::Tensor b = at::randn({k, n});
+  at::Tensor c = at::mm(a, b);  // warm-up
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = Clock::now();
+    c = at::mm(a, b);
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return 2.0 * static_cast<double>(m * k * n) / std::max(1e-9, best);
+}
+
+class AutoStrategy final : public ft::Strategy {
+ public:
+  void setup(std::shared_ptr<ft::BertForSequenceClassification> model, const ft::OptimizerSpec& optimizer,
+             const ft::ParamPlan& plan, ft::StrategyContext& ctx) override {
+    model_ = model;
+    const AutoOptions options = parse_options(ctx.options);
+    ft::Comm& comm = *ctx.comm;
+
+    ft::PluginHost host = ft::PluginHost::discover(ft::DiscoveryOptions::from_environment());
+    std::vector<std::string> installed;
+    for (const auto& info : host.list()) installed.push_back(info.name);
+    const std::vector<std::string>& wanted = options.candidates.empty() ? kPreference : options.candidates;
+    ft::PlanInputs in;
+    for (const auto& name : wanted) {
+      if (std::find(installed.begin(), installed.end(), name) != installed.end()) in.candidates.push_back(name);
+    }
+    in.model = shape_of(*model, plan);
+    in.world_size = comm.world_size();
+    in.mixed_precision = ctx.precision->mixed();
+    in.batch_rows = options.batch_size;
+    in.seq_len = options.seq_len;
+    in.memory_limit_bytes = options.memory_limit_bytes;
+    measure(comm, in);
+
+    plan_ = ft::plan_strategy(in);
+    // The inputs agree on every rank, so the plans do; rank 0's choice is
+    // broadcast anyway so a floating-point tie can never split the job.
+    at::Tensor chosen = at::tensor({static_cast<int64_t>(plan_.chosen)}, at::kLong);
+    comm.broadcast(chosen, 0);
+    plan_.chosen = static_cast<int>(chosen.item<int64_t>());
+    if (comm.rank() == 0) {
+      std::fputs(ft::format_plan(plan_, in).c_str(), stdout);
+      std::fflush(stdout);
+    }
+
+    inner_ = host.create(plan_.choice().name);
+    inner_ctx_ = ctx;
+    inner_ctx_.options = options.passthrough;
+    inner_->setup(std::move(model), optimizer, plan, inner_ctx_);
+  }
+
+  ft::PrecisionMode default_precision(c10::DeviceType device) const override {
+    // As accelerate: full precision unless the run asks for mixed.
+    (void)device;
+    return ft::PrecisionMode::FP32;
+  }
+
+  at::Tensor forward(const ft::Batch& batch) override { return inner().forward(batch); }
+  void backward(const at::Tensor& loss, bool sync_grads) override { inner().backward(loss, sync_grads); }
+  ft::StepResult step(const ft::StepOptions& options) override { return inner().step(options); }
+  ft::TensorList model_state() override { return inner().model_state(); }
+  ft::OptimizerState optimizer_state() override { return inner().optimizer_state(); }
+  void load_state(const ft::TensorList& model, const ft::OptimizerState* optimizer) override {
+    inner().load_state(model, optimizer);
+  }
+  void set_training(bool training) override {
+    if (inner_) {
+      inner_->set_training(training);
+    } else {
+      Strategy::set_training(training);
+    }
+  }
+  ft::StateBytes state_bytes() const override { return inner_ ? inner_->state_bytes() : ft::StateBytes{}; }
+  void teardown() override {
+    if (inner_) inner_->teardown();
+  }
+
+ private:
+  ft::Strategy& inner() {
+    if (!inner_) ft::fail("strategy 'auto': used before setup()");
+    return *inner_;
+  }
+
+  static ft::ModelShape shape_of(const ft::BertForSequenceClassification& model, const ft::ParamPlan& plan) {
+    ft::ModelShape s;
+    const auto& cfg = model.config();
+    s.hidden = cfg.hidden_size;
+    s.layers = cfg.num_hidden_layers;
+    s.heads = cfg.num_attention_heads;
+    s.num_units = model.num_units();
+    for (const auto& unit : model.unit_parameters()) {
+      int64_t n = 0;
+      for (const auto& [name, p] : unit) {
+        auto it = plan.find(name);
+        if (it != plan.end() && !it->second.trainable) continue;
+        n += p.numel();
+        if (name.find("word_embeddings") != std::string::npos) s.embedding_params += p.numel();
+      }
+      s.params += n;
+      s.largest_unit_params = std::max(s.largest_unit_params, n);
+    }
+    return s;
+  }
+
+  // Fits the link model and the compute rate; the slowest rank's timings are
+  // used everywhere so every rank plans from the same numbers.
+  static void measure(ft::Comm& comm, ft::PlanInputs& in) {
+    constexpr int64_t kSmall = 256, kLarge = 1 << 20;  // floats: 1 KiB and 4 MiB
+    double t_small = 0, t_large = 0;
+    if (comm.world_size() > 1) {
+      t_small = time_allreduce(comm, kSmall, 5);
+      t_large = time_allreduce(comm, kLarge, 5);
+    }
+    const double flops = measure_flops(in.model.hidden);
+    at::Tensor facts = at::tensor({t_small, t_large, 1.0 / flops}, at::kDouble);
+    comm.all_reduce(facts, ft::ReduceOp::Max);
+    const double* d = facts.data_ptr<double>();
+    in.link = ft::fit_link_model(comm.world_size(), kSmall * 4, d[0], kLarge * 4, d[1]);
+    in.flops_per_s = 1.0 / d[2];
+  }
+
+  ft::Plan plan_;
+  // The chosen strategy keeps a pointer to its context, so the context is
+  // declared first (destroyed after the strategy).
+  ft::StrategyContext inner_ctx_;
+  std::shared_ptr<ft::Strategy> inner_;
+};
+
+}  // namespace
+
+FT_STRATEGY_PLUGIN("auto", "1.0.0",
+                   FT_STRATEGY("auto", "picks ddp/ddp_amp/zero1-3/fsdp from a memory and α-β cost model, says why",
+                               [] { return new AutoStrategy(); }))
