@@ -73,11 +73,10 @@ std::vector<RowDef> known_rows() {
       {"zero2", "zero2", "zero2", Launch::Spawn, "deepspeed (ran ZeRO-3)", 1.0114, {}},
       {"zero3", "zero3", "zero3", Launch::Spawn, "deepspeed ZeRO-3", 1.0114, {}},
       {"auto", "auto", "auto", Launch::Spawn, "accelerate", 1.3667, {}},
-      {"trainer", "Trainer preset (configs/trainer-preset.yaml)", "ddp_amp", Launch::Spawn, "Trainer fp16", 0.4900, {}},
+      {"trainer", "Trainer preset", "ddp_amp", Launch::Spawn, "Trainer fp16", 0.4900, {}},
       {"fsdp", "fsdp", "fsdp", Launch::Spawn, "", std::nan(""), {}},
   };
 }
-
 
 struct Workload {
   std::string label, config;

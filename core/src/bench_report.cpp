@@ -236,7 +236,7 @@ std::string bench_json(const BenchReport& rep) {
 
 std::string bench_svg(const BenchReport& rep) {
   // Two horizontal bar panels side by side; one line per row.
-  const int label_w = 190, panel_w = 300, gap = 70, row_h = 22, top = 56;
+  const int label_w = 200, panel_w = 300, gap = 70, row_h = 22, top = 56;
   const int n = static_cast<int>(rep.rows.size());
   const int width = label_w + 2 * panel_w + gap + 80;
   const int height = top + n * row_h + 40;

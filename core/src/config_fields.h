@@ -60,6 +60,7 @@ void for_each_field(Config& c, F&& f) {
   f("train", "eval_every", c.train.eval_every);
   f("train", "save_every", c.train.save_every);
   f("train", "save_total_limit", c.train.save_total_limit);
+  f("train", "save_sharded", c.train.save_sharded);
   f("train", "best_metric", c.train.best_metric);
   f("train", "output_dir", c.train.output_dir);
   f("train", "resume_from", c.train.resume_from);

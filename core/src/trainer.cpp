@@ -20,6 +20,7 @@
 #include "ft/optim.h"
 #include "ft/precision.h"
 #include "ft/sampler.h"
+#include "ft/zero_strategy.h"
 
 namespace ft {
 namespace fsys = std::filesystem;
@@ -196,12 +197,22 @@ struct Trainer::Impl {
       state.best_checkpoint = dir.string();
       pending_best_ = false;
     }
-    auto data = checkpoint_data(true);  // collective: every rank takes part
-    if (is_rank0()) {
-      save_checkpoint(dir, data);
-      rotate_checkpoints(out);
-      events.info(fmt::format("saved {}", dir.string()));
+    write_checkpoint(dir);
+    if (is_rank0()) rotate_checkpoints(out);
+  }
+
+  // Collective: every rank gathers; rank 0 writes the consolidated dir, then
+  // (when asked) every rank adds its own shard beside it.
+  void write_checkpoint(const fsys::path& dir) {
+    auto data = checkpoint_data(true);
+    if (is_rank0()) save_checkpoint(dir, data);
+    auto* sharded = dynamic_cast<ShardedCheckpointing*>(strategy.get());
+    if (sharded && config.train.save_sharded) {
+      comm.barrier();  // rank 0 has committed dir
+      sharded->save_sharded(dir);
+      comm.barrier();  // every shard is on disk before anyone reads or rotates
     }
+    events.info(fmt::format("saved {}", dir.string()));
   }
 
   // Keeps the newest save_total_limit checkpoints, never the best one.
@@ -368,11 +379,7 @@ TrainResult Trainer::Impl::fit() {
     const fsys::path final_dir = fsys::path(t.output_dir) / "final";
     if (pending_best_) state.best_checkpoint = final_dir.string();
     pending_best_ = false;
-    auto data = checkpoint_data(true);
-    if (is_rank0()) {
-      save_checkpoint(final_dir, data);
-      events.info(fmt::format("saved {}", final_dir.string()));
-    }
+    write_checkpoint(final_dir);
     s.checkpoint = final_dir.string();
   }
   events.summary(s);

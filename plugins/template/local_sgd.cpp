@@ -20,13 +20,7 @@
 // placement, forward, the step (unscale, clip, update, zero), model and
 // optimizer state; ft::Comm gives the collectives.
 
-// ft::Error is thrown below. Until error.h marks the class default-visible,
-// include it under default visibility: otherwise this plugin's
-// -fvisibility=hidden would give the exception a private vtable that
-// disappears when the plugin is unloaded while the error is still in flight.
-#pragma GCC visibility push(default)
 #include "ft/error.h"
-#pragma GCC visibility pop
 
 #include <cerrno>
 #include <cstdint>

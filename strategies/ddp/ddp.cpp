@@ -51,7 +51,7 @@ class DdpStrategy final : public ft::ReplicatedStrategy {
     // Validate before the first collective so every rank fails the same way.
     const DdpOptions options = DdpOptions::parse(ctx_->options);
     ft::Comm& comm = *ctx_->comm;
-    broadcast_model(comm);
+    broadcast_model_from_rank0();
     ft::GradBufferOptions bo;
     bo.bucket_bytes = std::max<int64_t>(4, static_cast<int64_t>(options.bucket_mb * 1024.0 * 1024.0));
     bo.rebuild_with = &comm;  // lay buckets out in the order grads really arrive
@@ -72,38 +72,6 @@ class DdpStrategy final : public ft::ReplicatedStrategy {
   void finish_grad_sync() override { buffer_->finish_sync(); }
 
  private:
-  // Rank 0's parameters and buffers, one coalesced broadcast per dtype, so
-  // ranks start identical even if their initialisation differed.
-  void broadcast_model(ft::Comm& comm) {
-    if (comm.world_size() == 1) return;
-    at::NoGradGuard no_grad;
-    std::vector<at::Tensor> tensors;
-    for (const auto& p : model_->parameters()) tensors.push_back(p);
-    for (const auto& b : model_->buffers()) tensors.push_back(b);
-    std::vector<bool> done(tensors.size(), false);
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      if (done[i]) continue;
-      std::vector<size_t> group;
-      for (size_t j = i; j < tensors.size(); ++j) {
-        if (!done[j] && tensors[j].scalar_type() == tensors[i].scalar_type() &&
-            tensors[j].device() == tensors[i].device()) {
-          group.push_back(j);
-          done[j] = true;
-        }
-      }
-      std::vector<at::Tensor> flat_parts;
-      for (size_t j : group) flat_parts.push_back(tensors[j].reshape({-1}));
-      at::Tensor flat = at::cat(flat_parts);
-      comm.broadcast(flat, 0);
-      int64_t offset = 0;
-      for (size_t j : group) {
-        const int64_t n = tensors[j].numel();
-        tensors[j].copy_(flat.narrow(0, offset, n).view(tensors[j].sizes()));
-        offset += n;
-      }
-    }
-  }
-
   bool amp_;
   // Owns the grads (each `.grad` is a view of it) and the bucket hooks;
   // built in on_setup, released in teardown.

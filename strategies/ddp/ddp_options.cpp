@@ -1,14 +1,6 @@
-// ft::Error has no out-of-line key function, so under the plugin's
-// -fvisibility=hidden each TU that throws it would emit a private (hidden)
-// vtable; an Error thrown from here then outlives the unloaded plugin in
-// main()'s catch and crashes on what(). Default visibility lets the dynamic
-// linker bind the vtable to libft_core's copy. Include it first, so the
-// pragma governs the class.
-#pragma GCC visibility push(default)
-#include "ft/error.h"
-#pragma GCC visibility pop
-
 #include "ddp_options.h"
+
+#include "ft/error.h"
 
 #include <cmath>
 #include <cstdlib>

@@ -19,11 +19,7 @@
 // runs with dropout are not bit-reproducible; with dropout 0 the losses
 // equal `single`'s within fp32 noise.
 
-// ft::Error must keep default visibility in a plugin TU (see
-// strategies/ddp/ddp_options.cpp for why); include it first.
-#pragma GCC visibility push(default)
 #include "ft/error.h"
-#pragma GCC visibility pop
 
 #include <algorithm>
 #include <cstdlib>

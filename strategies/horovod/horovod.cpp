@@ -53,7 +53,7 @@ class HorovodStrategy final : public ft::ReplicatedStrategy {
     // Validate before the first collective so every rank fails the same way.
     options_ = HorovodOptions::parse(ctx_->options);
     ft::Comm& comm = *ctx_->comm;
-    broadcast_parameters(comm);
+    broadcast_model_from_rank0();
     FusionOptions fo;
     fo.threshold_bytes = static_cast<int64_t>(options_.fusion_mb * 1024.0 * 1024.0);
     fo.cycle = std::chrono::microseconds(static_cast<int64_t>(options_.cycle_ms * 1000.0));
@@ -83,35 +83,6 @@ class HorovodStrategy final : public ft::ReplicatedStrategy {
   }
 
  private:
-  // hvd.broadcast_parameters(model.state_dict(), root_rank=0): every rank
-  // starts from rank 0's weights. One flat broadcast per dtype.
-  void broadcast_parameters(ft::Comm& comm) {
-    if (comm.world_size() == 1) return;
-    at::NoGradGuard no_grad;
-    std::vector<at::Tensor> tensors;
-    for (const auto& p : model_->parameters()) tensors.push_back(p);
-    for (const auto& b : model_->buffers()) tensors.push_back(b);
-    std::vector<bool> done(tensors.size(), false);
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      if (done[i]) continue;
-      std::vector<at::Tensor> group, flat_parts;
-      for (size_t j = i; j < tensors.size(); ++j) {
-        if (!done[j] && tensors[j].scalar_type() == tensors[i].scalar_type() && tensors[j].device() == tensors[i].device()) {
-          group.push_back(tensors[j]);
-          flat_parts.push_back(tensors[j].reshape({-1}));
-          done[j] = true;
-        }
-      }
-      at::Tensor flat = at::cat(flat_parts);
-      comm.broadcast(flat, 0);
-      int64_t offset = 0;
-      for (auto& t : group) {
-        t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
-        offset += t.numel();
-      }
-    }
-  }
-
   HorovodOptions options_;
   std::unique_ptr<TensorFusion> fusion_;
   // Owns the grads (each `.grad` is a view of it) and the per-parameter

@@ -1,8 +1,4 @@
-// ft::Error must keep default visibility in a plugin TU (see
-// strategies/ddp/ddp_options.cpp for why); include it first.
-#pragma GCC visibility push(default)
 #include "ft/error.h"
-#pragma GCC visibility pop
 
 #include "horovod_options.h"
 

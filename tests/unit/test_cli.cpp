@@ -132,6 +132,11 @@ TEST_CASE("bad input: one line naming the culprit, non-zero exit") {
   auto key = ft_test::run_ft(flags(tmp.path(), "--set train.lrr=1"));
   CHECK(key.exit_code != 0);
   CHECK(key.output.find("did you mean 'train.lr'") != std::string::npos);
+  // An error thrown inside a plugin outlives the plugin's library during
+  // unwinding: it must still end as a clean exit 1, not a crash.
+  auto plugin_error = ft_test::run_ft(flags(tmp.path(), "--strategy ddp --set strategy.options.bogus=1"));
+  CHECK(plugin_error.exit_code == 1);
+  CHECK(plugin_error.output.find("strategy.options.bogus") != std::string::npos);
   auto missing = ft_test::run_ft("eval --checkpoint /nonexistent/ckpt");
   CHECK(missing.exit_code != 0);
   CHECK(missing.output.find("ft: error:") != std::string::npos);

@@ -59,21 +59,21 @@ ft::RunConfig load_shipped(const char* name) { return ft::load_config(config_pat
 
 }  // namespace
 
-TEST_CASE("the shipped configs are exactly these five and each loads") {
+TEST_CASE("the shipped configs are exactly these and each loads") {
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(ft_test::source_dir() / "configs")) {
     if (entry.path().extension() == ".yaml") names.push_back(entry.path().filename().string());
   }
   std::sort(names.begin(), names.end());
-  CHECK(names == std::vector<std::string>{"bench-mini.yaml", "bench-tiny.yaml", "default.yaml",
-                                          "parity-tiny.yaml", "weibo.yaml"});
+  CHECK(names == std::vector<std::string>{"bench-imdb.yaml", "bench-mini.yaml", "bench-tiny.yaml", "bench-weibo.yaml",
+                                          "default.yaml", "parity-tiny.yaml", "trainer-preset.yaml", "weibo.yaml"});
   for (const auto& name : names) {
     CAPTURE(name);
     CHECK_NOTHROW(ft::load_config(config_path(name.c_str()).string(), {}));
   }
 }
 
-TEST_CASE("configs/default.yaml: tiny BERT on 4000 IMDB rows") {
+TEST_CASE("configs/default.yaml: tiny BERT on 10000 IMDB rows") {
   const auto c = load_shipped("default.yaml");
   CHECK(c.model.config == "tiny");
   CHECK(c.model.weights == "");
@@ -81,13 +81,13 @@ TEST_CASE("configs/default.yaml: tiny BERT on 4000 IMDB rows") {
   CHECK(c.data.train == "data/imdb/train.jsonl");
   CHECK(c.data.vocab == "data/bert-base-uncased/vocab.txt");
   CHECK(c.data.labels == std::vector<std::string>{"neg", "pos"});
-  CHECK(c.data.max_rows == 4000);
+  CHECK(c.data.max_rows == 10000);
   CHECK(c.data.take == "random");
   CHECK(c.data.dev_fraction == 0.1);
   CHECK(c.data.max_seq_len == 128);
   CHECK(c.data.padding == "longest");
-  CHECK(c.train.batch_size == 16);
-  CHECK(c.train.lr == 1e-4);
+  CHECK(c.train.batch_size == 32);
+  CHECK(c.train.lr == 1e-3);
   CHECK(c.train.weight_decay == 0.01);
   CHECK(c.train.scheduler == "linear");
   CHECK(c.train.warmup_ratio == 0.1);

@@ -19,6 +19,9 @@ struct ParityCase {
 // One row per (strategy, layout); the global batch is always 32.
 const ParityCase kCases[] = {
     {"single", 1, 32, 1, "", 1e-4},
+    {"single", 1, 16, 2, "", 1e-4},
+    {"ddp", 2, 16, 1, "", 1e-4},
+    {"ddp", 4, 8, 1, "", 1e-4},
     {"dp", 1, 32, 1, "--set strategy.options.replicas=2", 1e-4},
     {"horovod", 2, 16, 1, "", 1e-4},
     {"horovod", 2, 16, 1, "--set strategy.options.compression=fp16", 1e-2},
@@ -63,7 +66,9 @@ void check_case(const ParityCase& c) {
 TEST_CASE("every strategy reproduces the PyTorch reference losses on parity-tiny") {
   FT_REQUIRE_SHARED("fixtures/parity-tiny");
   for (const auto& c : kCases) {
-    SUBCASE((std::string(c.strategy) + " x" + std::to_string(c.nproc) + " accum " + std::to_string(c.grad_accum)).c_str()) {
+    // The extra flags are part of the name: doctest runs only the first of
+    // several subcases with one name.
+    SUBCASE(fmt::format("{} x{} accum {} {}", c.strategy, c.nproc, c.grad_accum, c.extra).c_str()) {
       check_case(c);
     }
   }

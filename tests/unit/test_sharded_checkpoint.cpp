@@ -209,3 +209,30 @@ TEST_CASE("zero3 on 2 ranks writes equal shards; consolidating them gives the fu
   CHECK(error_of([&] { ft::read_sharded_meta(tmp.path()); })
             .find("holds no sharded checkpoint") != std::string::npos);
 }
+
+TEST_CASE("ft run --set train.save_sharded=true: shards beside the full checkpoint consolidate to the same weights") {
+  FT_REQUIRE_SHARED("fixtures/parity-tiny");
+  ft_test::TempDir tmp("save-sharded");
+  const auto out = tmp.path() / "run";
+  auto run = ft_test::run_ft(fmt::format(
+      "run --config configs/parity-tiny.yaml --strategy zero3 --nproc 2 --threads 1 --set train.batch_size=16 "
+      "--max-steps 2 --set train.save_sharded=true --output-dir {}",
+      out.string()));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  const auto final_dir = out / "final";
+  CHECK(std::filesystem::exists(final_dir / "sharded" / "meta.json"));
+  const auto cons = tmp.path() / "consolidated";
+  auto c = ft_test::run_ft(fmt::format("consolidate {} --out {}", final_dir.string(), cons.string()));
+  INFO(c.output);
+  REQUIRE(c.exit_code == 0);
+  auto full = ft::safetensors::load((final_dir / "model.safetensors").string());
+  auto from_shards = ft::safetensors::load((cons / "model.safetensors").string());
+  REQUIRE(full.size() == from_shards.size());
+  std::map<std::string, at::Tensor> by_name(from_shards.begin(), from_shards.end());
+  for (const auto& [name, t] : full) {
+    INFO(name);
+    REQUIRE(by_name.count(name) == 1);
+    CHECK(at::equal(t, by_name.at(name)));
+  }
+}

@@ -135,6 +135,9 @@ struct TrainConfig {
   int64_t save_every = 0;
   /// Keep at most N step checkpoints (the best one is kept besides); 0 = all.
   int64_t save_total_limit = 2;
+  /// Sharding strategies also write each rank's shard into <checkpoint>/sharded/
+  /// (no gather; `ft consolidate` turns it into model.safetensors).
+  bool save_sharded = false;
   /// accuracy | macro_f1 | loss: the dev metric that picks the best checkpoint.
   std::string best_metric = "accuracy";
   /// Checkpoint directory; empty = no checkpoints.

@@ -13,11 +13,15 @@
 
 namespace ft {
 
-// Default visibility: plugins are built with hidden symbols, and an exception
-// type must have one identity across the .so boundary to be caught by type.
+// Default visibility and an out-of-line destructor: plugins are built with
+// hidden symbols, and an Error thrown in a plugin may be destroyed after the
+// plugin is unloaded (the strategy dies during stack unwinding). With the
+// destructor defined in ft_core, the vtable and the destructor the runtime
+// calls live in ft_core, never in the plugin.
 class __attribute__((visibility("default"))) Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message) : std::runtime_error(message) {}
+  ~Error() override;
 };
 
 // fail("{}: unknown key '{}'", file, key) throws ft::Error with the formatted line.

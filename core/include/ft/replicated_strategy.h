@@ -38,6 +38,11 @@ class ReplicatedStrategy : public Strategy {
   // Blocks until every gradient is averaged across ranks. Default: nothing.
   virtual void finish_grad_sync() {}
 
+  // Copies rank 0's parameters and buffers to every rank (one flat
+  // broadcast per dtype and device), so replicas start identical even when
+  // their initialisation differed. Collective; no-op at world size 1.
+  void broadcast_model_from_rank0();
+
   // Trainable parameters (the optimizer slots' tensors), in model order.
   const std::vector<at::Tensor>& trainable() const { return trainable_; }
   std::vector<at::Tensor> grads() const;

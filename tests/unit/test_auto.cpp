@@ -1,0 +1,175 @@
+// The `auto` strategy: its decision function (ft::plan_strategy, the α-β
+// link fit) in-process, and real `ft run --strategy auto` parity runs that
+// delegate to the strategy it picked.
+#include <cmath>
+#include <string>
+
+#include "ft/bench.h"
+#include "ft/error.h"
+#include "ft_run.h"
+
+namespace {
+
+// A BERT-base-like shape: 110 M parameters, 12 layers; the biggest unit is
+// the embeddings (30522 x 768 word embeddings + positions + types + norm).
+ft::PlanInputs base_inputs() {
+  ft::PlanInputs in;
+  in.model.params = 110'000'000;
+  in.model.embedding_params = 30522LL * 768;
+  in.model.largest_unit_params = 30522LL * 768 + 512LL * 768 + 2LL * 768 + 2LL * 768;
+  in.model.num_units = 14;
+  in.model.hidden = 768;
+  in.model.layers = 12;
+  in.model.heads = 12;
+  in.world_size = 4;
+  in.batch_rows = 8;
+  in.seq_len = 128;
+  in.link = {50e-6, 1e-9};  // 50 us, 1 GB/s
+  in.flops_per_s = 50e9;
+  in.candidates = {"ddp", "ddp_amp", "zero1", "zero2", "zero3", "fsdp"};
+  return in;
+}
+
+const ft::CandidateEstimate& row(const ft::Plan& plan, const std::string& name) {
+  for (const auto& e : plan.table) {
+    if (e.name == name) return e;
+  }
+  FAIL("no estimate for " << name);
+  return plan.table.front();
+}
+
+}  // namespace
+
+TEST_CASE("link model: two timed all-reduces give back alpha and beta exactly") {
+  // N = 2: one all-reduce of n bytes costs 2α + n·β.
+  const double alpha = 1e-4, beta = 1e-9;
+  const auto t = [&](int64_t n) { return 2 * alpha + static_cast<double>(n) * beta; };
+  const ft::LinkModel link = ft::fit_link_model(2, 1024, t(1024), 4 << 20, t(4 << 20));
+  CHECK(link.alpha_s == doctest::Approx(alpha).epsilon(1e-9));
+  CHECK(link.beta_s_per_byte == doctest::Approx(beta).epsilon(1e-9));
+  // N = 4: 6 latencies and 2·3/4 of the bytes.
+  CHECK(ft::ring_allreduce_seconds(link, 4, 1000, 2) == doctest::Approx(12 * alpha + 1.5 * 1000 * beta));
+  CHECK(ft::ring_allgather_seconds(link, 4, 1000, 1) == doctest::Approx(3 * alpha + 0.75 * 1000 * beta));
+  CHECK(ft::ring_allreduce_seconds(link, 1, 1000, 5) == 0.0);
+  const ft::LinkModel alone = ft::fit_link_model(1, 1024, 0.5, 4096, 0.9);
+  CHECK(alone.alpha_s == 0.0);
+  CHECK(alone.beta_s_per_byte == 0.0);
+  CHECK_THROWS_AS(ft::fit_link_model(2, 4096, 0.1, 1024, 0.2), ft::Error);
+}
+
+TEST_CASE("memory formulas per rank (fp32 AdamW: 16 bytes per parameter)") {
+  CHECK(ft::theory_state_bytes("ddp", 1000, 4) == 16000);
+  CHECK(ft::theory_state_bytes("single", 1000, 1) == 16000);
+  CHECK(ft::theory_state_bytes("zero1", 1000, 4) == 8000 + 2000);
+  CHECK(ft::theory_state_bytes("zero2", 1000, 4) == 4000 + 3000);
+  CHECK(ft::theory_state_bytes("zero3", 1000, 4) == 4000);
+  CHECK(ft::theory_state_bytes("fsdp", 1000, 4) == 4000);
+  CHECK(ft::theory_state_bytes("dp", 1000, 1, 3) == 16000 + 16000);
+  CHECK(ft::theory_state_bytes("mystery", 1000, 4) == -1);
+  CHECK(ft::theory_formula("zero2") == "4Ψ+12Ψ/N");
+}
+
+TEST_CASE("auto picks a DDP variant when the model state fits") {
+  ft::PlanInputs in = base_inputs();
+  ft::Plan plan = ft::plan_strategy(in);
+  // fp32: ddp_amp is not a separate candidate (same class, other default precision).
+  REQUIRE(plan.table.size() == 5);
+  CHECK(plan.choice().name == "ddp");
+  CHECK(row(plan, "ddp").state_bytes == 16 * 110'000'000LL);
+  CHECK(row(plan, "zero3").state_bytes == 4 * 110'000'000LL);
+  // Bytes each rank moves: 2(N-1)/N·4Ψ for ddp, 3(N-1)/N·4Ψ for zero1/zero3.
+  CHECK(row(plan, "ddp").comm_bytes == 660'000'000);
+  CHECK(row(plan, "zero1").comm_bytes == 990'000'000);
+  CHECK(row(plan, "zero3").comm_bytes == 990'000'000);
+  CHECK(plan.reason.find("no memory limit") != std::string::npos);
+
+  in.mixed_precision = true;
+  plan = ft::plan_strategy(in);
+  CHECK(plan.choice().name == "ddp_amp");
+  // 16-bit weight copies on top of the fp32 state.
+  CHECK(row(plan, "ddp_amp").extra_bytes == 2 * 110'000'000LL);
+
+  // A limit that DDP (16Ψ + activations) fits still picks it.
+  in.mixed_precision = false;
+  in.memory_limit_bytes = row(ft::plan_strategy(in), "ddp").total_bytes;
+  CHECK(ft::plan_strategy(in).choice().name == "ddp");
+}
+
+TEST_CASE("auto picks zero3/fsdp when only a full shard fits the memory limit") {
+  ft::PlanInputs in = base_inputs();
+  const ft::Plan open = ft::plan_strategy(in);
+  // Between the full-shard total and the ZeRO-2 total: only zero3 and fsdp fit.
+  REQUIRE(row(open, "zero3").total_bytes < row(open, "zero2").total_bytes);
+  in.memory_limit_bytes = row(open, "zero3").total_bytes + 1;
+  const ft::Plan plan = ft::plan_strategy(in);
+  CHECK(plan.choice().name == "zero3");
+  CHECK_FALSE(row(plan, "ddp").fits);
+  CHECK_FALSE(row(plan, "zero2").fits);
+  CHECK(row(plan, "fsdp").fits);
+  CHECK(plan.reason.find("ddp, zero1, zero2 would not fit") != std::string::npos);
+
+  // Only fsdp installed among the sharded ones: fsdp.
+  in.candidates = {"ddp", "zero1", "zero2", "fsdp"};
+  CHECK(ft::plan_strategy(in).choice().name == "fsdp");
+
+  // Between ZeRO-2 and ZeRO-1: zero2, the cheapest that fits.
+  in = base_inputs();
+  in.memory_limit_bytes = row(open, "zero2").total_bytes + 1;
+  CHECK(ft::plan_strategy(in).choice().name == "zero2");
+
+  // Nothing fits: the least memory, and the reason says so.
+  in.memory_limit_bytes = 1 << 20;
+  const ft::Plan none = ft::plan_strategy(in);
+  CHECK(none.choice().name == "zero3");
+  CHECK(none.reason.find("no candidate fits") != std::string::npos);
+
+  in.candidates = {"dp", "horovod"};
+  CHECK_THROWS_WITH_AS(ft::plan_strategy(in), doctest::Contains("none of ddp"), ft::Error);
+}
+
+TEST_CASE("ft run --strategy auto reproduces the parity reference and says what it picked") {
+  FT_REQUIRE_SHARED("fixtures/parity-tiny");
+  const auto ref = ft_test::reference_losses();
+  ft_test::TempDir dir("auto");
+
+  // Alone: DDP at world size 1.
+  const auto metrics1 = dir.path() / "one.jsonl";
+  auto out = ft_test::run_ft("run -c configs/parity-tiny.yaml --strategy auto --metrics-out '" + metrics1.string() + "'");
+  INFO(out.output);
+  REQUIRE(out.exit_code == 0);
+  CHECK(out.output.find("auto: picked ddp:") != std::string::npos);
+  auto losses = ft_test::step_losses(metrics1);
+  REQUIRE(losses.size() == ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) CHECK(std::abs(losses[i] - ref[i]) < 1e-4);
+
+  // Two ranks with a limit only a full shard fits (parity-tiny: Ψ = 3 184 262,
+  // 16Ψ = 48.6 MiB; zero3 holds 24.3 MiB + the gathered embedding unit).
+  const auto metrics2 = dir.path() / "two.jsonl";
+  out = ft_test::run_ft("run -c configs/parity-tiny.yaml --strategy auto --nproc 2 --set train.batch_size=16"
+                        " --set strategy.options.memory_limit_mb=47 --set strategy.options.batch_size=1"
+                        " --set strategy.options.seq_len=64 --set strategy.options.candidates=ddp,zero3"
+                        " --metrics-out '" + metrics2.string() + "'");
+  INFO(out.output);
+  REQUIRE(out.exit_code == 0);
+  CHECK(out.output.find("auto: picked zero3:") != std::string::npos);
+  CHECK(out.output.find("ddp would not fit") != std::string::npos);
+  losses = ft_test::step_losses(metrics2);
+  REQUIRE(losses.size() == ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) CHECK(std::abs(losses[i] - ref[i]) < 1e-4);
+  // The summary reports the chosen strategy's sharded state: at least 16Ψ/N
+  // per rank (plus zero3's own working buffers), well under DDP's 16Ψ.
+  const auto summary = ft_test::read_events(metrics2, "summary");
+  REQUIRE(summary.size() == 1);
+  for (const auto& b : summary[0].at("model_state_bytes")) {
+    CHECK(b.get<int64_t>() >= 16 * 3184262 / 2);
+    CHECK(b.get<int64_t>() < 16 * 3184262 * 3 / 4);
+  }
+}
+
+TEST_CASE("auto rejects a bad option naming the key") {
+  FT_REQUIRE_SHARED("fixtures/parity-tiny");
+  const auto out = ft_test::run_ft("run -c configs/parity-tiny.yaml --strategy auto --max-steps 1"
+                                   " --set strategy.options.memory_limit_mb=lots");
+  CHECK(out.exit_code != 0);
+  CHECK(out.output.find("strategy.options.memory_limit_mb: 'lots' is not a positive number") != std::string::npos);
+}
