@@ -33,6 +33,9 @@ if [[ "${FT_SKIP_APT:-0}" != 1 ]]; then
 fi
 
 jobs="${FT_BUILD_JOBS:-$(nproc)}"
+# Paths relative to the checkout in ccache's hashes: a fresh clone elsewhere
+# (CI) still hits the cache.
+export CCACHE_BASEDIR="$repo"
 cmake -S "$repo" -B "$repo/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 ninja -C "$repo/build" -j "$jobs"
 echo "setup: built $repo/build/bin/ft"
