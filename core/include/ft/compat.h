@@ -10,16 +10,19 @@
 //   - the class a concrete backend derives from (`c10d::ProcessGroup` before
 //     2.0, `c10d::Backend` from 2.0 on): ft only ever calls the collective
 //     methods, which have the same names and signatures on both;
-//   - NCCL, present only when LibTorch was built with it (`USE_C10D_NCCL`).
+//   - NCCL, present only when LibTorch was built with it (`USE_C10D_NCCL`);
+//   - the autocast API (per-device functions before 2.4, device-typed after).
 //
 // This header is heavy (c10d + gloo, ~4.5 s to compile): include it only from
-// core/src/comm*.cpp, never from a public header.
+// core/src/*.cpp (comm*, precision), never from a public header.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <string>
 
+#include <ATen/autocast_mode.h>
+#include <c10/core/DeviceType.h>
 #include <torch/version.h>
 
 #define FT_TORCH_AT_LEAST(major, minor) \
@@ -76,6 +79,38 @@ inline c10d::TCPStoreOptions store_options(uint16_t port, bool is_server, int wo
   opts.waitWorkers = false;
   opts.timeout = timeout;
   return opts;
+}
+
+// Autocast: 2.4 replaced the per-device functions with device-typed ones.
+inline bool autocast_enabled(c10::DeviceType device) {
+#if FT_TORCH_AT_LEAST(2, 4)
+  return at::autocast::is_autocast_enabled(device);
+#else
+  return device == c10::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+#endif
+}
+
+inline at::ScalarType autocast_dtype(c10::DeviceType device) {
+#if FT_TORCH_AT_LEAST(2, 4)
+  return at::autocast::get_autocast_dtype(device);
+#else
+  return device == c10::kCUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
+#endif
+}
+
+inline void set_autocast(c10::DeviceType device, bool enabled, at::ScalarType dtype) {
+#if FT_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_enabled(device, enabled);
+  at::autocast::set_autocast_dtype(device, dtype);
+#else
+  if (device == c10::kCUDA) {
+    at::autocast::set_enabled(enabled);
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  } else {
+    at::autocast::set_cpu_enabled(enabled);
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  }
+#endif
 }
 
 }  // namespace ft::compat
