@@ -258,8 +258,8 @@ TrainResult Trainer::Impl::fit() {
   state.total_steps = total;
   if (!t.resume_from.empty()) resume(t.resume_from);
   strategy->set_training(true);
-  events.info(fmt::format("training {} with {} on {} rank(s), precision {}, {} steps ({} per epoch), global batch {}",
-                          inputs.model_config.num_hidden_layers > 0 ? "BERT" : "model", strategy_name, comm.world_size(),
+  events.info(fmt::format("training BERT ({} layers) with {} on {} rank(s), precision {}, {} steps ({} per epoch), global batch {}",
+                          inputs.model_config.num_hidden_layers, strategy_name, comm.world_size(),
                           to_string(precision->mode()), total, per_epoch, sampler.global_batch_size()));
 
   // Throughput leaves out the first steps (allocator and thread-pool warm-up).
