@@ -2,10 +2,13 @@
 #pragma once
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <unistd.h>
 
 #include <doctest/doctest.h>
+
+#include "ft/error.h"
 
 namespace ft_test {
 
@@ -22,6 +25,16 @@ inline bool have_shared(const char* sub = "") {
 inline std::filesystem::path source_dir() { return FT_SOURCE_DIR; }
 inline std::filesystem::path binary_dir() { return FT_BINARY_DIR; }
 inline std::filesystem::path ft_exe() { return binary_dir() / "bin" / "ft"; }
+
+// The message of the ft::Error that f throws, or "<no ft::Error>".
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ft::Error& e) {
+    return e.what();
+  }
+  return "<no ft::Error>";
+}
 
 // A fresh empty directory under the build tree, removed at scope exit.
 class TempDir {

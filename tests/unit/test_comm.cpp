@@ -28,15 +28,6 @@ std::string read_file(const std::filesystem::path& p) {
   return ss.str();
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ft::Error& e) {
-    return e.what();
-  }
-  return "<no ft::Error>";
-}
-
 // A listening socket on a free port, closed at scope exit.
 struct Listener {
   int fd = -1;
@@ -86,7 +77,7 @@ TEST_CASE("world size 1: collectives are local and give the right values") {
 
   comm->broadcast(t, 0);
   CHECK(at::equal(t, at::tensor(std::vector<float>{1.5f, -2.f, 3.f})));
-  CHECK(error_of([&] { comm->broadcast(t, 1); }) == "broadcast: root 1 is not a rank of a world of 1");
+  CHECK(ft_test::error_of([&] { comm->broadcast(t, 1); }) == "broadcast: root 1 is not a rank of a world of 1");
 
   std::vector<at::Tensor> gathered;
   comm->all_gather(gathered, t);
@@ -111,11 +102,11 @@ TEST_CASE("world size 1: collectives are local and give the right values") {
   CHECK(at::equal(pieces[0], at::arange(3, at::kLong)));
 
   comm->barrier();
-  CHECK(error_of([&] { comm->send(t, 0); }) == "send: rank 0 cannot send to rank 0 in a world of 1");
+  CHECK(ft_test::error_of([&] { comm->send(t, 0); }) == "send: rank 0 cannot send to rank 0 in a world of 1");
   auto ints = at::arange(3, at::kLong);
-  CHECK(error_of([&] { comm->all_reduce(ints, ReduceOp::Avg); }) ==
+  CHECK(ft_test::error_of([&] { comm->all_reduce(ints, ReduceOp::Avg); }) ==
         "all_reduce: Avg needs a floating-point tensor, got Long");
-  CHECK(error_of([&] {
+  CHECK(ft_test::error_of([&] {
           at::Tensor out;
           comm->reduce_scatter_flat(out, at::arange(5, at::kFloat));
           comm->all_to_all(out, at::arange(4, at::kFloat));
@@ -162,7 +153,7 @@ TEST_CASE("rendezvous errors are one clear line") {
     auto env = rank_of(0, 2, busy.port);
     ft::CommOptions o;
     o.timeout = std::chrono::milliseconds(500);
-    CHECK(error_of([&] { ft::Comm::create(env, o); }) ==
+    CHECK(ft_test::error_of([&] { ft::Comm::create(env, o); }) ==
           "master port " + std::to_string(busy.port) + " on 127.0.0.1 is in use; pass --master-port");
   }
   SUBCASE("rank 0 alone: names how many joined") {
@@ -172,7 +163,7 @@ TEST_CASE("rendezvous errors are one clear line") {
     // fail inside its connect instead of in ft's count of peers.
     o.timeout = std::chrono::milliseconds(2000);
     auto start = std::chrono::steady_clock::now();
-    CHECK(error_of([&] { ft::Comm::create(rank_of(0, 3, port), o); }) ==
+    CHECK(ft_test::error_of([&] { ft::Comm::create(rank_of(0, 3, port), o); }) ==
           "rank 0: rendezvous at 127.0.0.1:" + std::to_string(port) +
               " timed out after 2 s: 1 of 3 ranks joined");
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
@@ -182,7 +173,7 @@ TEST_CASE("rendezvous errors are one clear line") {
     ft::CommOptions o;
     o.timeout = std::chrono::milliseconds(400);
     auto start = std::chrono::steady_clock::now();
-    const std::string e = error_of([&] { ft::Comm::create(rank_of(1, 2, port), o); });
+    const std::string e = ft_test::error_of([&] { ft::Comm::create(rank_of(1, 2, port), o); });
     CHECK(e.rfind("rank 1 could not reach the rendezvous store of rank 0 at 127.0.0.1:" +
                       std::to_string(port) + " within 0.4 s",
                   0) == 0);
@@ -244,22 +235,22 @@ TEST_CASE("detect_dist_env: torchrun, OpenMPI, Slurm, single") {
     CHECK(d.world_size == 1);
   }
   SUBCASE("bad values name the variable") {
-    CHECK(error_of([] { ft::detect_dist_env({{"RANK", "x1"}, {"WORLD_SIZE", "2"}}); }) ==
+    CHECK(ft_test::error_of([] { ft::detect_dist_env({{"RANK", "x1"}, {"WORLD_SIZE", "2"}}); }) ==
           "environment variable RANK='x1' is not an integer");
-    CHECK(error_of([] { ft::detect_dist_env({{"RANK", "2"}, {"WORLD_SIZE", "2"}}); }) ==
+    CHECK(ft_test::error_of([] { ft::detect_dist_env({{"RANK", "2"}, {"WORLD_SIZE", "2"}}); }) ==
           "environment variable RANK=2 is not below WORLD_SIZE=2");
-    CHECK(error_of([] { ft::detect_dist_env({{"RANK", "0"}}); }) ==
+    CHECK(ft_test::error_of([] { ft::detect_dist_env({{"RANK", "0"}}); }) ==
           "environment variable WORLD_SIZE is not set (RANK is)");
-    CHECK(error_of([] {
+    CHECK(ft_test::error_of([] {
             ft::detect_dist_env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}});
           }) == "environment variable MASTER_PORT=70000 is not a TCP port (1-65535)");
-    CHECK(error_of([] {
+    CHECK(ft_test::error_of([] {
             ft::detect_dist_env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
                                  {"OMPI_COMM_WORLD_LOCAL_RANK", "3"},
                                  {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
           }) == "environment variable OMPI_COMM_WORLD_LOCAL_RANK=3 is not below "
                 "OMPI_COMM_WORLD_LOCAL_SIZE=2");
-    CHECK(error_of([] {
+    CHECK(ft_test::error_of([] {
             ft::detect_dist_env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"},
                                  {"SLURM_STEP_TASKS_PER_NODE", "2(x"}});
           }) == "environment variable SLURM_STEP_TASKS_PER_NODE='2(x' is malformed");

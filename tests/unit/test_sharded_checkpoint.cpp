@@ -5,8 +5,6 @@
 // Two ranks run as two threads of this process, each with its own Comm
 // (Gloo over loopback) and its own model, so a real 2-way zero3 shard set is
 // written in a few seconds.
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <map>
@@ -19,6 +17,7 @@
 
 #include "ft/comm.h"
 #include "ft/consolidate.h"
+#include "ft/launcher.h"
 #include "ft/error.h"
 #include "ft/model.h"
 #include "ft/precision.h"
@@ -28,27 +27,6 @@
 #include "ft_run.h"
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ft::Error& e) {
-    return e.what();
-  }
-  return "<no ft::Error>";
-}
-
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
-  socklen_t len = sizeof(sa);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  ::close(fd);
-  return ntohs(sa.sin_port);
-}
 
 ft::BertConfig tiny_config() {
   ft::BertConfig c;
@@ -140,7 +118,7 @@ TEST_CASE("zero3 on 2 ranks writes equal shards; consolidating them gives the fu
   at::set_num_threads(1);
   ft_test::TempDir tmp("sharded");
   const auto dir = tmp.path() / "ckpt";
-  const int port = free_port();
+  const int port = ft::pick_free_port("127.0.0.1");
   std::vector<std::shared_ptr<ft::BertForSequenceClassification>> models;
   for (int r = 0; r < 2; ++r) {
     at::manual_seed(3);
@@ -204,9 +182,9 @@ TEST_CASE("zero3 on 2 ranks writes equal shards; consolidating them gives the fu
 
   // A missing shard is named.
   std::filesystem::remove(ft::shard_file(dir, 1, 2));
-  CHECK(error_of([&] { ft::read_sharded_checkpoint(dir); }) ==
+  CHECK(ft_test::error_of([&] { ft::read_sharded_checkpoint(dir); }) ==
         fmt::format("{}: missing (shard of rank 1 of 2)", ft::shard_file(dir, 1, 2).string()));
-  CHECK(error_of([&] { ft::read_sharded_meta(tmp.path()); })
+  CHECK(ft_test::error_of([&] { ft::read_sharded_meta(tmp.path()); })
             .find("holds no sharded checkpoint") != std::string::npos);
 }
 

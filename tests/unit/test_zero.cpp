@@ -26,15 +26,6 @@
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ft::Error& e) {
-    return e.what();
-  }
-  return "<no ft::Error>";
-}
-
 ft::BertConfig tiny_config() {
   ft::BertConfig c;
   c.vocab_size = 37;
@@ -146,8 +137,8 @@ TEST_CASE("flat layout: padded to the world size, equal contiguous shards, piece
   REQUIRE(back.size() == 2);
   CHECK(back[1].first == "c.x");
   CHECK(at::equal(back[1].second, named[2].second));
-  CHECK(error_of([&] { l.flatten({named[0], named[2]}, "ckpt"); }) == "ckpt: missing tensor 'b'");
-  CHECK(error_of([&] { l.flatten({named[0], {"b", at::zeros({5})}, named[2]}, "ckpt"); }) ==
+  CHECK(ft_test::error_of([&] { l.flatten({named[0], named[2]}, "ckpt"); }) == "ckpt: missing tensor 'b'");
+  CHECK(ft_test::error_of([&] { l.flatten({named[0], {"b", at::zeros({5})}, named[2]}, "ckpt"); }) ==
         "ckpt: tensor 'b' has 5 elements, expected 6 (shape 3x2)");
   auto round = ft::FlatLayout::from_json(l.to_json(), "meta.json");
   CHECK(round.to_json() == l.to_json());
@@ -199,16 +190,16 @@ TEST_CASE("strategy options: policies and errors naming the key") {
   CHECK((sgo.shard_params && !sgo.reshard_after_forward));
   auto ns = ft::fsdp_policy_from_options({{"sharding_strategy", "NO_SHARD"}, {"backward_prefetch", "NONE"}}, 1);
   CHECK((!ns.shard_optimizer && !ns.shard_grads && !ns.backward_prefetch));
-  CHECK(error_of([] { ft::zero_policy_from_options(ft::ZeroStage::kGradients, {{"stage", "2"}}); }) ==
+  CHECK(ft_test::error_of([] { ft::zero_policy_from_options(ft::ZeroStage::kGradients, {{"stage", "2"}}); }) ==
         "strategy.options.stage: unknown option for zero2 (known: bucket_mb, prefetch, limit_all_gathers, "
         "max_inflight_reduces)");
-  CHECK(error_of([] { ft::zero_policy_from_options(ft::ZeroStage::kWeights, {{"limit_all_gathers", "-1"}}); }) ==
+  CHECK(ft_test::error_of([] { ft::zero_policy_from_options(ft::ZeroStage::kWeights, {{"limit_all_gathers", "-1"}}); }) ==
         "strategy.options.limit_all_gathers: '-1' is not an integer >= 0");
-  CHECK(error_of([] { ft::fsdp_policy_from_options({{"sharding_strategy", "FULL"}}, 1); }) ==
+  CHECK(ft_test::error_of([] { ft::fsdp_policy_from_options({{"sharding_strategy", "FULL"}}, 1); }) ==
         "strategy.options.sharding_strategy: 'FULL' is not one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD");
-  CHECK(error_of([] { ft::fsdp_policy_from_options({{"sharding_strategy", "HYBRID_SHARD"}}, 1); }) ==
+  CHECK(ft_test::error_of([] { ft::fsdp_policy_from_options({{"sharding_strategy", "HYBRID_SHARD"}}, 1); }) ==
         "strategy.options.sharding_strategy: HYBRID_SHARD on one node is FULL_SHARD; use FULL_SHARD");
-  CHECK(error_of([] { ft::fsdp_policy_from_options({{"sharding_strategy", "HYBRID_SHARD"}}, 2); })
+  CHECK(ft_test::error_of([] { ft::fsdp_policy_from_options({{"sharding_strategy", "HYBRID_SHARD"}}, 2); })
             .find("HYBRID_SHARD needs per-node process groups") != std::string::npos);
 }
 
@@ -261,7 +252,7 @@ TEST_CASE("full state moves between replicated and sharded strategies, optimizer
   const auto a = ref.train(2, 2), b = z.train(2, 2);
   CHECK(b[1] == doctest::Approx(a[1]).epsilon(1e-6));
   CHECK(max_diff(z.strategy->model_state(), ref.strategy->model_state()) < 1e-6);
-  CHECK(error_of([&] { z.strategy->load_state({}, nullptr); }) == "checkpoint: missing tensor 'bert.embeddings.word_embeddings.weight'");
+  CHECK(ft_test::error_of([&] { z.strategy->load_state({}, nullptr); }) == "checkpoint: missing tensor 'bert.embeddings.word_embeddings.weight'");
 }
 
 // ---------------------------------------------------------------- real ft runs
