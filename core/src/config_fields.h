@@ -64,6 +64,18 @@ void for_each_field(Config& c, F&& f) {
   f("train", "best_metric", c.train.best_metric);
   f("train", "output_dir", c.train.output_dir);
   f("train", "resume_from", c.train.resume_from);
+  f("train", "freeze", c.train.freeze);
+  f("train", "freeze_layers", c.train.freeze_layers);
+  f("train", "layer_lr_decay", c.train.layer_lr_decay);
+  f("train", "head_lr", c.train.head_lr);
+  f("train", "activation_checkpointing", c.train.activation_checkpointing);
+
+  f("lora", "rank", c.lora.rank);
+  f("lora", "alpha", c.lora.alpha);
+  f("lora", "dropout", c.lora.dropout);
+  f("lora", "targets", c.lora.targets);
+  f("lora", "train_head", c.lora.train_head);
+  f("lora", "adapter", c.lora.adapter);
 
   f("strategy", "name", c.strategy.name);
   f("strategy", "precision", c.strategy.precision);
@@ -74,11 +86,14 @@ void for_each_field(Config& c, F&& f) {
   f("runtime", "timeout_s", c.runtime.timeout_s);
   f("runtime", "metrics_out", c.runtime.metrics_out);
   f("runtime", "progress", c.runtime.progress);
+  f("runtime", "profile_steps", c.runtime.profile_steps);
+  f("runtime", "profile_dir", c.runtime.profile_dir);
+  f("runtime", "tensorboard_dir", c.runtime.tensorboard_dir);
 }
 
 /// The section names, in file order.
 inline const std::vector<std::string>& sections() {
-  static const std::vector<std::string> names = {"model", "data", "train", "strategy", "runtime"};
+  static const std::vector<std::string> names = {"model", "data", "train", "lora", "strategy", "runtime"};
   return names;
 }
 

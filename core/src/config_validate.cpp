@@ -133,6 +133,31 @@ void check_train(const Checker& ck, const RunConfig& c) {
   if (t.eval_every > 0 && c.data.dev.empty() && c.data.dev_fraction == 0) {
     ck.bad("train.eval_every", "there is no dev set (data.dev is empty and data.dev_fraction is 0)");
   }
+  for (const auto& p : t.freeze) {
+    if (p.empty()) ck.bad("train.freeze", "a pattern is empty");
+  }
+  ck.at_least("train.freeze_layers", t.freeze_layers, -1);
+  ck.in_range("train.layer_lr_decay", t.layer_lr_decay, 0.0, 1.0, true);
+  if (!(t.layer_lr_decay > 0)) ck.bad("train.layer_lr_decay", "must be > 0 (1 = off)");
+  ck.non_negative("train.head_lr", t.head_lr);
+}
+
+void check_lora(const Checker& ck, const RunConfig& c) {
+  const LoraConfig& l = c.lora;
+  ck.at_least("lora.rank", l.rank, 0);
+  if (l.rank == 0) {
+    if (!l.adapter.empty()) ck.bad("lora.adapter", "needs lora.rank > 0 (the adapter's rank)");
+    return;
+  }
+  ck.positive("lora.alpha", l.alpha);
+  ck.in_range("lora.dropout", l.dropout, 0.0, 1.0, false);
+  if (l.targets.empty()) ck.bad("lora.targets", "name at least one module (e.g. [query, value])");
+  for (const auto& t : l.targets) {
+    if (t.empty()) ck.bad("lora.targets", "a module name is empty");
+  }
+  if (!c.train.freeze.empty() || c.train.freeze_layers >= 0) {
+    ck.bad("lora.rank", "LoRA already freezes every base weight; drop train.freeze / train.freeze_layers");
+  }
 }
 
 void check_strategy_runtime(const Checker& ck, const RunConfig& c) {
@@ -144,6 +169,9 @@ void check_strategy_runtime(const Checker& ck, const RunConfig& c) {
   ck.one_of("runtime.device", c.runtime.device, {"cpu", "cuda"});
   ck.at_least("runtime.threads", c.runtime.threads, 0);
   ck.positive("runtime.timeout_s", c.runtime.timeout_s);
+  if (!c.runtime.profile_steps.empty()) {
+    ck.required("runtime.profile_dir", c.runtime.profile_dir, "where the per-rank traces go");
+  }
 }
 
 // Optimal string alignment distance: a swapped pair of letters counts as one
@@ -234,6 +262,7 @@ void validate(const RunConfig& config) {
   check_model(ck, config.model);
   check_data(ck, config);
   check_train(ck, config);
+  check_lora(ck, config);
   check_strategy_runtime(ck, config);
 }
 

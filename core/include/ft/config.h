@@ -144,6 +144,39 @@ struct TrainConfig {
   std::string output_dir;
   /// Checkpoint directory to resume from (weights, optimizer, step, RNG).
   std::string resume_from;
+  /// Frozen parameters: HF-name glob patterns (`*`, `?`), e.g.
+  /// "bert.embeddings.*". Frozen parameters get no gradient, no optimizer
+  /// state and are never communicated as trainable state.
+  std::vector<std::string> freeze;
+  /// -1 = off; N >= 0 freezes the embeddings and encoder layers 0..N-1.
+  int64_t freeze_layers = -1;
+  /// Layer-wise LR decay: the head trains at lr, layer L at lr*d, layer L-1
+  /// at lr*d^2, ..., the embeddings at lr*d^(L+1). 1 = off.
+  double layer_lr_decay = 1.0;
+  /// LR of the head (pooler + classifier); 0 = same as lr.
+  double head_lr = 0.0;
+  /// Recompute each encoder layer's activations in backward instead of
+  /// keeping them (less memory, about one more forward of compute).
+  bool activation_checkpointing = false;
+};
+
+/// yaml: `lora` — low-rank adapters (LoRA) on the encoder's linear layers.
+struct LoraConfig {
+  /// Adapter rank; 0 = LoRA off.
+  int64_t rank = 0;
+  /// Scale numerator: the update is (alpha / rank) * B A x.
+  double alpha = 16.0;
+  /// Dropout on the adapter's input, in [0, 1).
+  double dropout = 0.0;
+  /// Linear modules to adapt, matched by name suffix as PEFT does
+  /// ("query", "value", "attention.output.dense", "dense", ...).
+  std::vector<std::string> targets = {"query", "value"};
+  /// Also train the classifier (PEFT's modules_to_save for sequence
+  /// classification); everything else but the adapters stays frozen.
+  bool train_head = true;
+  /// Adapter directory (adapter_model.safetensors) to start from; empty =
+  /// fresh adapters (A random, B zero).
+  std::string adapter;
 };
 
 /// yaml: `strategy` — how training is distributed (a plugin).
@@ -169,6 +202,13 @@ struct RuntimeConfig {
   std::string metrics_out;
   /// Show a progress bar when stdout is a terminal.
   bool progress = true;
+  /// "A:B": record a Chrome/Perfetto trace of optimizer steps A..B
+  /// (1-based, inclusive) per rank; empty = off.
+  std::string profile_steps;
+  /// Where the per-rank traces go (rank<r>.trace.json).
+  std::string profile_dir = "profile";
+  /// TensorBoard event files (written by rank 0) go here; empty = none.
+  std::string tensorboard_dir;
 };
 
 /// One training run, as read from YAML plus overrides.
@@ -176,6 +216,7 @@ struct RunConfig {
   ModelConfigRef model;
   DataConfig data;
   TrainConfig train;
+  LoraConfig lora;
   StrategyConfig strategy;
   RuntimeConfig runtime;
   /// Where this came from, for messages ("configs/x.yaml", "configs/x.yaml
