@@ -1,5 +1,6 @@
 #include "ft/flat_shard.h"
 
+#include <c10/core/GradMode.h>
 #include <map>
 
 #include <ATen/ATen.h>
@@ -138,7 +139,7 @@ FlatLayout FlatLayout::from_json(const std::string& json, const std::string& sou
 FlatParam::FlatParam(int unit, const TensorList& params, const std::vector<bool>& trainable, int world, int rank,
                      bool params_sharded)
     : unit_(unit), layout_(FlatLayout::build(params, world, trainable)), rank_(rank), sharded_(params_sharded) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   const auto device = params.empty() ? c10::Device(c10::kCPU) : params.front().second.device();
   full_ = at::zeros({layout_.padded_numel}, at::TensorOptions().dtype(at::kFloat).device(device));
   for (size_t i = 0; i < params.size(); ++i) {
@@ -196,7 +197,7 @@ at::Tensor FlatParam::gather_copy(Comm& comm) const {
 }
 
 void FlatParam::load_full(const at::Tensor& flat) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   at::Tensor src = flat.to(full_.device(), at::kFloat);
   if (state_ == ShardedState::kUnsharded) full_.copy_(src);
   if (sharded_) shard_.copy_(src.narrow(0, layout_.shard_begin(rank_), layout_.shard_numel()));

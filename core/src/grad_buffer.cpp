@@ -1,5 +1,6 @@
 #include "ft/grad_buffer.h"
 
+#include <c10/core/GradMode.h>
 #include <algorithm>
 #include <utility>
 
@@ -148,7 +149,7 @@ void GradBuffer::layout(const std::vector<int>& order) {
 }
 
 void GradBuffer::attach_views() {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     at::Tensor& p = params_[i];
     const ParamSlot& s = slots_[i];
@@ -320,7 +321,7 @@ void GradBuffer::record_sync_stats(Clock::time_point wait_start, Clock::time_poi
 
 void GradBuffer::zero() {
   std::lock_guard<std::mutex> lock(mutex_);
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (auto& b : buffers_) b.zero_();
   for (auto& c : comms_) c = BucketComm{};
   next_launch_ = 0;

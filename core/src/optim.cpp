@@ -1,5 +1,6 @@
 #include "ft/optim.h"
 
+#include <c10/core/GradMode.h>
 #include <cmath>
 
 #include <ATen/ATen.h>
@@ -31,7 +32,7 @@ std::vector<std::string> TensorOptimizer::buffer_names() const {
 void TensorOptimizer::step(double lr, const std::vector<at::Tensor>& grads) {
   if (grads.size() != slots_.size()) fail("optimizer: {} grads for {} slots", grads.size(), slots_.size());
   ++step_;
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   if (spec_.kind == OptimizerKind::AdamW) {
     const double bc1 = 1.0 - std::pow(spec_.beta1, static_cast<double>(step_));
     const double bc2_sqrt = std::sqrt(1.0 - std::pow(spec_.beta2, static_cast<double>(step_)));
@@ -83,7 +84,7 @@ void TensorOptimizer::load_state(const OptimizerState& state, const std::string&
   std::map<std::string, const at::Tensor*> by_name;
   for (const auto& [name, t] : state.tensors) by_name[name] = &t;
   const auto names = buffer_names();
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (size_t i = 0; i < slots_.size(); ++i) {
     for (size_t k = 0; k < names.size(); ++k) {
       const std::string key = slots_[i].name + "." + names[k];
@@ -120,7 +121,7 @@ void clip_grads(const std::vector<at::Tensor>& grads, double total_norm, double 
   if (max_norm <= 0.0) return;
   const double coef = max_norm / (total_norm + 1e-6);
   if (coef >= 1.0) return;
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (const auto& g : grads)
     if (g.defined()) g.mul_(coef);
 }

@@ -1,5 +1,6 @@
 #include "ft/replicated_strategy.h"
 
+#include <c10/core/GradMode.h>
 #include <cmath>
 
 #include <ATen/ATen.h>
@@ -68,7 +69,7 @@ StepResult ReplicatedStrategy::step(const StepOptions& options) {
   } else {
     result.grad_norm = std::nan("");
   }
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (auto& grad : g)
     if (grad.defined()) grad.zero_();
   ctx_->precision->update(result.skipped);
@@ -95,7 +96,7 @@ void ReplicatedStrategy::load_state(const TensorList& model, const OptimizerStat
 void ReplicatedStrategy::broadcast_model_from_rank0() {
   Comm& comm = *ctx_->comm;
   if (comm.world_size() == 1) return;
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   std::vector<at::Tensor> tensors;
   for (const auto& p : model_->parameters()) tensors.push_back(p);
   for (const auto& b : model_->buffers()) tensors.push_back(b);

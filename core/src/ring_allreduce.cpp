@@ -1,5 +1,6 @@
 #include "ft/ring_allreduce.h"
 
+#include <c10/core/GradMode.h>
 #include <utility>
 
 #include <ATen/ATen.h>
@@ -77,7 +78,7 @@ RingTraffic ring_allreduce(Comm& comm, const at::Tensor& flat, const RingOptions
   const int world = comm.world_size();
   const int rank = comm.rank();
   RingTraffic traffic;
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   if (world == 1) {
     if (compress) flat.copy_(flat.to(wire));
     return traffic;

@@ -1,6 +1,7 @@
 // ShardedStrategy: full (consolidated) state for ordinary checkpoints, the
 // per-rank sharded save, loading full state saved by any strategy, and the
 // bytes this rank holds.
+#include <c10/core/GradMode.h>
 #include <map>
 
 #include <ATen/ATen.h>
@@ -15,7 +16,7 @@
 namespace ft {
 
 TensorList ShardedStrategy::model_state() {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   TensorList out;
   for (const auto& f : units_) {
     for (auto& named : f->layout().unflatten(f->gather_copy(*ctx_->comm))) out.push_back(std::move(named));
@@ -40,7 +41,7 @@ at::Tensor buffer_shard(const FlatParam& f, int unit, const Slots& slots,
 }  // namespace
 
 OptimizerState ShardedStrategy::optimizer_state() {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   Comm& comm = *ctx_->comm;
   OptimizerState s;
   s.step = optimizer_->step_count();
@@ -63,7 +64,7 @@ OptimizerState ShardedStrategy::optimizer_state() {
 }
 
 void ShardedStrategy::load_state(const TensorList& model, const OptimizerState* optimizer) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   // Accept DDP-style "module." prefixes like BertForSequenceClassification::load_weights.
   TensorList weights;
   for (const auto& [name, t] : model) weights.emplace_back(name.rfind("module.", 0) == 0 ? name.substr(7) : name, t);
@@ -104,7 +105,7 @@ StateBytes ShardedStrategy::state_bytes() const {
 }
 
 void ShardedStrategy::save_sharded(const std::filesystem::path& dir) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   ShardedMeta meta;
   meta.strategy = policy_.name;
   meta.world_size = shard_world();

@@ -2,6 +2,7 @@
 // Checkpoint/state code is in zero_state.cpp.
 #include "ft/zero_strategy.h"
 
+#include <c10/core/GradMode.h>
 #include <cmath>
 
 #include <ATen/ATen.h>
@@ -154,7 +155,7 @@ void ShardedStrategy::build_units(const ParamPlan& plan) {
   Comm& comm = *ctx_->comm;
   const auto unit_params = model_->unit_parameters();
   const int n = static_cast<int>(unit_params.size());
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (int u = 0; u < n; ++u) {
     const TensorList& params = unit_params[static_cast<size_t>(u)];
     // Rank 0's weights everywhere, so the shards form one consistent model.
@@ -336,7 +337,7 @@ void ShardedStrategy::launch_ready_reduces() {
 void ShardedStrategy::launch_reduce(int unit) {
   const FlatParam& f = *units_[static_cast<size_t>(unit)];
   const FlatLayout& l = f.layout();
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   // empty, not zeros: every element is written once below (a fresh 20 MB
   // zero-fill per unit per step shows up on CPU).
   at::Tensor staging = at::empty({l.padded_numel}, f.shard().options());
@@ -419,7 +420,7 @@ StepResult ShardedStrategy::step(const StepOptions& options) {
     result.grad_norm = std::nan("");
   }
   {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     if (grad_buffer_) grad_buffer_->zero();
     for (auto& g : grad_shards_) g.zero_();
   }

@@ -22,6 +22,7 @@
 
 #include "ft/error.h"
 
+#include <c10/core/GradMode.h>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -78,7 +79,7 @@ void through_flat_buffer(const std::vector<at::Tensor>& tensors, Collective coll
   if (parts.empty()) return;
   at::Tensor flat = at::cat(parts);
   collective(flat);
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   int64_t offset = 0;
   for (auto& t : targets) {
     t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));

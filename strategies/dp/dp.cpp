@@ -21,6 +21,7 @@
 
 #include "ft/error.h"
 
+#include <c10/core/GradMode.h>
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
@@ -197,7 +198,7 @@ class DpStrategy final : public ft::ReplicatedStrategy {
   // master's (accumulation micro-batches just keep accumulating in the
   // replicas until the step).
   void finish_grad_sync() override {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     auto master = model_->parameters();
     for (size_t r = 1; r < replicas_.size(); ++r) {
       auto mine = replicas_[r]->parameters();
@@ -217,7 +218,7 @@ class DpStrategy final : public ft::ReplicatedStrategy {
  private:
   // Broadcast after an update: master weights and buffers into every replica.
   void copy_out() {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     auto mp = model_->parameters();
     auto mb = model_->buffers();
     for (size_t r = 1; r < replicas_.size(); ++r) {

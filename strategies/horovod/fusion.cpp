@@ -2,6 +2,7 @@
 
 #include "fusion.h"
 
+#include <c10/core/GradMode.h>
 #include <exception>
 #include <utility>
 
@@ -141,7 +142,7 @@ void TensorFusion::reduce_group(std::vector<Entry>& entries, size_t begin, size_
     }
     total += t.numel();
   }
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   RingTraffic traffic;
   int64_t copied = 0;
   if (adjacent) {
