@@ -109,6 +109,7 @@ void EventLog::summary(const SummaryEvent& s) {
                    {"optimizer_bytes", s.optimizer_bytes},
                    {"trainable_params", s.trainable_params},
                    {"final_loss", number(s.final_loss)}};
+  if (!s.peak_device_mb.empty()) j["peak_device_mb"] = s.peak_device_mb;
   if (s.has_eval) {
     j["eval_accuracy"] = s.eval.accuracy;
     j["eval_macro_f1"] = s.eval.macro_f1;

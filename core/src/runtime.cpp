@@ -5,6 +5,9 @@
 #include <thread>
 
 #include <ATen/Parallel.h>
+#if FT_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 namespace ft {
 
@@ -41,6 +44,17 @@ std::optional<std::string> slow_blas_warning() {
            "), ~13x slower; install libopenblas0-pthread (scripts/setup.sh does)";
   }
   return std::nullopt;
+}
+
+double peak_device_memory_mb(const c10::Device& device) {
+#if FT_WITH_CUDA
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return static_cast<double>(stats.allocated_bytes[0].peak) / (1024.0 * 1024.0);  // [0]: all pools
+  }
+#endif
+  (void)device;
+  return 0.0;
 }
 
 }  // namespace ft

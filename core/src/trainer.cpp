@@ -18,7 +18,9 @@
 #include "ft/error.h"
 #include "ft/model.h"
 #include "ft/optim.h"
+#include "ft/param_plan.h"
 #include "ft/precision.h"
+#include "ft/runtime.h"
 #include "ft/sampler.h"
 #include "ft/zero_strategy.h"
 
@@ -88,7 +90,7 @@ struct Trainer::Impl {
     spec.weight_decay = t.weight_decay;
     spec.momentum = t.momentum;
     spec.decay_bias_and_norm = t.decay_bias_and_norm;
-    const ParamPlan plan = default_param_plan(model->weights(), t.weight_decay, t.decay_bias_and_norm);
+    const ParamPlan plan = build_param_plan(*model, t);
     strategy->setup(model, spec, plan, ctx);
     // Dropout masks differ per rank (as in DDP) but are reproducible.
     at::manual_seed(static_cast<uint64_t>(config.train.seed) + 1000003ULL * static_cast<uint64_t>(comm.rank()));
@@ -356,7 +358,7 @@ TrainResult Trainer::Impl::fit() {
   s.final_loss = last_loss;
   StateBytes bytes = strategy->state_bytes();
   auto facts = at::tensor({peak_rss_mb(), static_cast<double>(bytes.params), static_cast<double>(bytes.grads),
-                           static_cast<double>(bytes.optimizer)},
+                           static_cast<double>(bytes.optimizer), peak_device_memory_mb(ctx.device)},
                           at::kDouble);
   std::vector<at::Tensor> all(comm.world_size());
   for (auto& x : all) x = at::empty_like(facts);
@@ -364,6 +366,7 @@ TrainResult Trainer::Impl::fit() {
   for (const auto& x : all) {
     auto* d = x.data_ptr<double>();
     s.peak_rss_mb.push_back(d[0]);
+    if (ctx.device.is_cuda()) s.peak_device_mb.push_back(d[4]);
     s.param_bytes.push_back(static_cast<int64_t>(d[1]));
     s.grad_bytes.push_back(static_cast<int64_t>(d[2]));
     s.optimizer_bytes.push_back(static_cast<int64_t>(d[3]));

@@ -36,6 +36,7 @@ struct SummaryEvent {
   double samples_per_s = 0.0;
   double final_loss = 0.0;
   std::vector<double> peak_rss_mb;          // per rank
+  std::vector<double> peak_device_mb;       // per rank, CUDA allocator peak; empty on CPU
   std::vector<int64_t> model_state_bytes;   // per rank: params + grads + optimizer
   std::vector<int64_t> param_bytes, grad_bytes, optimizer_bytes;  // per rank
   int64_t trainable_params = 0;

@@ -5,6 +5,8 @@
 #include <optional>
 #include <string>
 
+#include <c10/core/Device.h>
+
 namespace ft {
 
 // Intra-op threads for this rank: `requested` if > 0, else the host's cores
@@ -19,5 +21,9 @@ std::string mapped_blas_library();
 // A warning line when fp32 matmul goes through Debian's reference BLAS
 // (~13x slower than OpenBLAS); nullopt when a fast BLAS is mapped.
 std::optional<std::string> slow_blas_warning();
+
+// Peak bytes the caching allocator handed out on `device` since start, in
+// MiB; 0 on CPU or when ft was built without CUDA.
+double peak_device_memory_mb(const c10::Device& device);
 
 }  // namespace ft
