@@ -25,7 +25,7 @@ namespace {
 
 struct RunFlags {
   ConfigFlags config;
-  std::string strategy, precision, metrics_out, output_dir, resume;
+  std::string strategy, precision, metrics_out, output_dir, resume, profile_steps;
   int nproc = 1, nnodes = 1, node_rank = 0, master_port = 0;
   std::string master_addr = "127.0.0.1";
   int64_t threads = 0, max_steps = 0;
@@ -40,9 +40,11 @@ std::vector<std::string> flag_overrides(const RunFlags& f) {
   if (!f.metrics_out.empty()) out.push_back("runtime.metrics_out=" + f.metrics_out);
   if (!f.output_dir.empty()) out.push_back("train.output_dir=" + f.output_dir);
   if (!f.resume.empty()) out.push_back("train.resume_from=" + f.resume);
-  if (f.threads > 0) out.push_back("runtime.threads=" + std::to_string(f.threads));
-  if (f.max_steps > 0) out.push_back("train.max_steps=" + std::to_string(f.max_steps));
-  if (f.timeout_s > 0) out.push_back(fmt::format("runtime.timeout_s={}", f.timeout_s));
+  // Unset flags are 0; a negative value goes through so that validation refuses it by name.
+  if (f.threads != 0) out.push_back("runtime.threads=" + std::to_string(f.threads));
+  if (f.max_steps != 0) out.push_back("train.max_steps=" + std::to_string(f.max_steps));
+  if (f.timeout_s != 0) out.push_back(fmt::format("runtime.timeout_s={}", f.timeout_s));
+  if (!f.profile_steps.empty()) out.push_back("runtime.profile_steps=" + f.profile_steps);
   return out;
 }
 
@@ -74,7 +76,7 @@ int work(const RunConfig& config, const std::vector<std::string>& plugin_dirs) {
   CommOptions co;
   co.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.runtime.timeout_s * 1000));
   auto comm = Comm::create(env, co);
-  EventLog events(env.rank == 0, config.runtime.metrics_out, config.runtime.progress);
+  EventLog events(env.rank == 0, config.runtime.metrics_out, config.runtime.progress, config.runtime.tensorboard_dir);
   if (inputs.skipped_rows > 0) events.info(fmt::format("skipped {} bad row(s) (data.bad_rows=skip)", inputs.skipped_rows));
   events.info(fmt::format("{} train / {} dev rows, {} labels, {} thread(s) per rank", inputs.train->size(),
                           inputs.dev ? inputs.dev->size() : 0, inputs.label_names.size(), threads));
@@ -117,6 +119,7 @@ void add_run_command(CLI::App& app, int& exit_code, const std::vector<std::strin
   cmd->add_option("--threads", flags->threads, "intra-op threads per rank (default: cores / ranks)");
   cmd->add_option("--max-steps", flags->max_steps, "stop after this many optimizer steps");
   cmd->add_option("--timeout", flags->timeout_s, "seconds before a stuck collective or dead rank stops the job");
+  cmd->add_option("--profile-steps", flags->profile_steps, "A:B: trace optimizer steps A..B per rank (docs/observability.md)");
   cmd->callback([flags, &exit_code] {
     const RunConfig config = load_run_config(ConfigFlags{flags->config.config_path, flag_overrides(*flags), {}});
     const bool is_worker = std::getenv("FT_LAUNCHED") != nullptr;

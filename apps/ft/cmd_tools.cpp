@@ -15,6 +15,7 @@
 #include "ft/error.h"
 #include "ft/events.h"
 #include "ft/fs.h"
+#include "ft/lora.h"
 #include "ft/plugin_host.h"
 #include "ft/runtime.h"
 #include "ft/tokenizer.h"
@@ -49,6 +50,8 @@ int list_strategies(const std::vector<std::string>& plugin_dirs, bool verbose) {
 // Evaluation reuses the Trainer with a one-process `single` strategy, so
 // `ft eval` and the in-training evaluation are the same code.
 int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint, const std::string& data) {
+  // Else model.config would read it as a config.json and blame its JSON.
+  if (!std::filesystem::is_directory(checkpoint)) fail("checkpoint {}: not a directory", checkpoint);
   ConfigFlags f = flags;
   f.overrides.push_back("model.config=" + checkpoint);
   f.overrides.push_back("model.weights=");
@@ -61,6 +64,8 @@ int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint,
     f.overrides.push_back("data.max_rows=0");
   }
   RunConfig config = load_run_config(f);
+  // A LoRA checkpoint brings its adapter (the Trainer applies it); others none.
+  config.lora = has_adapter(checkpoint) ? read_adapter_config(checkpoint) : LoraConfig{};
   if (config.data.vocab.empty() && std::filesystem::exists(std::filesystem::path(checkpoint) / "vocab.txt")) {
     config.data.vocab = (std::filesystem::path(checkpoint) / "vocab.txt").string();
   }
@@ -85,6 +90,7 @@ int predict(const std::string& checkpoint, std::vector<std::string> texts, int m
   if (!std::filesystem::exists(vocab)) fail("checkpoint {}: vocab.txt is missing; predict needs the tokenizer", checkpoint);
   auto tok = WordPieceTokenizer::from_file(vocab.string());
   BertForSequenceClassification model(ckpt.config);
+  if (ckpt.lora) apply_lora(model, *ckpt.lora, 0);  // adapter weights come with ckpt.model
   model.load_weights(ckpt.model, checkpoint + "/model.safetensors");
   model.eval();
   if (texts.empty()) {

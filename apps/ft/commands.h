@@ -22,7 +22,9 @@ void add_strategies_command(CLI::App& app, int& exit_code);
 void add_eval_predict_commands(CLI::App& app, int& exit_code);
 void add_vocab_command(CLI::App& app, int& exit_code);
 void add_consolidate_command(CLI::App& app, int& exit_code);
+void add_export_command(CLI::App& app, int& exit_code);
 void add_bench_command(CLI::App& app, int& exit_code, const std::vector<std::string>& argv);
+void add_trace_command(CLI::App& app, int& exit_code);
 
 }  // namespace ft::app
 

@@ -6,9 +6,37 @@
 
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
+#include <fmt/format.h>
 
 #include "commands.h"
 #include "ft/error.h"
+
+namespace {
+
+// The error contract is one line: a control character from user input (a
+// tensor name or a row with a line break, a terminal escape) is shown
+// escaped, and a message built around a huge input is cut.
+std::string one_line(const std::string& text) {
+  constexpr std::size_t kMax = 4000;
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u == '\n') out += "\\n";
+    else if (u < 0x20 || u == 0x7f) out += fmt::format("\\x{:02x}", u);
+    else out += c;
+    if (out.size() >= kMax) {
+      std::size_t cut = kMax;
+      while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;  // keep UTF-8 whole
+      out.resize(cut);
+      return out + fmt::format("... ({} bytes in all)", text.size());
+    }
+  }
+  return out;
+}
+
+void print_error(const std::string& message) { std::fprintf(stderr, "ft: error: %s\n", one_line(message).c_str()); }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"ft: fine-tune BERT-style classifiers with any distributed-training strategy"};
@@ -20,19 +48,25 @@ int main(int argc, char** argv) {
   ft::app::add_eval_predict_commands(app, exit_code);
   ft::app::add_vocab_command(app, exit_code);
   ft::app::add_consolidate_command(app, exit_code);
+  ft::app::add_export_command(app, exit_code);
   ft::app::add_bench_command(app, exit_code, args);
+  ft::app::add_trace_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    print_error(std::string(e.what()) + "; see --help");
+    return e.get_exit_code();
   } catch (const ft::Error& e) {
-    std::fprintf(stderr, "ft: error: %s\n", e.what());
+    print_error(e.what());
     return 1;
   } catch (const c10::Error& e) {
-    std::fprintf(stderr, "ft: error: %s\n", e.what_without_backtrace());
+    // c10 appends context lines ("Exception raised from ..."): the first says what.
+    const std::string what = e.what_without_backtrace();
+    print_error(what.substr(0, what.find('\n')));
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ft: error: %s\n", e.what());
+    print_error(e.what());
     return 1;
   }
   return exit_code;

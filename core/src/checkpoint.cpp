@@ -5,6 +5,7 @@
 
 #include "ft/error.h"
 #include "ft/fs.h"
+#include "ft/lora.h"
 #include "ft/safetensors.h"
 #include "ft/tokenizer.h"
 
@@ -48,7 +49,12 @@ void save_checkpoint(const fsys::path& dir, const CheckpointData& data) {
   fs::AtomicDir out(dir);
   const fsys::path& tmp = out.path();
   fs::write_file_atomic(tmp / "config.json", data.config.to_json() + "\n");
-  safetensors::save((tmp / "model.safetensors").string(), data.model, {{"format", "pt"}});
+  if (data.lora) {
+    safetensors::save((tmp / "model.safetensors").string(), without_lora(data.model), {{"format", "pt"}});
+    save_adapter(tmp, data.model, *data.lora, data.base_model);
+  } else {
+    safetensors::save((tmp / "model.safetensors").string(), data.model, {{"format", "pt"}});
+  }
   if (data.tokenizer) data.tokenizer->save((tmp / "vocab.txt").string());
   if (data.optimizer && data.state) {
     const fsys::path ts = tmp / "training_state";
@@ -71,6 +77,10 @@ LoadedCheckpoint load_checkpoint(const fsys::path& dir, bool with_training_state
   const fsys::path weights = dir / "model.safetensors";
   if (!fsys::exists(weights)) fail("checkpoint {}: model.safetensors is missing", dir.string());
   c.model = safetensors::load(weights.string());
+  if (has_adapter(dir)) {
+    c.lora = read_adapter_config(dir);
+    c.model = with_adapter(std::move(c.model), read_adapter_weights(dir));
+  }
   if (!with_training_state) return c;
   const fsys::path ts = dir / "training_state";
   if (!fsys::exists(ts / "trainer_state.json")) {

@@ -13,6 +13,7 @@
 
 #include "comm_internal.h"
 #include "ft/error.h"
+#include "rendezvous_store.h"
 
 namespace ft {
 
@@ -48,12 +49,13 @@ void Work::wait() {
   try {
     for (auto& w : s.works) {
       try {
-        w->wait(s.timeout);
+        wait_sliced(s, *w);
       } catch (const std::exception& e) {
-        std::string why = fmt::format("rank {}: {} failed (a peer exited or the {} s timeout "
-                                      "passed): {}",
-                                      s.health->rank, s.what, s.timeout.count() / 1000.0,
-                                      first_line(e.what()));
+        std::string why = stall_message(s);
+        if (why.empty()) {
+          why = fmt::format("rank {}: {} failed (a peer exited or the {} s timeout passed): {}", s.health->rank,
+                            s.what, s.timeout.count() / 1000.0, first_line(e.what()));
+        }
         s.health->set(why);
         throw Error(why);
       }
@@ -77,60 +79,11 @@ bool is_loopback(const std::string& addr) {
   return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
 }
 
-// Whether nothing on this host listens on `port` (TCPStore binds all interfaces).
-bool port_is_free(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return true;  // cannot tell; let TCPStore report
-  int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_ANY);
-  sa.sin_port = htons(static_cast<uint16_t>(port));
-  bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0 || errno != EADDRINUSE;
-  ::close(fd);
-  return free;
-}
-
-// Whether something accepts TCP connections at addr:port right now.
-bool can_connect(const std::string& addr, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
-  bool ok = false;
-  for (addrinfo* a = found; a && !ok; a = a->ai_next) {
-    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    timeval limit{1, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
-    ok = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
-    ::close(fd);
-  }
-  ::freeaddrinfo(found);
-  return ok;
-}
-
-// TCPStore's client retries a refused connect only about once a second;
-// polling first lets ranks started together meet in milliseconds.
-void wait_for_store(const DistEnv& env, std::chrono::steady_clock::time_point deadline) {
-  while (!can_connect(env.master_addr, env.master_port) &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-}
-
 c10::intrusive_ptr<c10d::Store> connect_store(const DistEnv& env, std::chrono::milliseconds timeout) {
   const bool server = env.rank == 0;
-  if (server && !port_is_free(env.master_port)) {
-    fail("master port {} on {} is in use; pass --master-port", env.master_port, env.master_addr);
-  }
   try {
-    if (!server) wait_for_store(env, std::chrono::steady_clock::now() + timeout);
-    return c10::make_intrusive<c10d::TCPStore>(
-        env.master_addr, compat::store_options(static_cast<uint16_t>(env.master_port), server,
-                                               env.world_size, timeout));
+    // Not c10d::TCPStore: it listens on every interface (rendezvous_store.h).
+    return c10::make_intrusive<RendezvousStore>(env.master_addr, env.master_port, server, timeout);
   } catch (const std::exception& e) {
     std::string msg = first_line(e.what());
     if (server) {
@@ -253,6 +206,8 @@ std::unique_ptr<Comm> Comm::create(const DistEnv& env, const CommOptions& option
     fail("rank {}: connecting the {} group over {}:{} failed: {}", env.rank, building,
          env.master_addr, env.master_port, first_line(e.what()));
   }
+  comm->health_->world_size = env.world_size;
+  comm->health_->store = groups->store;
   comm->groups_ = std::move(groups);
   return comm;
 }

@@ -1,6 +1,9 @@
 // Private to comm*.cpp: the c10d objects behind ft::Comm and ft::Work.
 #pragma once
 
+#include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -13,10 +16,18 @@
 namespace ft {
 
 /// Set once, by the first collective that fails; read by every later call.
+/// Also what a timed-out collective needs to name the rank that stalled it.
 struct CommHealth {
   mutable std::mutex mutex;
   std::string failure;  // empty while healthy
   int rank = 0;
+  int world_size = 1;
+  /// Collectives issued so far: every rank issues the same ones in the same
+  /// order, so the count names one collective on every rank ("#57").
+  std::atomic<uint64_t> issued{0};
+  /// The rendezvous store (null at world size 1): ranks post there where
+  /// they wait, so a timed-out rank can tell which peers never arrived.
+  c10::intrusive_ptr<c10d::Store> store;
 
   std::string get() const {
     std::lock_guard<std::mutex> lock(mutex);
@@ -42,6 +53,10 @@ struct Work::State {
   std::string what;  // collective name for messages
   std::shared_ptr<CommHealth> health;
   std::chrono::milliseconds timeout{0};
+  uint64_t seq = 0;        // CommHealth::issued when this one was issued
+  std::chrono::steady_clock::time_point issued_at{};
+  bool sliceable = false;  // a Gloo collective: wait() may poll it in slices
+  bool posted = false;     // this rank's position was posted to the store
   std::vector<c10::intrusive_ptr<compat::Work>> works;
   std::function<void()> finish;
   bool done = false;
@@ -50,5 +65,13 @@ struct Work::State {
 
 /// First line of a (c10d, often multi-line) exception message.
 std::string first_line(const std::string& text);
+
+/// w.wait(s.timeout), but a Gloo collective still running after a slice of
+/// the timeout posts this rank's position for stall_message() (comm_stall.cpp).
+void wait_sliced(Work::State& s, compat::Work& w);
+
+/// For a collective that failed on the timeout: one line naming the rank(s)
+/// that never joined it; empty when none can be named.
+std::string stall_message(const Work::State& s);
 
 }  // namespace ft

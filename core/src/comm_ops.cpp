@@ -90,14 +90,22 @@ class CommCall {
       fail("rank {}: {}: no process group for {} tensors (backend chosen at Comm::create)",
            state_->health->rank, what(), t.is_cuda() ? "CUDA" : "CPU");
     }
+    // Only Gloo collectives may be waited on in slices (comm.cpp's
+    // wait_sliced): a timed-out wait leaves them running; NCCL's aborts.
+    state_->sliceable = !t.is_cuda();
     return *g;
   }
+  // Gloo's send/recv wait() gives up the pending operation on a timeout.
+  void not_sliceable() { state_->sliceable = false; }
+  void sliceable_if_gloo(bool gloo) { state_->sliceable = gloo; }
   bool is_gloo(const at::Tensor& t) const { return !t.is_cuda(); }
 
   // c10d validates arguments when a call is issued; those errors are the
   // caller's (shapes, ranks) and do not poison the group.
   template <typename F>
   Work issue(F&& call, std::function<void()> finish) {
+    state_->seq = ++state_->health->issued;
+    state_->issued_at = std::chrono::steady_clock::now();
     try {
       state_->works.push_back(call());
     } catch (const Error&) {
@@ -292,6 +300,7 @@ Work Comm::send_async(const at::Tensor& t, int dst, int tag) {
     fail("send: rank {} cannot send to rank {} in a world of {}", rank(), dst, world_size());
   }
   auto& group = c.group_for(t);
+  c.not_sliceable();
   auto w = std::make_shared<Wire>(to_wire(t, c.is_gloo(t), true));
   return c.issue(
       [&] {
@@ -308,6 +317,7 @@ Work Comm::recv_async(at::Tensor& t, int src, int tag) {
     fail("recv: rank {} cannot receive from rank {} in a world of {}", rank(), src, world_size());
   }
   auto& group = c.group_for(t);
+  c.not_sliceable();
   auto w = std::make_shared<Wire>(to_wire(t, c.is_gloo(t), false));
   return c.issue(
       [&] {
@@ -321,6 +331,7 @@ Work Comm::barrier_async() {
   CommCall c("barrier", health_, groups_.get(), options_.timeout);
   if (c.local()) return c.done_locally({});
   auto& group = groups_->gloo ? *groups_->gloo : *groups_->nccl;
+  c.sliceable_if_gloo(groups_->gloo != nullptr);
   return c.issue(
       [&] {
         c10d::BarrierOptions opts;

@@ -14,6 +14,7 @@
 #include "config_fields.h"
 #include "ft/config.h"
 #include "ft/error.h"
+#include "ft/trace.h"
 
 namespace ft {
 namespace {
@@ -171,6 +172,9 @@ void check_strategy_runtime(const Checker& ck, const RunConfig& c) {
   ck.positive("runtime.timeout_s", c.runtime.timeout_s);
   if (!c.runtime.profile_steps.empty()) {
     ck.required("runtime.profile_dir", c.runtime.profile_dir, "where the per-rank traces go");
+    if (!parse_step_window(c.runtime.profile_steps)) {
+      ck.bad("runtime.profile_steps", fmt::format("'{}': {}", c.runtime.profile_steps, kStepWindowHelp));
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "ft/error.h"
 #include "ft/fs.h"
+#include "ft/lora.h"
 #include "ft/safetensors.h"
 
 namespace ft {
@@ -107,7 +108,15 @@ ConsolidatedCheckpoint read_sharded_checkpoint(const fsys::path& dir) {
 ConsolidatedCheckpoint consolidate_checkpoint(const fsys::path& dir, const fsys::path& out) {
   ConsolidatedCheckpoint c = read_sharded_checkpoint(dir);
   fsys::create_directories(out / "training_state");
-  safetensors::save((out / "model.safetensors").string(), c.model, {{"format", "pt"}});
+  // A LoRA run keeps plain HF base weights in model.safetensors and the
+  // adapters in PEFT's files, exactly as save_checkpoint lays them out.
+  const bool lora = has_adapter(dir);
+  if (lora) {
+    const auto cfg = nlohmann::json::parse(fs::read_file(dir / "adapter_config.json"), nullptr, false);
+    const std::string base = cfg.is_object() ? cfg.value("base_model_name_or_path", "") : "";
+    save_adapter(out, c.model, read_adapter_config(dir), base);
+  }
+  safetensors::save((out / "model.safetensors").string(), lora ? without_lora(c.model) : c.model, {{"format", "pt"}});
   safetensors::save((out / "training_state" / "optimizer.safetensors").string(), c.optimizer.tensors,
                     {{"step", std::to_string(c.optimizer.step)}});
   std::error_code ec;

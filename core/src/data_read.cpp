@@ -84,9 +84,7 @@ std::string read_file(const std::string& path) {
   if (!in) fail("{}: cannot open the data file: {}; check the path", path, std::strerror(errno));
   std::ostringstream ss;
   ss << in.rdbuf();
-  std::string bytes = ss.str();
-  if (bytes.compare(0, 3, "\xEF\xBB\xBF") == 0) bytes.erase(0, 3);  // Excel's UTF-8 BOM
-  return bytes;
+  return ss.str();
 }
 
 std::string list_names(const std::vector<std::string>& names) {
@@ -245,23 +243,37 @@ RawLabel label_from_string(std::string_view s) {
   return raw;
 }
 
+// A row value for a message: short, and without dump()'s recursion, which a
+// row nested 100 000 deep turns into a stack overflow.
+std::string quoted_value(const json& v) {
+  if (v.is_array()) return fmt::format("a list of {} item(s)", v.size());
+  if (v.is_object()) return fmt::format("an object with {} key(s)", v.size());
+  std::string s = v.dump();
+  if (s.size() > 40) {
+    std::size_t cut = 40;
+    while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // keep UTF-8 whole
+    s = s.substr(0, cut) + "...";
+  }
+  return s;
+}
+
 RawLabel label_from_json(const json& v) {
   if (v.is_number_integer()) return RawLabel{v.get<int64_t>(), {}};
   if (v.is_number_float()) {
     const double d = v.get<double>();
     // Range check first: casting an out-of-range double to int64 is undefined.
     if (std::abs(d) < 1e15 && d == std::floor(d)) return RawLabel{static_cast<int64_t>(d), {}};
-    throw BadRow{fmt::format("label {} is not an integer id or a name", v.dump())};
+    throw BadRow{fmt::format("label {} is not an integer id or a name", quoted_value(v))};
   }
   if (v.is_string()) return label_from_string(v.get_ref<const std::string&>());
   throw BadRow{fmt::format("label is {} ({}); expected an integer id or a name", v.type_name(),
-                           v.dump())};
+                           quoted_value(v))};
 }
 
 std::string string_field(const json& v, const std::string& what) {
   if (!v.is_string())
     throw BadRow{fmt::format("{} is {} ({}), expected a string", what, v.type_name(),
-                             v.dump().substr(0, 40))};
+                             quoted_value(v))};
   return v.get<std::string>();
 }
 
@@ -544,16 +556,27 @@ TextData read_text_data(const DataSource& source) {
   if (source.max_rows < 0)
     fail("{}: max_rows is {}; use 0 for all rows or a positive count", source.path,
          source.max_rows);
-  const std::string bytes = read_file(source.path);
+  DataSource resolved = source;
+  resolved.format = format;
+  return parse_text_data(read_file(source.path), resolved);
+}
+
+TextData parse_text_data(std::string_view bytes, const DataSource& source) {
+  if (source.max_rows < 0)
+    fail("{}: max_rows is {}; use 0 for all rows or a positive count", source.path,
+         source.max_rows);
+  if (bytes.substr(0, 3) == "\xEF\xBB\xBF") bytes.remove_prefix(3);  // Excel's UTF-8 BOM
   if (trim(bytes).empty())
     fail("{}: the file is empty; give a data file with at least one example", source.path);
   Collector out(source);
-  switch (format) {
+  switch (source.format) {
     case DataFormat::JsonList: read_json_list(out, bytes, source); break;
     case DataFormat::JsonLines: read_json_lines(out, bytes, source); break;
     case DataFormat::Csv: read_csv(out, bytes, source); break;
     case DataFormat::Tsv: read_tsv(out, bytes, source); break;
-    default: break;
+    default:
+      fail("{}: parse_text_data needs format json, jsonl, csv or tsv, got {}", source.path,
+           to_string(source.format));
   }
   return out.finish();
 }

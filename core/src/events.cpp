@@ -3,11 +3,13 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "ft/error.h"
+#include "ft/tensorboard.h"
 
 namespace ft {
 namespace {
@@ -19,11 +21,20 @@ nlohmann::json number(double v) {
 
 }  // namespace
 
-EventLog::EventLog(bool is_rank0, const std::string& metrics_path, bool progress)
+EventLog::EventLog(bool is_rank0, const std::string& metrics_path, bool progress, const std::string& tensorboard_dir)
     : rank0_(is_rank0), tty_(::isatty(STDOUT_FILENO) == 1), progress_enabled_(progress) {
+  if (rank0_ && !tensorboard_dir.empty()) tensorboard_ = std::make_unique<TensorBoardWriter>(tensorboard_dir);
   if (!rank0_ || metrics_path.empty()) return;
-  metrics_ = std::fopen(metrics_path.c_str(), "w");
-  if (!metrics_) fail("--metrics-out {}: cannot open for writing", metrics_path);
+  // Created at the first event: a run that fails while starting up leaves no
+  // file (and a previous run's intact). Whether it can be written is known now.
+  const std::filesystem::path path(metrics_path);
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
+  std::error_code ec;
+  const bool writable = std::filesystem::exists(path, ec)
+                            ? !std::filesystem::is_directory(path, ec) && ::access(path.c_str(), W_OK) == 0
+                            : ::access(dir.c_str(), W_OK | X_OK) == 0;
+  if (!writable) fail("--metrics-out {}: cannot open for writing", metrics_path);
+  metrics_path_ = metrics_path;
 }
 
 EventLog::~EventLog() {
@@ -32,6 +43,10 @@ EventLog::~EventLog() {
 }
 
 void EventLog::write_json(const std::string& line) {
+  if (!metrics_ && !metrics_path_.empty()) {
+    metrics_ = std::fopen(metrics_path_.c_str(), "w");
+    if (!metrics_) fail("--metrics-out {}: cannot open for writing", metrics_path_);
+  }
   if (!metrics_) return;
   std::fputs(line.c_str(), metrics_);
   std::fputc('\n', metrics_);
@@ -70,6 +85,13 @@ void EventLog::step(const StepEvent& e, bool print_line) {
   if (e.skipped) j["skipped"] = true;
   if (e.loss_scale != 1.0) j["loss_scale"] = e.loss_scale;
   write_json(j.dump());
+  if (tensorboard_) {
+    tensorboard_->add_scalar("train/loss", e.loss, e.step);
+    tensorboard_->add_scalar("train/lr", e.lr, e.step);
+    tensorboard_->add_scalar("train/grad_norm", e.grad_norm, e.step);
+    tensorboard_->add_scalar("train/samples_per_s", e.samples_per_s, e.step);
+    tensorboard_->add_scalar("train/loss_scale", e.loss_scale, e.step);
+  }
   if (print_line && !(tty_ && progress_enabled_)) {
     info(fmt::format("step {}/{} epoch {} loss {:.6f} lr {:.3e} grad_norm {:.4f} {:.1f} samples/s{}", e.step,
                      e.total_steps, e.epoch, e.loss, e.lr, e.grad_norm, e.samples_per_s,
@@ -86,6 +108,11 @@ void EventLog::eval(int64_t step, int64_t epoch, const ClassificationReport& r,
                    {"loss", number(r.loss)}, {"accuracy", r.accuracy}, {"macro_f1", r.macro_f1},
                    {"samples", r.total}};
   write_json(j.dump());
+  if (tensorboard_) {
+    tensorboard_->add_scalar("eval/loss", r.loss, step);
+    tensorboard_->add_scalar("eval/accuracy", r.accuracy, step);
+    tensorboard_->add_scalar("eval/macro_f1", r.macro_f1, step);
+  }
   info(fmt::format("eval step {}: loss {:.4f} accuracy {:.4f} macro_f1 {:.4f} ({} samples)", step, r.loss,
                    r.accuracy, r.macro_f1, r.total));
   info(format_report(r, label_names));

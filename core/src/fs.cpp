@@ -6,9 +6,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <random>
+#include <regex>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -203,6 +205,57 @@ void AtomicDir::commit() {
   fsync_dir_of(final_path_);
   stdfs::remove_all(old, ec);
   if (ec) fail("committed {} but cannot remove the old copy {}: {}", final_path_.string(), old.string(), ec.message());
+}
+
+void remove_dir_atomic(const stdfs::path& dir) {
+  std::error_code ec;
+  if (!stdfs::exists(stdfs::symlink_status(dir, ec))) return;
+  const stdfs::path parent = parent_or_dot(dir);
+  stdfs::path doomed;
+  for (int attempt = 0; attempt < 16 && doomed.empty(); ++attempt) {
+    stdfs::path candidate = parent / ("." + dir.filename().string() + ".tmp-" + random_suffix());
+    if (stdfs::exists(stdfs::symlink_status(candidate, ec))) continue;
+    if (::rename(dir.c_str(), candidate.c_str()) != 0)
+      fail("cannot remove {}: rename: {}", dir.string(), errno_text(errno));
+    doomed = std::move(candidate);
+  }
+  if (doomed.empty()) fail("cannot remove {}: no free temporary name in {}", dir.string(), parent.string());
+  fsync_path(parent);
+  stdfs::remove_all(doomed, ec);
+  if (ec) fail("cannot remove {} (now {}): {}", dir.string(), doomed.string(), ec.message());
+}
+
+std::vector<std::string> recover_atomic_dirs(const stdfs::path& parent) {
+  // The names AtomicDir and remove_dir_atomic use: "." + name + ".tmp-" or ".old-" + 16 hex digits.
+  static const std::regex kLeftover(R"(\.(.+)\.(tmp|old)-[0-9a-f]{16})");
+  std::vector<std::string> done;
+  std::error_code ec;
+  if (!stdfs::is_directory(parent, ec)) return done;
+  std::vector<stdfs::path> found;
+  for (auto it = stdfs::directory_iterator(parent, ec); !ec && it != stdfs::directory_iterator(); it.increment(ec)) {
+    std::smatch m;
+    const std::string name = it->path().filename().string();
+    if (std::regex_match(name, m, kLeftover)) found.push_back(it->path());
+  }
+  if (ec) fail("cannot list {}: {}", parent.string(), ec.message());
+  std::sort(found.begin(), found.end());
+  for (const auto& path : found) {
+    std::smatch m;
+    const std::string name = path.filename().string();
+    std::regex_match(name, m, kLeftover);
+    const stdfs::path original = parent / m[1].str();
+    if (m[2] == "old" && !stdfs::exists(stdfs::symlink_status(original, ec))) {
+      if (::rename(path.c_str(), original.c_str()) != 0)
+        fail("cannot restore {} from {}: {}", original.string(), path.string(), errno_text(errno));
+      done.push_back(fmt::format("restored {} from {}", original.string(), name));
+      continue;
+    }
+    stdfs::remove_all(path, ec);
+    if (ec) fail("cannot remove the leftover {}: {}", path.string(), ec.message());
+    done.push_back(fmt::format("removed {}", path.string()));
+  }
+  if (!done.empty()) fsync_path(parent);
+  return done;
 }
 
 }  // namespace ft::fs

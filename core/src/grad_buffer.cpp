@@ -11,6 +11,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "ft/error.h"
+#include "ft/trace.h"
 
 namespace ft {
 
@@ -92,6 +93,14 @@ void GradBuffer::reset_bucket_state() {
 }
 
 GradBuffer::~GradBuffer() {
+  if (watcher_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_watching_ = true;
+    }
+    watch_cv_.notify_all();
+    watcher_.join();
+  }
   // In-flight comms keep their tensors alive themselves; only our hooks must
   // go, since they point at this object.
   for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
@@ -187,6 +196,8 @@ void GradBuffer::start_backward(bool sync) {
     return;
   }
   state_ = State::kSyncing;
+  tracing_ = options_.trace && options_.trace->active();
+  if (tracing_ && !watcher_.joinable()) watcher_ = std::thread([this] { watch_completions(); });
   for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = static_cast<int>(buckets_[b].params.size());
   std::fill(param_ready_.begin(), param_ready_.end(), false);
   std::fill(seen_done_.begin(), seen_done_.end(), false);
@@ -256,16 +267,41 @@ void GradBuffer::launch(int b) {
   seen_done_[static_cast<size_t>(b)] = false;
   ++next_launch_;
   comms_[static_cast<size_t>(b)] = hook_(bucket);
+  if (watcher_.joinable()) watch_cv_.notify_one();
 }
 
 void GradBuffer::observe_completions() {
   const auto now = Clock::now();
   for (int b = 0; b < next_launch_; ++b) {
     const auto i = static_cast<size_t>(b);
-    if (!seen_done_[i] && comms_[i].work.completed()) {
-      seen_done_[i] = true;
-      done_at_[i] = now;
+    if (!seen_done_[i] && comms_[i].work.completed()) note_done(b, now);
+  }
+}
+
+void GradBuffer::note_done(int b, Clock::time_point when) {
+  seen_done_[static_cast<size_t>(b)] = true;
+  done_at_[static_cast<size_t>(b)] = when;
+}
+
+// Polls in-flight buckets of a traced sync, so a bucket's end in the trace
+// is when it finished, not when the next hook or finish_sync() happened to
+// look. Holds mutex_ only while polling; finish_sync() holds it while
+// blocked, and records completions itself meanwhile. Never touches the
+// Tracer: finish_sync() reports to it from the caller's thread, so the
+// Tracer's owner need not outlive this buffer.
+void GradBuffer::watch_completions() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stop_watching_) {
+    bool in_flight = false;
+    if (state_ == State::kSyncing && tracing_) {
+      for (int b = 0; b < next_launch_ && !in_flight; ++b) in_flight = !seen_done_[static_cast<size_t>(b)];
     }
+    if (!in_flight) {
+      watch_cv_.wait(lock);
+      continue;
+    }
+    observe_completions();
+    watch_cv_.wait_for(lock, std::chrono::microseconds(100));
   }
 }
 
@@ -278,6 +314,7 @@ void GradBuffer::finish_sync() {
     std::fill(seen_done_.begin(), seen_done_.end(), false);
     next_launch_ = 0;
     state_ = State::kSyncing;
+    tracing_ = options_.trace && options_.trace->active();
   }
   while (next_launch_ < num_buckets()) launch(next_launch_);
   observe_completions();
@@ -286,13 +323,19 @@ void GradBuffer::finish_sync() {
     BucketComm& c = comms_[b];
     c.work.wait();
     if (c.after_wait) c.after_wait();
-    if (!seen_done_[b]) {
-      seen_done_[b] = true;
-      done_at_[b] = Clock::now();
-    }
+    if (!seen_done_[b]) note_done(static_cast<int>(b), Clock::now());
   }
   const auto wait_end = Clock::now();
   record_sync_stats(wait_start, wait_end);
+  if (tracing_) {
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const BucketInfo& info = buckets_[b];
+      const auto bytes = info.padded_numel * static_cast<int64_t>(buffers_[static_cast<size_t>(info.buffer)].element_size());
+      options_.trace->complete("allreduce bucket", "comm", TraceTrack::Comm, launched_at_[b], done_at_[b],
+                               static_cast<int64_t>(b), bytes);
+    }
+    tracing_ = false;
+  }
   for (auto& c : comms_) c = BucketComm{};
   next_launch_ = 0;
   state_ = State::kSynced;

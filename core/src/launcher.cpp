@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -247,7 +248,7 @@ class Supervisor {
         stop_all(sig);
         break;
       }
-      bool failed = false;
+      Worker* failed = nullptr;
       for (auto& w : workers_) {
         if (!w.running) continue;
         pid_t got = ::waitpid(w.pid, &w.status, WNOHANG);
@@ -260,19 +261,11 @@ class Supervisor {
           }
           continue;
         }
-        result.failed_rank = w.rank;
-        if (WIFEXITED(w.status)) {
-          result.exit_code = WEXITSTATUS(w.status);
-          result.error = fmt::format("rank {} exited with code {}", w.rank, result.exit_code);
-        } else {
-          int sig = WTERMSIG(w.status);
-          result.exit_code = 128 + sig;
-          result.error = fmt::format("rank {} was killed by signal {}", w.rank, signal_name(sig));
-        }
-        failed = true;
+        failed = &w;
         break;
       }
       if (failed) {
+        result = describe_failure(root_cause(*failed));
         stop_all();
         break;
       }
@@ -356,6 +349,55 @@ class Supervisor {
     }
   }
 
+  // A rank killed by a signal makes its peers' collectives fail at once, and
+  // the launcher may reap such a peer first: give the killed one a moment to
+  // show up, so the line names the rank that actually died.
+  Worker& root_cause(Worker& first) {
+    if (!WIFEXITED(first.status)) return first;
+    const auto until = Clock::now() + std::chrono::milliseconds(250);
+    while (Clock::now() < until) {
+      for (auto& w : workers_) {
+        if (!w.running || ::waitpid(w.pid, &w.status, WNOHANG) != w.pid) continue;
+        w.running = false;
+        if (WIFSIGNALED(w.status)) return w;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return first;
+  }
+
+  LaunchResult describe_failure(const Worker& w) const {
+    LaunchResult r;
+    r.failed_rank = w.rank;
+    if (WIFEXITED(w.status)) {
+      r.exit_code = WEXITSTATUS(w.status);
+      r.error = fmt::format("rank {} exited with code {}", w.rank, r.exit_code);
+    } else {
+      const int sig = WTERMSIG(w.status);
+      r.exit_code = 128 + sig;
+      r.error = fmt::format("rank {} was killed by signal {}", w.rank, signal_name(sig));
+    }
+    // A stopped rank (SIGSTOP, a debugger) stalls its peers until they time
+    // out; say so, as its peers' own lines may not reach this stream.
+    for (const auto& other : workers_) {
+      if (other.running && is_stopped(other.pid)) {
+        r.error += fmt::format("; rank {} was stalled (its process is stopped)", other.rank);
+      }
+    }
+    return r;
+  }
+
+  static bool is_stopped(pid_t pid) {
+    std::FILE* f = std::fopen(fmt::format("/proc/{}/stat", pid).c_str(), "r");
+    if (!f) return false;
+    char buf[512] = {};
+    const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+    std::fclose(f);
+    // "pid (comm) S ...": the state follows the last ')'.
+    const char* close = std::strrchr(buf, ')');
+    return n > 0 && close && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
+  }
+
   bool any_running() const {
     for (const auto& w : workers_) {
       if (w.running) return true;
@@ -365,7 +407,10 @@ class Supervisor {
 
   void signal_running(int sig) {
     for (auto& w : workers_) {
-      if (w.running) ::kill(w.pid, sig);
+      if (!w.running) continue;
+      ::kill(w.pid, sig);
+      // A stopped worker would hold `sig` pending until the kill grace ends.
+      if (sig != SIGKILL) ::kill(w.pid, SIGCONT);
     }
   }
 

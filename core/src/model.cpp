@@ -17,6 +17,7 @@
 
 #include <fmt/ranges.h>
 
+#include "ft/activation_checkpoint.h"
 #include "ft/error.h"
 
 namespace ft {
@@ -25,7 +26,7 @@ namespace {
 using torch::nn::Dropout;
 using torch::nn::Embedding;
 using torch::nn::LayerNorm;
-using torch::nn::Linear;
+using Linear = AdaptableLinear;  // LoRA can wrap any of them
 
 LayerNorm make_layer_norm(const BertConfig& c) {
   return LayerNorm(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps));
@@ -250,7 +251,11 @@ at::Tensor BertForSequenceClassification::forward(const Batch& batch) {
     return bert.embeddings->forward(ids, batch.token_type_ids);
   });
   for (int i = 0; i < static_cast<int>(bert.layers.size()); ++i) {
-    x = run.run(i + 1, x, [&](const at::Tensor& h) { return bert.layers[i]->forward(h, additive_mask); });
+    // By value: with checkpointing this runs again in backward.
+    auto layer_unit = [runner = &run, layer = bert.layers[i], additive_mask, i](const at::Tensor& h) {
+      return runner->run(i + 1, h, [&](const at::Tensor& in) { return layer->forward(in, additive_mask); });
+    };
+    x = checkpointing_ ? checkpoint(x, bert.layers[i]->parameters(), layer_unit) : layer_unit(x);
   }
   auto logits = run.run(num_units() - 1, x, [&](const at::Tensor& h) { return parts_->head->forward(h); });
   return logits.to(at::kFloat);
@@ -310,7 +315,8 @@ void BertForSequenceClassification::load_weights(const TensorList& weights, cons
            fmt::format("{}", fmt::join(item.value().sizes(), "x")));
     }
     if (!src.is_floating_point()) {
-      fail("{}: tensor '{}' has a non-floating dtype", source, item.key());
+      fail("{}: tensor '{}' has dtype {}, but config.json describes a model with floating-point weights", source,
+           item.key(), c10::toString(src.scalar_type()));
     }
     item.value().copy_(src);
     used.insert(item.key());

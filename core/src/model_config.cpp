@@ -23,6 +23,17 @@ void read_key(const json& j, const char* key, T& out, const std::string& source)
   }
 }
 
+// Whether `j` nests at most `depth` levels. Bounded recursion: keys we do not
+// know are kept and re-dumped, and dump() recurses once per level, so a
+// config.json nested millions deep would otherwise overflow the stack.
+bool within_depth(const json& j, int depth) {
+  if (!j.is_structured()) return true;
+  if (depth == 0) return false;
+  for (const auto& item : j)
+    if (!within_depth(item, depth - 1)) return false;
+  return true;
+}
+
 const char* const kKnownKeys[] = {
     "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
     "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
@@ -39,6 +50,7 @@ BertConfig BertConfig::from_json_string(const std::string& text, const std::stri
     fail("{}: not valid JSON ({})", source, e.what());
   }
   if (!j.is_object()) fail("{}: expected a JSON object", source);
+  if (!within_depth(j, 32)) fail("{}: values nested more than 32 levels deep; not a model config", source);
   BertConfig c;
   read_key(j, "vocab_size", c.vocab_size, source);
   read_key(j, "hidden_size", c.hidden_size, source);

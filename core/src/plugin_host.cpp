@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <system_error>
 #include <utility>
 
@@ -52,6 +53,18 @@ std::string load_failure_reason(const std::string& what, const std::string& file
   return reason;
 }
 
+// Anyone may replace what a world-writable file or directory holds, so a
+// plugin there could be anyone's code.
+std::optional<std::string> writable_by_others(const fs::path& p) {
+  std::error_code ec;
+  const auto perms = fs::status(p, ec).permissions();
+  if (ec) return "cannot read its permissions: " + ec.message();
+  if ((perms & fs::perms::others_write) != fs::perms::none) {
+    return std::string("writable by every user (chmod o-w it)");
+  }
+  return std::nullopt;
+}
+
 // Keeps the library alive for exactly as long as the strategy: members are
 // destroyed in reverse order, so the object goes before the library.
 struct OwnedStrategy {
@@ -90,17 +103,33 @@ PluginHost PluginHost::discover(const DiscoveryOptions& options) {
   while (begin <= path.size()) {
     std::size_t end = path.find(':', begin);
     if (end == std::string::npos) end = path.size();
-    if (end > begin) host.scan_dir(path.substr(begin, end - begin), "FT_PLUGIN_PATH");
+    const fs::path item = path.substr(begin, end - begin);
+    if (item.is_relative() && !item.empty()) {
+      // It would mean "relative to wherever ft happens to run", which is how
+      // a planted file in a shared working directory gets loaded.
+      host.warnings_.push_back(
+          fmt::format("{} (FT_PLUGIN_PATH): a relative directory; ignored, use an absolute path", item.string()));
+    } else if (!item.empty()) {
+      host.scan_dir(item, "FT_PLUGIN_PATH");
+    }
     begin = end + 1;
   }
   for (const auto& dir : options.plugin_dirs) host.scan_dir(dir, "--plugin-dir");
   return host;
 }
 
-void PluginHost::scan_dir(const fs::path& dir, const std::string& origin) {
+void PluginHost::scan_dir(const fs::path& given, const std::string& origin) {
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) {
-    warnings_.push_back(fmt::format("{} ({}): not a directory; no plugins loaded from it", dir.string(), origin));
+  // Canonical from here on: dlopen gets absolute paths only (never a bare
+  // name for the loader's search path), and "inside the directory" below
+  // means inside its real location.
+  const fs::path dir = fs::canonical(given, ec);
+  if (ec || !fs::is_directory(dir, ec)) {
+    warnings_.push_back(fmt::format("{} ({}): not a directory; no plugins loaded from it", given.string(), origin));
+    return;
+  }
+  if (const auto why = writable_by_others(dir)) {
+    warnings_.push_back(fmt::format("{} ({}): {}; no plugins loaded from it", dir.string(), origin, *why));
     return;
   }
   std::vector<fs::path> files;
@@ -113,13 +142,25 @@ void PluginHost::scan_dir(const fs::path& dir, const std::string& origin) {
     warnings_.push_back(fmt::format("{} ({}): cannot list the directory: {}", dir.string(), origin, ec.message()));
   }
   std::sort(files.begin(), files.end());  // load order must not depend on the file system
-  for (const auto& file : files) load_file(file, origin);
+  for (const auto& file : files) {
+    std::error_code link_ec;
+    const fs::path target = fs::canonical(file, link_ec);
+    if (link_ec) {
+      warnings_.push_back(fmt::format("{}: cannot resolve the path: {}", file.string(), link_ec.message()));
+    } else if (target.parent_path() != dir) {
+      // A symlink may rename a plugin, not bring one in from elsewhere.
+      warnings_.push_back(fmt::format("{}: a symlink to {}, outside {}; refused (plugins load only from the "
+                                      "configured directories)", file.string(), target.string(), dir.string()));
+    } else if (const auto why = writable_by_others(target)) {
+      warnings_.push_back(fmt::format("{}: {}; refused", target.string(), *why));
+    } else {
+      load_file(target, origin);
+    }
+  }
 }
 
 void PluginHost::load_file(const fs::path& path, const std::string& origin) {
-  std::error_code ec;
-  fs::path file = fs::canonical(path, ec);
-  if (ec) file = path;
+  const fs::path& file = path;  // canonical (scan_dir)
   // The same file reached twice (a directory listed twice, a symlink) is one plugin.
   if (std::find(seen_files_.begin(), seen_files_.end(), file) != seen_files_.end()) return;
   seen_files_.push_back(file);
@@ -246,7 +287,13 @@ std::shared_ptr<Strategy> PluginHost::create(const std::string& name) const {
     if (known.empty()) known = "(none)";
     std::string refusals;
     if (!warnings_.empty()) {
-      refusals = fmt::format(" ({} plugin problem(s) found while scanning; see `ft strategies --verbose`)", warnings_.size());
+      // Name a refused file: the one called after the strategy if there is one.
+      const std::string file_name = kFilePrefix + name + kFileSuffix;
+      auto example = std::find_if(warnings_.begin(), warnings_.end(),
+                                  [&](const std::string& w) { return w.find(file_name) != std::string::npos; });
+      if (example == warnings_.end()) example = warnings_.begin();
+      refusals = fmt::format(" ({} plugin problem(s) found while scanning, e.g. {}; see `ft strategies --verbose`)",
+                             warnings_.size(), *example);
     }
     fail("unknown strategy '{}'; known strategies: {}{}", name, known, refusals);
   }

@@ -65,6 +65,28 @@ uint64_t read_u64_le(const unsigned char* p) {
   return v;
 }
 
+// A header value for an error message: short, and never a deep recursion
+// (dump() recurses once per nesting level; a 100 MB header can nest
+// millions deep and overflow the stack).
+bool within_depth(const json& v, int depth) {
+  if (!v.is_structured()) return true;
+  if (depth == 0) return false;
+  for (const json& item : v)
+    if (!within_depth(item, depth - 1)) return false;
+  return true;
+}
+
+std::string brief(const json& v) {
+  if (!within_depth(v, 3)) return fmt::format("a deeply nested {}", v.type_name());
+  std::string s = v.dump();
+  if (s.size() > 80) {
+    std::size_t cut = 77;
+    while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // keep UTF-8 whole
+    s = s.substr(0, cut) + "...";
+  }
+  return s;
+}
+
 // Non-negative JSON integer that fits in int64 (torch's size type), or fail.
 uint64_t as_offset_or_dim(const json& v, const std::string& file, const std::string& tensor, const char* what) {
   if (v.is_number_unsigned()) {
@@ -74,12 +96,12 @@ uint64_t as_offset_or_dim(const json& v, const std::string& file, const std::str
     return u;
   }
   if (v.is_number_integer()) fail("{}: tensor '{}': {} value {} is negative", file, tensor, what, v.get<int64_t>());
-  fail("{}: tensor '{}': {} must hold integers, got {}", file, tensor, what, v.dump());
+  fail("{}: tensor '{}': {} must hold integers, got {}", file, tensor, what, brief(v));
 }
 
 Entry parse_entry(const std::string& name, const json& value, uint64_t buffer_size, const std::string& file) {
   if (!value.is_object())
-    fail("{}: tensor '{}': expected an object with dtype, shape, data_offsets, got {}", file, name, value.dump());
+    fail("{}: tensor '{}': expected an object with dtype, shape, data_offsets, got {}", file, name, brief(value));
   for (const auto& item : value.items()) {
     const std::string& key = item.key();
     if (key != "dtype" && key != "shape" && key != "data_offsets")
@@ -91,7 +113,7 @@ Entry parse_entry(const std::string& name, const json& value, uint64_t buffer_si
   Entry e;
   e.name = name;
   const json& dtype = value["dtype"];
-  if (!dtype.is_string()) fail("{}: tensor '{}': dtype must be a string, got {}", file, name, dtype.dump());
+  if (!dtype.is_string()) fail("{}: tensor '{}': dtype must be a string, got {}", file, name, brief(dtype));
   e.dtype = dtype.get<std::string>();
   const DtypeInfo* info = dtype_by_name(e.dtype);
   if (!info) {
@@ -103,28 +125,29 @@ Entry parse_entry(const std::string& name, const json& value, uint64_t buffer_si
   e.scalar_type = info->type;
 
   const json& shape = value["shape"];
-  if (!shape.is_array()) fail("{}: tensor '{}': shape must be a list of integers, got {}", file, name, shape.dump());
+  if (!shape.is_array()) fail("{}: tensor '{}': shape must be a list of integers, got {}", file, name, brief(shape));
   uint64_t numel = 1;
   for (const json& dim : shape) {
     const uint64_t d = as_offset_or_dim(dim, file, name, "shape");
     if (__builtin_mul_overflow(numel, d, &numel) || numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      fail("{}: tensor '{}': shape {} has more elements than can be addressed", file, name, shape.dump());
+      fail("{}: tensor '{}': shape {} has more elements than can be addressed", file, name, brief(shape));
     e.shape.push_back(static_cast<int64_t>(d));
   }
 
   const json& offsets = value["data_offsets"];
   if (!offsets.is_array() || offsets.size() != 2)
-    fail("{}: tensor '{}': data_offsets must be [begin, end], got {}", file, name, offsets.dump());
+    fail("{}: tensor '{}': data_offsets must be [begin, end], got {}", file, name, brief(offsets));
   e.begin = as_offset_or_dim(offsets[0], file, name, "data_offsets");
   e.end = as_offset_or_dim(offsets[1], file, name, "data_offsets");
   if (e.end < e.begin) fail("{}: tensor '{}': data_offsets end {} is before begin {}", file, name, e.end, e.begin);
   if (e.end > buffer_size)
-    fail("{}: tensor '{}': data_offsets end {} is past the end of the data buffer ({} bytes)", file, name, e.end,
-         buffer_size);
+    fail("{}: tensor '{}': data_offsets end {} is past the end of the data buffer ({} bytes); the file is truncated "
+         "or corrupt",
+         file, name, e.end, buffer_size);
   uint64_t nbytes = 0;
   if (__builtin_mul_overflow(numel, static_cast<uint64_t>(info->size), &nbytes) || nbytes != e.end - e.begin)
     fail("{}: tensor '{}': data_offsets span {} bytes but {} {} needs {} x {}", file, name, e.end - e.begin, e.dtype,
-         shape.dump(), numel, info->size);
+         brief(shape), numel, info->size);
   return e;
 }
 
@@ -332,10 +355,10 @@ Header parse_header(const std::string& header_json, uint64_t buffer_size, const 
   h.data_start = 8 + header_json.size();
   for (const auto& item : root.items()) {
     if (item.key() == "__metadata__") {
-      if (!item.value().is_object()) fail("{}: __metadata__ must be an object of strings, got {}", file, item.value().dump());
+      if (!item.value().is_object()) fail("{}: __metadata__ must be an object of strings, got {}", file, brief(item.value()));
       for (const auto& m : item.value().items()) {
         if (!m.value().is_string())
-          fail("{}: __metadata__ value of '{}' must be a string, got {}", file, m.key(), m.value().dump());
+          fail("{}: __metadata__ value of '{}' must be a string, got {}", file, m.key(), brief(m.value()));
         h.metadata.emplace(m.key(), m.value().get<std::string>());
       }
       continue;

@@ -233,19 +233,24 @@ WordPieceTokenizer WordPieceTokenizer::from_tokens(std::vector<std::string> toke
 
 WordPieceTokenizer WordPieceTokenizer::from_file(const std::string& vocab_path,
                                                  const TokenizerOptions& options) {
-  const std::string bytes = fs::read_file(vocab_path);
+  return from_vocab_text(fs::read_file(vocab_path), options, vocab_path);
+}
+
+WordPieceTokenizer WordPieceTokenizer::from_vocab_text(std::string_view bytes,
+                                                       const TokenizerOptions& options,
+                                                       const std::string& source) {
   // Python's universal newlines: "\n", "\r\n" and "\r" all end a line; a final
   // line end does not start another token.
   std::vector<std::string> tokens;
   std::size_t start = 0;
   for (std::size_t i = 0; i < bytes.size(); ++i) {
     if (bytes[i] != '\n' && bytes[i] != '\r') continue;
-    tokens.emplace_back(bytes, start, i - start);
+    tokens.emplace_back(bytes.substr(start, i - start));
     if (bytes[i] == '\r' && i + 1 < bytes.size() && bytes[i + 1] == '\n') ++i;
     start = i + 1;
   }
-  if (start < bytes.size()) tokens.emplace_back(bytes, start, bytes.size() - start);
-  return build(std::move(tokens), options, vocab_path);
+  if (start < bytes.size()) tokens.emplace_back(bytes.substr(start));
+  return build(std::move(tokens), options, source);
 }
 
 std::vector<std::string> WordPieceTokenizer::tokenize(std::string_view text) const {

@@ -16,12 +16,15 @@
 
 #include "ft/checkpoint.h"
 #include "ft/error.h"
+#include "ft/fs.h"
+#include "ft/lora.h"
 #include "ft/model.h"
 #include "ft/optim.h"
 #include "ft/param_plan.h"
 #include "ft/precision.h"
 #include "ft/runtime.h"
 #include "ft/sampler.h"
+#include "ft/trace.h"
 #include "ft/zero_strategy.h"
 
 namespace ft {
@@ -48,6 +51,7 @@ struct Trainer::Impl {
   std::string strategy_name;
   Comm& comm;
   EventLog& events;
+  Tracer tracer;  // the runtime.profile_steps window; strategies get it as ctx.trace
   std::unique_ptr<Precision> precision;
   StrategyContext ctx;
   std::shared_ptr<BertForSequenceClassification> model;
@@ -56,7 +60,7 @@ struct Trainer::Impl {
 
   Impl(RunConfig c, RunInputs in, std::shared_ptr<Strategy> s, std::string name, Comm& cm, EventLog& ev)
       : config(std::move(c)), inputs(std::move(in)), strategy(std::move(s)), strategy_name(std::move(name)),
-        comm(cm), events(ev) {}
+        comm(cm), events(ev), tracer(tracer_options(config.runtime, cm.rank())) {}
 
   bool is_rank0() const { return comm.rank() == 0; }
   c10::Device device() const {
@@ -75,11 +79,17 @@ struct Trainer::Impl {
     ctx.seed = config.train.seed;
     ctx.threads = at::get_num_threads();
     ctx.options = config.strategy.options;
+    ctx.trace = &tracer;
 
     // Same seed on every rank: identical random init without a broadcast.
     at::manual_seed(static_cast<uint64_t>(config.train.seed));
     model = std::make_shared<BertForSequenceClassification>(inputs.model_config);
     if (inputs.initial_weights) model->load_weights(*inputs.initial_weights, inputs.weights_source);
+    const LoraConfig& lora = config.lora;
+    if (lora.rank > 0) {
+      apply_lora(*model, lora, static_cast<uint64_t>(config.train.seed));
+      if (!lora.adapter.empty()) load_adapter(*model, lora.adapter, lora);
+    }
     const auto& t = config.train;
     OptimizerSpec spec;
     spec.kind = t.optimizer == "sgd" ? OptimizerKind::SGD : OptimizerKind::AdamW;
@@ -90,7 +100,10 @@ struct Trainer::Impl {
     spec.weight_decay = t.weight_decay;
     spec.momentum = t.momentum;
     spec.decay_bias_and_norm = t.decay_bias_and_norm;
-    const ParamPlan plan = build_param_plan(*model, t);
+    std::function<bool(const std::string&)> lora_trainable;
+    if (lora.rank > 0) lora_trainable = [&lora](const std::string& name) { return is_lora_trainable(name, lora); };
+    const ParamPlan plan = build_param_plan(*model, t, lora_trainable);
+    model->set_activation_checkpointing(t.activation_checkpointing);  // before setup: dp copies it to replicas
     strategy->setup(model, spec, plan, ctx);
     // Dropout masks differ per rank (as in DDP) but are reproducible.
     at::manual_seed(static_cast<uint64_t>(config.train.seed) + 1000003ULL * static_cast<uint64_t>(comm.rank()));
@@ -179,6 +192,10 @@ struct Trainer::Impl {
     data.config = inputs.model_config;
     data.model = strategy->model_state();
     data.tokenizer = inputs.tokenizer.get();
+    if (config.lora.rank > 0) {
+      data.lora = config.lora;
+      data.base_model = inputs.weights_source.empty() ? config.model.config : inputs.weights_source;
+    }
     if (with_training_state) {
       data.optimizer = strategy->optimizer_state();
       TrainerState s = state;
@@ -232,7 +249,7 @@ struct Trainer::Impl {
     for (const auto& [step, path] : found) {
       if (excess <= 0) break;
       if (path.string() == state.best_checkpoint) continue;
-      fsys::remove_all(path);
+      fs::remove_dir_atomic(path);  // a crash here must not leave half a checkpoint
       --excess;
     }
   }
@@ -258,6 +275,11 @@ TrainResult Trainer::Impl::fit() {
   const int64_t warmup = t.warmup_steps > 0 ? t.warmup_steps
                                             : static_cast<int64_t>(std::ceil(t.warmup_ratio * static_cast<double>(total)));
   state.total_steps = total;
+  // A run killed while saving leaves hidden temp directories; nothing else
+  // writes here before this run's first save.
+  if (is_rank0() && !t.output_dir.empty()) {
+    for (const auto& line : fs::recover_atomic_dirs(t.output_dir)) events.info("interrupted save: " + line);
+  }
   if (!t.resume_from.empty()) resume(t.resume_from);
   strategy->set_training(true);
   events.info(fmt::format("training BERT ({} layers) with {} on {} rank(s), precision {}, {} steps ({} per epoch), global batch {}",
@@ -286,16 +308,26 @@ TrainResult Trainer::Impl::fit() {
       continue;
     }
     const auto s0 = Clock::now();
+    tracer.begin_step(state.global_step + 1);
     const double lr = scheduled_lr(t, state.global_step, total, warmup);
     double step_loss = 0.0;
     for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
+      TraceRange data_range(&tracer, "data", "data");
       Batch batch = inputs.train->collate(sampler.micro_batch(epoch, state.step_in_epoch, micro));
+      data_range.end();
+      TraceRange forward_range(&tracer, "forward");
       auto logits = strategy->forward(batch);
       auto loss = at::cross_entropy_loss(logits, batch.labels.to(logits.device())) / static_cast<double>(t.grad_accum);
+      forward_range.end();
+      TraceRange backward_range(&tracer, "backward");
       strategy->backward(loss, micro == t.grad_accum - 1);
+      backward_range.end();
       step_loss += loss.item<double>();
     }
+    TraceRange optimizer_range(&tracer, "optimizer", "optimizer");
     StepResult r = strategy->step({lr, t.max_grad_norm});
+    optimizer_range.end();
+    if (auto note = tracer.end_step(state.global_step + 1)) events.info(*note);
     const int64_t rows = sampler.step_rows(state.step_in_epoch);
     state.global_step += 1;
     state.step_in_epoch += 1;
@@ -336,6 +368,7 @@ TrainResult Trainer::Impl::fit() {
       eval_seconds += std::chrono::duration<double>(Clock::now() - e0).count();
     }
   }
+  if (auto note = tracer.finish(state.global_step)) events.info(*note);
   // The per-epoch cadence also evaluates where training stops.
   if (!t.eval_every && inputs.dev) {
     const auto e0 = Clock::now();

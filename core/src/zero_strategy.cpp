@@ -16,6 +16,7 @@
 #include "ft/grad_buffer.h"
 #include "ft/model.h"
 #include "ft/precision.h"
+#include "ft/trace.h"
 
 namespace ft {
 
@@ -141,6 +142,7 @@ void ShardedStrategy::setup(std::shared_ptr<BertForSequenceClassification> model
     if (!trainable.empty()) {
       GradBufferOptions bo;
       bo.bucket_bytes = std::max<int64_t>(4, static_cast<int64_t>(policy_.bucket_mb * 1024.0 * 1024.0));
+      bo.trace = ctx.trace;
       grad_buffer_ = std::make_unique<GradBuffer>(trainable, bo, allreduce_avg_hook(*ctx.comm));
     }
   }
@@ -184,9 +186,11 @@ void ShardedStrategy::build_units(const ParamPlan& plan) {
     }
     for (const auto& e : f.layout().entries) count += e.trainable ? 1 : 0;
     trainable_count_.push_back(count);
+    has_frozen_.push_back(count < static_cast<int>(f.layout().entries.size()));
   }
   pending_.assign(static_cast<size_t>(n), 0);
   ready_.assign(static_cast<size_t>(n), false);
+  input_grad_done_.assign(static_cast<size_t>(n), false);
   prefetched_unit_.assign(static_cast<size_t>(n), false);
 }
 
@@ -222,10 +226,26 @@ void ShardedStrategy::note_gathered_bytes() {
   peak_full_bytes_ = std::max(peak_full_bytes_, held);
 }
 
+namespace {
+int64_t gathered_bytes(const FlatParam& f) {
+  return f.layout().padded_numel * static_cast<int64_t>(f.shard().element_size());
+}
+
+// wait_for_unshard, traced on the comm track from issue (here, or in
+// prefetch) to completion.
+void traced_wait_for_unshard(FlatParam& f, int unit, Comm& comm, Tracer* trace) {
+  const ShardedState before = f.state();
+  if (trace && before == ShardedState::kSharded) trace->begin_async("all-gather unit", unit);
+  f.wait_for_unshard(comm);
+  if (trace && before != ShardedState::kUnsharded) trace->end_async("all-gather unit", unit, gathered_bytes(f));
+}
+}  // namespace
+
 void ShardedStrategy::prefetch(int unit) {
   if (unit < 0 || unit >= static_cast<int>(units_.size())) return;
   FlatParam& f = *units_[static_cast<size_t>(unit)];
   if (f.state() != ShardedState::kSharded || prefetched_ >= policy_.limit_all_gathers) return;
+  if (ctx_->trace) ctx_->trace->begin_async("all-gather unit", unit);
   f.unshard(*ctx_->comm);
   prefetched_unit_[static_cast<size_t>(unit)] = true;
   ++prefetched_;
@@ -236,7 +256,7 @@ void ShardedStrategy::reshard_unit(int unit) {
   FlatParam& f = *units_[static_cast<size_t>(unit)];
   if (!f.params_sharded()) return;
   // An all-gather still writing into the storage must finish before it goes.
-  if (f.state() == ShardedState::kUnsharding) f.wait_for_unshard(*ctx_->comm);
+  if (f.state() == ShardedState::kUnsharding) traced_wait_for_unshard(f, unit, *ctx_->comm, ctx_->trace);
   if (prefetched_unit_[static_cast<size_t>(unit)]) {
     prefetched_unit_[static_cast<size_t>(unit)] = false;
     --prefetched_;
@@ -251,7 +271,7 @@ at::Tensor ShardedStrategy::run_unit(int unit, const at::Tensor& input,
     prefetched_unit_[static_cast<size_t>(unit)] = false;
     --prefetched_;
   }
-  f.wait_for_unshard(*ctx_->comm);
+  traced_wait_for_unshard(f, unit, *ctx_->comm, ctx_->trace);
   note_gathered_bytes();
   if (policy_.forward_prefetch) {
     for (int k = 1; k <= policy_.limit_all_gathers; ++k) prefetch(unit + k);
@@ -274,6 +294,7 @@ void ShardedStrategy::backward(const at::Tensor& loss, bool sync_grads) {
   sync_ = sync_grads;
   pending_ = trainable_count_;
   std::fill(ready_.begin(), ready_.end(), false);
+  std::fill(input_grad_done_.begin(), input_grad_done_.end(), false);
   next_reduce_ = 0;
   callback_queued_ = false;
   if (grad_buffer_) grad_buffer_->start_backward(sync_grads);
@@ -290,12 +311,18 @@ void queue_end_callback(bool& queued, const std::function<void()>& fn) {
 
 void ShardedStrategy::pre_backward(int unit) {
   queue_end_callback(callback_queued_, [this] { on_backward_end(); });
+  // The grad of this unit's output is the grad of the next unit's input:
+  // that unit's backward has read its frozen weights for the last time.
+  if (unit + 1 < static_cast<int>(units_.size())) {
+    input_grad_done_[static_cast<size_t>(unit) + 1] = true;
+    reshard_if_backward_done(unit + 1);
+  }
   FlatParam& f = *units_[static_cast<size_t>(unit)];
   if (prefetched_unit_[static_cast<size_t>(unit)]) {
     prefetched_unit_[static_cast<size_t>(unit)] = false;
     --prefetched_;
   }
-  f.wait_for_unshard(*ctx_->comm);
+  traced_wait_for_unshard(f, unit, *ctx_->comm, ctx_->trace);
   note_gathered_bytes();
   if (policy_.backward_prefetch) {
     for (int k = 1; k <= policy_.limit_all_gathers; ++k) prefetch(unit - k);
@@ -307,8 +334,17 @@ void ShardedStrategy::on_grad_accumulated(int unit) {
   const auto u = static_cast<size_t>(unit);
   if (ready_[u] || --pending_[u] > 0) return;
   ready_[u] = true;
-  reshard_unit(unit);
+  reshard_if_backward_done(unit);
   if (sync_) launch_ready_reduces();
+}
+
+// All trainable grads of a unit have arrived; its frozen weights may still be
+// needed for the grad of its input (a frozen query weight under LoRA), so a
+// unit that has some waits for that too. Units left over go at backward end.
+void ShardedStrategy::reshard_if_backward_done(int unit) {
+  const auto u = static_cast<size_t>(unit);
+  const bool grads_done = ready_[u] || trainable_count_[u] == 0;
+  if (grads_done && (!has_frozen_[u] || input_grad_done_[u])) reshard_unit(unit);
 }
 
 void ShardedStrategy::on_backward_end() {
@@ -354,6 +390,7 @@ void ShardedStrategy::launch_reduce(int unit) {
     p.mutable_grad() = at::Tensor();  // the full grad is not kept (ZeRO-2)
   }
   InflightReduce r{unit, Work(), staging, at::empty({l.shard_numel()}, staging.options())};
+  if (ctx_->trace) ctx_->trace->begin_async("reduce-scatter unit", unit);
   r.work = ctx_->comm->reduce_scatter_flat_async(r.out, r.staging, ReduceOp::Avg);
   inflight_.push_back(std::move(r));
   while (static_cast<int>(inflight_.size()) > std::max(1, policy_.max_inflight_reduces)) wait_oldest_reduce();
@@ -362,6 +399,7 @@ void ShardedStrategy::launch_reduce(int unit) {
 void ShardedStrategy::wait_oldest_reduce() {
   InflightReduce& r = inflight_.front();
   r.work.wait();
+  if (ctx_->trace) ctx_->trace->end_async("reduce-scatter unit", r.unit, r.staging.numel() * static_cast<int64_t>(r.staging.element_size()));
   grad_shards_[static_cast<size_t>(r.unit)].add_(r.out);
   inflight_.pop_front();
 }
@@ -430,8 +468,14 @@ StepResult ShardedStrategy::step(const StepOptions& options) {
   // model from the updated shards. Sharded ones gather on next use.
   if (!found_inf && !policy_.shard_params && shard_world() > 1) {
     std::vector<Work> works;
-    for (auto& f : units_) works.push_back(f->gather_from_shards_async(comm));
-    for (auto& w : works) w.wait();
+    for (size_t u = 0; u < units_.size(); ++u) {
+      if (ctx_->trace) ctx_->trace->begin_async("all-gather unit", static_cast<int64_t>(u));
+      works.push_back(units_[u]->gather_from_shards_async(comm));
+    }
+    for (size_t u = 0; u < works.size(); ++u) {
+      works[u].wait();
+      if (ctx_->trace) ctx_->trace->end_async("all-gather unit", static_cast<int64_t>(u), gathered_bytes(*units_[u]));
+    }
   }
   return result;
 }

@@ -20,6 +20,7 @@
 // equal `single`'s within fp32 noise.
 
 #include "ft/error.h"
+#include "ft/lora.h"
 
 #include <c10/core/GradMode.h>
 #include <algorithm>
@@ -30,6 +31,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/cuda.h>
+#include <torch/nn/modules/dropout.h>
 
 #include "ft/model.h"
 #include "ft/optim.h"
@@ -67,6 +69,14 @@ std::vector<int64_t> split_rows(int64_t rows, int replicas) {
   std::vector<int64_t> sizes(static_cast<size_t>(n), rows / n);
   for (int64_t i = 0; i < rows % n; ++i) sizes[static_cast<size_t>(i)] += 1;
   return sizes;
+}
+
+bool has_dropout(const Model& model) {
+  for (const auto& m : model.modules()) {
+    const auto* d = dynamic_cast<const torch::nn::DropoutImpl*>(m.get());
+    if (d && d->options.p() > 0) return true;
+  }
+  return false;
 }
 
 class DpStrategy final : public ft::ReplicatedStrategy {
@@ -149,6 +159,11 @@ class DpStrategy final : public ft::ReplicatedStrategy {
       ft::fail("strategy.options.replicas: {} replicas need {} GPUs, {} visible", replicas, replicas,
                torch::cuda::device_count());
     }
+    if (!cuda && replicas > 1 && model_->activation_checkpointing() && has_dropout(*model_)) {
+      ft::fail("train.activation_checkpointing: dp's {} CPU replicas share one random generator, so recomputed "
+               "layers would draw other dropout masks; set dropout to 0, strategy.options.replicas=1, or use ddp",
+               replicas);
+    }
     replicas_.push_back(model_);
     devices_.push_back(ctx_->device);
     for (int i = 1; i < replicas; ++i) {
@@ -156,7 +171,9 @@ class DpStrategy final : public ft::ReplicatedStrategy {
                                                                   (ctx_->device.index() + i) % torch::cuda::device_count()))
                                    : ctx_->device;
       auto replica = std::make_shared<Model>(model_->config());
+      ft::replicate_lora(*model_, *replica);  // same adapter modules, so parameters line up by position
       replica->to(dev);
+      replica->set_activation_checkpointing(model_->activation_checkpointing());
       auto mine = replica->parameters();
       auto master = model_->parameters();
       for (size_t k = 0; k < mine.size(); ++k) mine[k].set_requires_grad(master[k].requires_grad());

@@ -88,6 +88,11 @@ struct ControlCase {
 const ControlCase kControlCases[] = {
     {"freeze + layer-wise LR + head LR",
      "--set train.freeze_layers=1 --set train.layer_lr_decay=0.5 --set train.head_lr=3e-3", "ddp", 2},
+    // Only adapters + classifier train, so only they are reduced and sharded.
+    {"LoRA r=4", "--set lora.rank=4 --set lora.alpha=8", "zero2", 2},
+    // Frozen base weights inside sharded units: backward still reads them
+    // after the unit's last trainable grad arrived.
+    {"LoRA r=4", "--set lora.rank=4 --set lora.alpha=8", "zero3", 2},
 };
 
 std::vector<double> control_losses(const char* settings, const char* strategy, int nproc) {

@@ -164,10 +164,10 @@ TEST_CASE("a plugin built for another ABI version is refused, naming both versio
   CHECK(host.list().empty());
   REQUIRE(host.warnings().size() == 1);
   CHECK(host.warnings()[0] == plugin_file("wrong_abi", "wrong_abi").string() +
-                                  ": plugin ABI version 7, this ft expects 1; rebuild the plugin against this ft");
+                                  ": plugin ABI version 7, this ft expects 2; rebuild the plugin against this ft");
   CHECK(create_error(host, "test_wrong_abi") ==
-        "unknown strategy 'test_wrong_abi'; known strategies: (none) "
-        "(1 plugin problem(s) found while scanning; see `ft strategies --verbose`)");
+        "unknown strategy 'test_wrong_abi'; known strategies: (none) (1 plugin problem(s) found while scanning, e.g. " +
+            host.warnings()[0] + "; see `ft strategies --verbose`)");
 }
 
 TEST_CASE("a plugin built with another LibTorch is refused, naming both versions") {
@@ -247,5 +247,5 @@ TEST_CASE("every case at once: good names survive, each problem is one warning")
   CHECK(host.warnings().size() == 7);
   CHECK(create_error(host, "nope") ==
         "unknown strategy 'nope'; known strategies: test_alpha, test_beta, test_only_a, test_only_b "
-        "(7 plugin problem(s) found while scanning; see `ft strategies --verbose`)");
+        "(7 plugin problem(s) found while scanning, e.g. " + host.warnings()[0] + "; see `ft strategies --verbose`)");
 }

@@ -10,6 +10,11 @@
 //       rng.safetensors        per-rank CPU generator states
 //       run.yaml               the effective run config
 //
+// A LoRA run (ft/lora.h) keeps model.safetensors to the base weights (+ its
+// trained classifier) under plain HF names and adds PEFT's files:
+//   <dir>/adapter_model.safetensors   "base_model.model.<name>" adapters (+ head)
+//   <dir>/adapter_config.json         peft_type LORA, r, lora_alpha, ...
+//
 // The HF stack loads <dir> as is. Training state is strategy-independent
 // (full tensors by name), so a run can resume under any strategy and world
 // size. Directories are written under a temp name and renamed (ft/fs.h).
@@ -21,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "ft/config.h"
 #include "ft/model.h"
 #include "ft/strategy.h"
 
@@ -50,6 +56,11 @@ struct CheckpointData {
   std::optional<TrainerState> state;
   std::vector<at::Tensor> rng_states;  // per rank
   std::string run_yaml;
+  // Set for a LoRA run: `model` holds the adapters too; they are written
+  // as an adapter beside the base weights. base_model names the starting
+  // weights in adapter_config.json.
+  std::optional<LoraConfig> lora;
+  std::string base_model;
 };
 
 // Writes atomically: `dir` either keeps its old content or holds all of this.
@@ -61,6 +72,9 @@ struct LoadedCheckpoint {
   std::optional<OptimizerState> optimizer;
   std::optional<TrainerState> state;
   std::vector<at::Tensor> rng_states;
+  // A LoRA checkpoint's adapter config; `model` then holds the adapters
+  // too (apply_lora before loading it).
+  std::optional<LoraConfig> lora;
 };
 
 // Reads a checkpoint; with_training_state=false skips training_state/.

@@ -11,7 +11,8 @@
 //     2.0, `c10d::Backend` from 2.0 on): ft only ever calls the collective
 //     methods, which have the same names and signatures on both;
 //   - NCCL, present only when LibTorch was built with it (`USE_C10D_NCCL`);
-//   - the autocast API (per-device functions before 2.4, device-typed after).
+//   - the autocast API (per-device functions before 2.4, device-typed after);
+//   - NVTX ranges through LibTorch's CUDA profiler stubs (header moved in 2.0).
 //
 // This header is heavy (c10d + gloo, ~4.5 s to compile): include it only from
 // core/src/*.cpp (comm*, precision), never from a public header.
@@ -22,6 +23,11 @@
 #include <string>
 
 #include <ATen/autocast_mode.h>
+#if __has_include(<torch/csrc/profiler/stubs/base.h>)
+#include <torch/csrc/profiler/stubs/base.h>
+#else
+#include <torch/csrc/profiler/api.h>
+#endif
 #include <c10/core/DeviceType.h>
 #include <torch/version.h>
 
@@ -111,6 +117,20 @@ inline void set_autocast(c10::DeviceType device, bool enabled, at::ScalarType dt
     at::autocast::set_autocast_cpu_dtype(dtype);
   }
 #endif
+}
+
+// NVTX: LibTorch's CUDA stubs push/pop NVTX ranges when libtorch_cuda is
+// loaded; without CUDA they are stubs that throw, so check enabled() first.
+inline bool nvtx_available() { return torch::profiler::impl::cudaStubs()->enabled(); }
+
+inline void nvtx_push(const char* name) {
+  const auto* stubs = torch::profiler::impl::cudaStubs();
+  if (stubs->enabled()) stubs->rangePush(name);
+}
+
+inline void nvtx_pop() {
+  const auto* stubs = torch::profiler::impl::cudaStubs();
+  if (stubs->enabled()) stubs->rangePop();
 }
 
 }  // namespace ft::compat

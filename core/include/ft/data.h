@@ -91,6 +91,12 @@ struct TextData {
 /// An unreadable, empty or rowless file is an ft::Error naming the file.
 TextData read_text_data(const DataSource& source);
 
+/// read_text_data on bytes already in memory (the fuzz targets use it):
+/// `source.path` only names the data in messages and `source.format` must
+/// be json, jsonl, csv or tsv (there is no file to sniff). A leading UTF-8
+/// BOM is skipped.
+TextData parse_text_data(std::string_view bytes, const DataSource& source);
+
 /// Splits into (train, dev): a seeded Fisher-Yates shuffle (platform
 /// independent, see seeded_permutation) unless !shuffle, then dev = the last
 /// llround(n * dev_fraction) rows. dev_fraction must be in [0, 1). Both

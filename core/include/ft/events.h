@@ -1,6 +1,7 @@
 // What a run tells the outside world: console lines (rank 0), an optional
 // progress bar on a terminal, and the metrics JSON Lines contract
-// (`--metrics-out`, ARCHITECTURE.md "Output").
+// (`--metrics-out`, ARCHITECTURE.md "Output"), and TensorBoard scalars
+// (`runtime.tensorboard_dir`, docs/observability.md).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,8 @@
 #include "ft/metrics.h"
 
 namespace ft {
+
+class TensorBoardWriter;
 
 struct StepEvent {
   int64_t step = 0;
@@ -49,7 +52,8 @@ class EventLog {
  public:
   // Only rank 0 writes anything; other ranks get a silent log.
   // metrics_path empty: no JSONL file. progress: draw a bar when stdout is a TTY.
-  EventLog(bool is_rank0, const std::string& metrics_path, bool progress);
+  // tensorboard_dir empty: no event file; else step and eval scalars go there.
+  EventLog(bool is_rank0, const std::string& metrics_path, bool progress, const std::string& tensorboard_dir = {});
   ~EventLog();
 
   void info(const std::string& line);
@@ -67,7 +71,9 @@ class EventLog {
   bool tty_;
   bool progress_enabled_;
   bool progress_drawn_ = false;
-  std::FILE* metrics_ = nullptr;
+  std::FILE* metrics_ = nullptr;  // opened at the first event
+  std::string metrics_path_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 
 }  // namespace ft

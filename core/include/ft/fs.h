@@ -12,6 +12,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ft::fs {
 
@@ -78,5 +79,18 @@ class AtomicDir {
   std::filesystem::path temp_path_;
   bool committed_ = false;
 };
+
+/// Deletes directory `dir` (absent: nothing to do) so that a crash midway
+/// leaves either all of it or a hidden `.<name>.tmp-*` leftover, never a
+/// partial `dir`: it is renamed to a temp name first, then removed. Used to
+/// rotate checkpoints. Errors throw ft::Error naming `dir`.
+void remove_dir_atomic(const std::filesystem::path& dir);
+
+/// Cleans up what crashed AtomicDir commits and remove_dir_atomic() calls left
+/// in `parent`: removes every `.<name>.tmp-<hex>` entry, and renames an
+/// `.<name>.old-<hex>` directory back to `<name>` when `<name>` is missing
+/// (the fallback commit's window), else removes it. Returns one line per
+/// entry handled. Call only while nothing writes AtomicDirs in `parent`.
+std::vector<std::string> recover_atomic_dirs(const std::filesystem::path& parent);
 
 }  // namespace ft::fs

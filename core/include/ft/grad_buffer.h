@@ -29,10 +29,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -44,6 +46,8 @@ struct Node;
 }  // namespace torch::autograd
 
 namespace ft {
+
+class Tracer;
 
 /// One bucket handed to a CommHook.
 struct GradBucket {
@@ -90,6 +94,12 @@ struct GradBufferOptions {
   /// inside start_backward) so every rank lays out alike. Leave null when
   /// others depend on a fixed layout (e.g. shards cut from buffers()).
   Comm* rebuild_with = nullptr;
+  /// Records each bucket's communication ("allreduce bucket k", launch to
+  /// completion) on the trace's comm track while it is active, from
+  /// finish_sync(). A watcher thread, started the first time a synced
+  /// backward runs with the trace active, notes completions as they happen
+  /// rather than when next looked at; it never calls the Tracer.
+  Tracer* trace = nullptr;
 };
 
 /// Where one bucket lives; fixed at construction.
@@ -178,6 +188,8 @@ class GradBuffer {
   void launch_ready_in_order();   // launches buckets next_launch_.. that are ready
   void launch(int bucket);
   void observe_completions();
+  void note_done(int bucket, Clock::time_point when);  // first time bucket's Work is seen done
+  void watch_completions();                             // the watcher thread (see GradBufferOptions::trace)
   void record_sync_stats(Clock::time_point wait_start, Clock::time_point wait_end);
 
   // Fixed at construction (buffers_, buckets_, slots_: until a rebuild).
@@ -211,6 +223,12 @@ class GradBuffer {
   std::vector<Clock::time_point> launched_at_, done_at_;
   std::vector<bool> seen_done_;
   OverlapStats overlap_;
+  // Completion watcher (tracing only): waits on watch_cv_ under mutex_ and
+  // polls while tracing_ (this sync started with the trace active).
+  bool tracing_ = false;
+  std::thread watcher_;
+  std::condition_variable watch_cv_;
+  bool stop_watching_ = false;
 };
 
 }  // namespace ft

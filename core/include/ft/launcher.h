@@ -3,9 +3,11 @@
 // Contract (ARCHITECTURE.md "Processes"): every worker gets torchrun's
 // variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
 // MASTER_PORT) plus FT_LAUNCHED=1. If any worker exits non-zero or is killed,
-// the others get SIGTERM, then SIGKILL after a short grace, all are reaped,
-// and the launch fails naming that rank. No worker outlives the launcher: each
-// stays in the launcher's process group and has PR_SET_PDEATHSIG=SIGKILL.
+// the others get SIGTERM (and SIGCONT, for a stopped one), then SIGKILL after
+// a short grace, all are reaped, and the launch fails naming that rank (a
+// rank killed by a signal in preference to a peer that failed because of it).
+// No worker outlives the launcher: each stays in the launcher's process group
+// and has PR_SET_PDEATHSIG=SIGKILL.
 //
 // Output: rank 0 writes straight to the launcher's stdout/stderr; every other
 // rank's lines are prefixed "[rank N] " (one reader thread per worker, whole
@@ -40,7 +42,10 @@ struct LaunchOptions {
 struct LaunchResult {
   int exit_code = 0;     ///< 0 when every worker exited 0; else non-zero (see below)
   int failed_rank = -1;  ///< global rank of the first worker that failed, -1 if none
-  std::string error;     ///< one line, e.g. "rank 1 exited with code 3"; empty on success
+  /// One line, e.g. "rank 1 exited with code 3"; empty on success. A worker
+  /// still running but stopped (SIGSTOP) when the job failed is added:
+  /// "...; rank 2 was stalled (its process is stopped)".
+  std::string error;
 };
 
 /// Starts and supervises the workers; returns when all are gone. exit_code is

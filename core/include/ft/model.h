@@ -15,10 +15,25 @@
 #include <vector>
 
 #include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
 
 #include "ft/strategy.h"
 
 namespace ft {
+
+// Every Linear of the model: a torch Linear whose output can get an extra
+// term, which is how LoRA (ft/lora.h) attaches without changing the module
+// tree the HF names come from.
+class AdaptableLinearImpl : public torch::nn::LinearImpl {
+ public:
+  AdaptableLinearImpl(int64_t in, int64_t out) : torch::nn::LinearImpl(torch::nn::LinearOptions(in, out)) {}
+  at::Tensor forward(const at::Tensor& x) {
+    at::Tensor y = torch::nn::LinearImpl::forward(x);
+    return adapter ? y + adapter(x) : y;
+  }
+  std::function<at::Tensor(const at::Tensor&)> adapter;  // empty: a plain Linear
+};
+TORCH_MODULE(AdaptableLinear);
 
 // The fields of an HF BertConfig that ft uses; unknown fields are kept
 // verbatim (`extra_json`) so a saved config.json loses nothing.
@@ -79,6 +94,11 @@ class BertForSequenceClassification : public torch::nn::Module {
   // Parameters of each unit with HF names, in model order.
   std::vector<TensorList> unit_parameters() const;
   void set_unit_runner(UnitRunner* runner) { runner_ = runner; }
+  // Activation checkpointing (ft/activation_checkpoint.h): in a forward with
+  // grad enabled, encoder layers (units 1..L) keep only their input and run
+  // again, through the unit runner, in backward. Evaluation is unaffected.
+  void set_activation_checkpointing(bool on) { checkpointing_ = on; }
+  bool activation_checkpointing() const { return checkpointing_; }
 
   // HF initialisation: normal(0, initializer_range) for Linear/Embedding
   // weights, zero biases, LayerNorm (1, 0), padding row zero. Seeded by the
@@ -97,6 +117,7 @@ class BertForSequenceClassification : public torch::nn::Module {
   BertConfig config_;
   std::unique_ptr<Parts> parts_;
   UnitRunner* runner_ = nullptr;
+  bool checkpointing_ = false;
 };
 
 // Loads weights from model.safetensors, pytorch_model.bin or a checkpoint

@@ -2,10 +2,14 @@
 // strategies by registered name.
 //
 // Plugins load only from configured directories, and in each only files
-// named libft_strategy_*.so. A file that cannot be used (not a shared
-// library, no entry symbol, other ABI or LibTorch version, malformed entries,
-// a name another file already claims) is refused with a one-line warning
-// naming the file; it never aborts discovery.
+// named libft_strategy_*.so, opened by canonical absolute path (never through
+// the dynamic linker's search path). Refused with a warning: relative
+// FT_PLUGIN_PATH entries, symlinks resolving outside their directory, and
+// world-writable directories or files (docs/hardening.md). A file that
+// cannot be used (not a shared library, no entry symbol, other ABI or
+// LibTorch version, malformed entries, a name another file already claims)
+// is refused with a one-line warning naming the file; it never aborts
+// discovery.
 //
 // Lifetime: every Strategy returned by create() keeps its library loaded
 // until the last reference to it is gone, so the host may be dropped first.
@@ -29,7 +33,8 @@ struct DiscoveryOptions {
   bool use_builtin = true;
   /// Built-in directory; unset means default_builtin_plugin_dir().
   std::optional<std::filesystem::path> builtin_dir;
-  /// Value of FT_PLUGIN_PATH (':'-separated; empty items are skipped).
+  /// Value of FT_PLUGIN_PATH (':'-separated; empty items are skipped,
+  /// relative ones refused with a warning).
   /// Passed in rather than read here so core stays free of hidden inputs.
   std::string plugin_path;
   /// Each --plugin-dir; one that is not a directory makes discover() throw.

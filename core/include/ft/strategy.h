@@ -31,6 +31,7 @@ namespace ft {
 
 class BertForSequenceClassification;
 class Comm;
+class Tracer;
 
 // One micro-batch as the data pipeline hands it over (CPU tensors, int64).
 struct Batch {
@@ -94,6 +95,10 @@ struct StrategyContext {
   c10::Device device = c10::Device(c10::kCPU);
   int64_t seed = 0;
   int threads = 1;  // intra-op threads this rank may use
+  // Step profiler (ft/trace.h): set by the Trainer, a no-op outside the
+  // runtime.profile_steps window. Record collectives on its comm track.
+  // Null only when a strategy is driven without a Trainer (unit tests).
+  Tracer* trace = nullptr;
   // strategy.options.* from the run config, as strings; the plugin parses
   // and validates its own keys and names the key in errors.
   std::map<std::string, std::string> options;

@@ -65,6 +65,10 @@ class WordPieceTokenizer {
   /// is empty, has a line that is not UTF-8, or lacks [PAD], [UNK], [CLS] or [SEP].
   static WordPieceTokenizer from_file(const std::string& vocab_path,
                                       const TokenizerOptions& options = {});
+  /// from_file on the file's bytes already in memory; errors name `source`.
+  static WordPieceTokenizer from_vocab_text(std::string_view vocab_text,
+                                            const TokenizerOptions& options = {},
+                                            const std::string& source = "<vocab>");
   /// Same checks as from_file, for an in-memory vocabulary (errors say "<tokens>").
   static WordPieceTokenizer from_tokens(std::vector<std::string> tokens,
                                         const TokenizerOptions& options = {});

@@ -177,6 +177,7 @@ class ShardedStrategy : public Strategy, public ShardedCheckpointing {
   void prefetch(int unit);
   void reshard_unit(int unit);
   void launch_ready_reduces();
+  void reshard_if_backward_done(int unit);
   void launch_reduce(int unit);
   void wait_oldest_reduce();
   void finish_grad_sync();
@@ -200,6 +201,8 @@ class ShardedStrategy : public Strategy, public ShardedCheckpointing {
   std::vector<int> trainable_count_;  // per unit
   std::vector<int> pending_;          // per unit: grads not yet accumulated in this backward
   std::vector<bool> ready_;           // per unit: all grads accumulated in this backward
+  std::vector<bool> has_frozen_;      // per unit: some weight needs no grad but backward still reads it
+  std::vector<bool> input_grad_done_; // per unit: the grad of its input is complete in this backward
   int next_reduce_ = 0;               // index into reduce order (last unit first)
   bool sync_ = true;                  // this backward reduces
   bool callback_queued_ = false;

@@ -1,0 +1,466 @@
+// Crash safety and "no hang, ever", as randomized trials on the real `ft`:
+//  (a) SIGKILL a run that saves every step at a random moment: every
+//      checkpoint-* left behind loads completely (weights and training
+//      state), the only debris is hidden temp directories, and the next run
+//      removes them before its first save.
+//  (b) SIGKILL a random rank of a 2- or 4-rank ddp / zero2 job at a random
+//      moment (start-up, training, saving): the launcher ends every process
+//      of the job and prints one line naming the dead rank, within the
+//      timeout.
+//  (c) SIGSTOP a random rank: the job ends within runtime.timeout_s plus a
+//      margin, with a line naming the stalled rank and the collective it
+//      never joined.
+// Each trial draws its own seed (printed on failure; FT_TRIAL_SEED sets the
+// base). FT_TRIALS=N runs N trials per case instead of the few CI runs
+// (scripts/hardening-trials.sh); FT_TRIAL_LOG=FILE appends one JSON line per
+// trial there for the script's summary.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <random>
+#include <regex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "ft/checkpoint.h"
+#include "ft/fs.h"
+#include "ft_proc.h"
+#include "ft_run.h"
+#include "ft_tiny_task.h"
+
+namespace {
+
+namespace fsys = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using ft_test::trial_count;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+void log_trial(const nlohmann::json& record) {
+  if (const char* path = std::getenv("FT_TRIAL_LOG")) std::ofstream(path, std::ios::app) << record.dump() << "\n";
+}
+
+int64_t uniform(std::mt19937_64& rng, int64_t lo, int64_t hi) {
+  return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+}
+
+// Waits until `ready()` or the process exits / `limit` passes; false then.
+bool wait_until(pid_t pid, const std::function<bool()>& ready, double limit_s) {
+  const auto start = Clock::now();
+  while (!ready()) {
+    int status;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return false;
+    if (seconds_since(start) > limit_s) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+// ------------------------------------------------------------ (a) saves
+
+const std::regex& checkpoint_name() {
+  static const std::regex r("checkpoint-([0-9]+)");
+  return r;
+}
+
+// fs::AtomicDir's temp names (ft/fs.h).
+const std::regex& leftover_name() {
+  static const std::regex r(R"(\..+\.(tmp|old)-[0-9a-f]{16})");
+  return r;
+}
+
+std::vector<int64_t> checkpoint_steps(const fsys::path& out) {
+  std::vector<int64_t> steps;
+  if (!fsys::exists(out)) return steps;
+  for (const auto& e : fsys::directory_iterator(out)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (std::regex_match(name, m, checkpoint_name())) steps.push_back(std::stoll(m[1]));
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+// What is wrong with `dir` as a complete resumable checkpoint of step
+// `step` (-1: any step); empty when nothing is.
+std::string checkpoint_problem(const fsys::path& dir, int64_t step) {
+  for (const char* f : {"config.json", "model.safetensors", "vocab.txt", "training_state/optimizer.safetensors",
+                        "training_state/trainer_state.json", "training_state/rng.safetensors",
+                        "training_state/run.yaml"}) {
+    if (!fsys::is_regular_file(dir / f)) return fmt::format("{}: {} is missing", dir.string(), f);
+  }
+  std::string problem;
+  const std::string error = ft_test::error_of([&] {
+    const auto c = ft::load_checkpoint(dir, /*with_training_state=*/true);
+    if (c.model.empty() || !c.state || !c.optimizer || c.rng_states.size() != 1) {
+      problem = "incomplete";
+    } else if (step >= 0 && c.state->global_step != step) {
+      problem = fmt::format("holds step {}", c.state->global_step);
+    } else if (c.optimizer->step != c.state->global_step) {
+      problem = fmt::format("optimizer step {} != trainer step {}", c.optimizer->step, c.state->global_step);
+    }
+  });
+  if (error != "<no ft::Error>") return dir.string() + ": " + error;
+  return problem.empty() ? "" : dir.string() + ": " + problem;
+}
+
+struct Inspection {
+  int checkpoints = 0;
+  std::vector<std::string> leftovers;  // hidden temp names
+  std::vector<std::string> problems;
+};
+
+// Every entry of `out` must be a loadable checkpoint or a hidden leftover.
+Inspection inspect_output(const fsys::path& out) {
+  Inspection r;
+  if (!fsys::is_directory(out)) {
+    r.problems.push_back(out.string() + " is missing");
+    return r;
+  }
+  for (const auto& e : fsys::directory_iterator(out)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    std::string problem;
+    if (std::regex_match(name, m, checkpoint_name())) {
+      problem = checkpoint_problem(e.path(), std::stoll(m[1]));
+      ++r.checkpoints;
+    } else if (name == "final") {
+      problem = checkpoint_problem(e.path(), -1);
+    } else if (std::regex_match(name, leftover_name())) {
+      r.leftovers.push_back(name);
+    } else {
+      problem = "unexpected entry in the output directory: " + name;
+    }
+    if (!problem.empty()) r.problems.push_back(problem);
+  }
+  if (r.checkpoints == 0) r.problems.push_back("no checkpoint-* left");
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("SIGKILL at random moments of a run saving every step leaves only loadable checkpoints") {
+  const int trials = trial_count(5);
+  std::mt19937_64 seeds(ft_test::trial_seed());
+  ft_test::TempDir tmp("crash-save");
+  ft_test::write_tiny_task(tmp.path());
+  const fsys::path out = tmp.path() / "out";
+  std::vector<std::string> previous_leftovers;
+  int mid_save = 0, failures = 0;
+  for (int trial = 0; trial < trials; ++trial) {
+    const uint64_t seed = seeds();
+    std::mt19937_64 rng(seed);
+    // Resume from the newest or the one before: then the run overwrites an
+    // existing checkpoint-N, the commit path that swaps directories.
+    const auto steps = checkpoint_steps(out);
+    std::string resume;
+    if (!steps.empty()) {
+      const size_t back = steps.size() > 1 ? static_cast<size_t>(uniform(rng, 1, 2)) : 1;
+      resume = (out / fmt::format("checkpoint-{}", steps[steps.size() - back])).string();
+    }
+    const int64_t delay_ms = uniform(rng, 0, 300);
+    CAPTURE(trial);
+    CAPTURE(seed);
+    CAPTURE(delay_ms);
+    CAPTURE(resume);
+    const auto metrics = tmp.path() / fmt::format("m{}.jsonl", trial);
+    const auto log = tmp.path() / fmt::format("log{}.txt", trial);
+    std::vector<std::string> args{"run", "--config", (tmp.path() / "run.yaml").string(), "--max-steps", "100000",
+                                  "--set", "train.save_every=1", "--set", "train.save_total_limit=2",
+                                  "--output-dir", out.string(), "--metrics-out", metrics.string()};
+    if (!resume.empty()) args.insert(args.end(), {"--resume", resume});
+    const pid_t pid = ft_test::spawn_ft(args, log);
+    REQUIRE(pid > 0);
+    // Step 2 is logged after the save of step 1: saving is under way.
+    const bool started = wait_until(pid, [&] { return ft_test::step_losses(metrics).size() >= 2; }, 60);
+    if (!started) {
+      ft_test::wait_exit(pid, std::chrono::seconds(1));
+      FAIL("the run did not start training: " << ft_test::read_text(log));
+    }
+    // This run cleaned the previous trial's debris before its first save.
+    int stale = 0;
+    for (const auto& name : previous_leftovers) stale += fsys::exists(out / name) ? 1 : 0;
+    CHECK(stale == 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    ::kill(pid, SIGKILL);
+    const auto status = ft_test::wait_exit(pid, std::chrono::seconds(10));
+    REQUIRE(status.has_value());
+    CHECK(WIFSIGNALED(*status));
+    const Inspection seen = inspect_output(out);
+    for (const auto& p : seen.problems) FAIL_CHECK(p);
+    const bool ok = seen.problems.empty() && stale == 0 && WIFSIGNALED(*status);
+    failures += ok ? 0 : 1;
+    if (!seen.leftovers.empty()) ++mid_save;
+    previous_leftovers = seen.leftovers;
+    log_trial({{"kind", "kill-save"}, {"trial", trial}, {"seed", seed}, {"delay_ms", delay_ms},
+               {"checkpoints", seen.checkpoints}, {"leftovers", seen.leftovers.size()}, {"ok", ok}});
+  }
+  MESSAGE(trials << " kills, " << failures << " failed; " << mid_save
+                 << " left a half-written save behind (hidden, removed by the next run)");
+
+  // A run that finishes normally after all that leaves no debris at all.
+  const auto steps = checkpoint_steps(out);
+  REQUIRE_FALSE(steps.empty());
+  const auto last = ft_test::run_ft(fmt::format(
+      "run --config {}/run.yaml --max-steps {} --set train.save_every=1 --output-dir {} --resume {}/checkpoint-{}",
+      tmp.path().string(), steps.back() + 2, out.string(), out.string(), steps.back()));
+  INFO(last.output);
+  REQUIRE(last.exit_code == 0);
+  const Inspection clean = inspect_output(out);
+  for (const auto& p : clean.problems) FAIL_CHECK(p);
+  CHECK(clean.leftovers.empty());
+  CHECK(fsys::exists(out / "final"));
+}
+
+TEST_CASE("recover_atomic_dirs removes temp leftovers and restores a directory moved aside") {
+  ft_test::TempDir tmp("crash-recover");
+  const fsys::path& d = tmp.path();
+  auto make = [](const fsys::path& dir) {
+    fsys::create_directories(dir / "training_state");
+    std::ofstream(dir / "training_state" / "x") << "x";
+  };
+  make(d / ".checkpoint-3.tmp-0123456789abcdef");  // a save killed midway
+  make(d / ".checkpoint-2.old-00000000000000aa");  // the fallback commit's window: no checkpoint-2
+  make(d / "checkpoint-4");
+  make(d / ".checkpoint-4.old-00000000000000bb");  // ... after the new one landed
+  make(d / ".keep-me");                            // not ours
+  std::ofstream(d / ".run.yaml.tmp-fedcba9876543210") << "half";
+  const auto done = ft::fs::recover_atomic_dirs(d);
+  CHECK(done.size() == 4);
+  CHECK(fsys::exists(d / "checkpoint-2" / "training_state" / "x"));
+  CHECK(fsys::exists(d / "checkpoint-4" / "training_state" / "x"));
+  CHECK(fsys::exists(d / ".keep-me"));
+  for (const char* gone : {".checkpoint-3.tmp-0123456789abcdef", ".checkpoint-2.old-00000000000000aa",
+                           ".checkpoint-4.old-00000000000000bb", ".run.yaml.tmp-fedcba9876543210"}) {
+    CAPTURE(std::string(gone));
+    CHECK_FALSE(fsys::exists(d / gone));
+  }
+  ft::fs::remove_dir_atomic(d / "checkpoint-4");
+  CHECK_FALSE(fsys::exists(d / "checkpoint-4"));
+  ft::fs::remove_dir_atomic(d / "checkpoint-4");  // absent: nothing to do
+  CHECK(ft::fs::recover_atomic_dirs(d / "missing").empty());
+}
+
+// ------------------------------------------------------------ (b), (c) ranks
+
+namespace {
+
+struct Job {
+  int nproc;
+  const char* strategy;
+};
+
+
+struct Started {
+  pid_t launcher = -1;
+  std::vector<std::pair<int, pid_t>> ranks;  // (rank, pid)
+};
+
+// `ft run --nproc N` on the tiny task, saving every 4 steps, until killed.
+Started start_job(const Job& job, const fsys::path& dir, double timeout_s) {
+  Started s;
+  const std::vector<std::string> args{
+      "run", "--config", (dir / "run.yaml").string(), "--strategy", job.strategy, "--nproc", std::to_string(job.nproc),
+      "--max-steps", "100000", "--timeout", fmt::format("{}", timeout_s), "--set", "train.save_every=4",
+      "--output-dir", (dir / "out").string(), "--metrics-out", (dir / "m.jsonl").string()};
+  s.launcher = ft_test::spawn_ft(args, dir / "log.txt");
+  const bool all_up = wait_until(
+      s.launcher,
+      [&] {
+        s.ranks.clear();
+        for (pid_t p : ft_test::children_of(s.launcher)) s.ranks.emplace_back(ft_test::env_rank(p), p);
+        return static_cast<int>(s.ranks.size()) == job.nproc &&
+               std::none_of(s.ranks.begin(), s.ranks.end(), [](const auto& r) { return r.first < 0; });
+      },
+      30);
+  if (!all_up) s.ranks.clear();
+  return s;
+}
+
+pid_t pid_of(const Started& s, int rank) {
+  for (const auto& [r, p] : s.ranks)
+    if (r == rank) return p;
+  return -1;
+}
+
+struct Ended {
+  std::optional<int> status;  // nullopt: still running at the limit (then killed)
+  double workers_s = -1;      // from the fault until every worker was gone (reaped)
+  double launcher_s = -1;     // ... until the launcher itself had exited
+};
+
+// Reaps the launcher, noting when its workers disappeared.
+Ended wait_job(const Started& s, Clock::time_point fault, double limit_s) {
+  Ended e;
+  int status = 0;
+  for (;;) {
+    if (e.workers_s < 0 && std::all_of(s.ranks.begin(), s.ranks.end(),
+                                       [](const auto& r) { return ::kill(r.second, 0) != 0; })) {
+      e.workers_s = seconds_since(fault);
+    }
+    if (::waitpid(s.launcher, &status, WNOHANG) == s.launcher) {
+      e.status = status;
+      break;
+    }
+    if (seconds_since(fault) > limit_s) {
+      ::kill(-s.launcher, SIGKILL);
+      ::waitpid(s.launcher, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  e.launcher_s = seconds_since(fault);
+  if (e.workers_s < 0) e.workers_s = e.launcher_s;
+  return e;
+}
+
+struct Teardowns {
+  std::vector<double> workers, launcher;
+  int failures = 0;
+};
+
+void summarize(const std::string& what, Teardowns& t) {
+  if (t.launcher.empty()) return;
+  std::sort(t.workers.begin(), t.workers.end());
+  std::sort(t.launcher.begin(), t.launcher.end());
+  MESSAGE(what << ": " << t.launcher.size() << " trials, " << t.failures << " failed; workers gone after median "
+               << t.workers[t.workers.size() / 2] << " s, max " << t.workers.back()
+               << " s; launcher exited after median " << t.launcher[t.launcher.size() / 2] << " s, max "
+               << t.launcher.back() << " s");
+}
+
+// After the launcher is gone: no process of the job may be left.
+void check_no_survivors(const Started& s) {
+  CHECK_FALSE(ft_test::group_alive(s.launcher));
+  for (const auto& [rank, pid] : s.ranks) {
+    CAPTURE(rank);
+    CHECK(::kill(pid, 0) != 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("SIGKILL of a random rank at a random moment ends the whole job with one line naming it") {
+  constexpr double kTimeout = 10;
+  std::mt19937_64 seeds(ft_test::trial_seed() + 1);
+  Teardowns all;
+  for (const Job& job : {Job{2, "ddp"}, Job{2, "zero2"}, Job{4, "ddp"}, Job{4, "zero2"}}) {
+    const int trials = trial_count(job.nproc == 2 ? 2 : 1);
+    for (int trial = 0; trial < trials; ++trial) {
+      const uint64_t seed = seeds();
+      std::mt19937_64 rng(seed);
+      const int victim = static_cast<int>(uniform(rng, 0, job.nproc - 1));
+      // From the first instants (rendezvous, data loading) into training and saves.
+      const int64_t delay_ms = uniform(rng, 0, 2000);
+      const std::string strategy = job.strategy;
+      CAPTURE(job.nproc);
+      CAPTURE(strategy);
+      CAPTURE(trial);
+      CAPTURE(seed);
+      CAPTURE(victim);
+      CAPTURE(delay_ms);
+      ft_test::TempDir tmp(fmt::format("crash-kill-{}-{}", job.strategy, job.nproc));
+      ft_test::write_tiny_task(tmp.path());
+      const Started s = start_job(job, tmp.path(), kTimeout);
+      if (s.ranks.empty()) {
+        ft_test::wait_exit(s.launcher, std::chrono::seconds(1));
+        FAIL_CHECK("the workers did not start: " << ft_test::read_text(tmp.path() / "log.txt"));
+        ++all.failures;
+        continue;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      const auto killed_at = Clock::now();
+      ::kill(pid_of(s, victim), SIGKILL);
+      const Ended end = wait_job(s, killed_at, kTimeout + 30);
+      const auto& status = end.status;
+      const double teardown = end.launcher_s;
+      const std::string log = ft_test::read_text(tmp.path() / "log.txt");
+      INFO(log);
+      const std::string line = fmt::format("ft: error: rank {} was killed by signal SIGKILL\n", victim);
+      const bool ok = status && WIFEXITED(*status) && WEXITSTATUS(*status) == 128 + SIGKILL &&
+                      log.find(line) != std::string::npos && teardown < kTimeout + 5;
+      CHECK(status.has_value());
+      if (status) CHECK((WIFEXITED(*status) && WEXITSTATUS(*status) == 128 + SIGKILL));
+      CHECK(log.find(line) != std::string::npos);
+      CHECK(teardown < kTimeout + 5);  // the timeout plus the kill grace
+      check_no_survivors(s);
+      all.workers.push_back(end.workers_s);
+      all.launcher.push_back(end.launcher_s);
+      if (!ok) ++all.failures;
+      log_trial({{"kind", "kill-rank"}, {"nproc", job.nproc}, {"strategy", job.strategy}, {"seed", seed},
+                 {"victim", victim}, {"delay_ms", delay_ms}, {"workers_s", end.workers_s},
+                 {"teardown_s", teardown}, {"ok", ok}});
+    }
+  }
+  summarize("kill -9 a rank", all);
+}
+
+TEST_CASE("a stalled rank (SIGSTOP) ends the job within the timeout, named with the collective it never joined") {
+  constexpr double kTimeout = 3;
+  // The peers wait kTimeout, look for the culprit (at most the grace of
+  // comm.cpp's stall report plus a second), then the launcher stops all.
+  constexpr double kMargin = 8;
+  std::mt19937_64 seeds(ft_test::trial_seed() + 2);
+  Teardowns all;
+  for (const Job& job : {Job{2, "ddp"}, Job{4, "zero2"}}) {
+    const int trials = trial_count(1);
+    for (int trial = 0; trial < trials; ++trial) {
+      const uint64_t seed = seeds();
+      std::mt19937_64 rng(seed);
+      const int victim = static_cast<int>(uniform(rng, 0, job.nproc - 1));
+      const int64_t delay_ms = uniform(rng, 0, 500);
+      const std::string strategy = job.strategy;
+      CAPTURE(job.nproc);
+      CAPTURE(strategy);
+      CAPTURE(trial);
+      CAPTURE(seed);
+      CAPTURE(victim);
+      CAPTURE(delay_ms);
+      ft_test::TempDir tmp(fmt::format("crash-stall-{}-{}", job.strategy, job.nproc));
+      ft_test::write_tiny_task(tmp.path());
+      const Started s = start_job(job, tmp.path(), kTimeout);
+      const auto metrics = tmp.path() / "m.jsonl";
+      // Stall it mid-training: every rank is in the step loop by now.
+      const bool training = !s.ranks.empty() &&
+                            wait_until(s.launcher, [&] { return ft_test::step_losses(metrics).size() >= 2; }, 60);
+      if (!training) {
+        ft_test::wait_exit(s.launcher, std::chrono::seconds(1));
+        FAIL_CHECK("the job did not start training: " << ft_test::read_text(tmp.path() / "log.txt"));
+        ++all.failures;
+        continue;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      const auto stopped_at = Clock::now();
+      ::kill(pid_of(s, victim), SIGSTOP);
+      const Ended end = wait_job(s, stopped_at, kTimeout + 30);
+      const auto& status = end.status;
+      const double teardown = end.launcher_s;
+      const std::string log = ft_test::read_text(tmp.path() / "log.txt");
+      INFO(log);
+      // e.g. "rank 0: all_reduce failed: rank 1 stalled: it never joined all_reduce #57 (rank 0 waited 3 s in it)"
+      const std::regex named(fmt::format(R"(rank {} stalled: .*never joined [a-z_]+ #[0-9]+)", victim));
+      const bool ok = status && WIFEXITED(*status) && WEXITSTATUS(*status) != 0 &&
+                      std::regex_search(log, named) && teardown < kTimeout + kMargin;
+      CHECK(status.has_value());
+      if (status) CHECK((WIFEXITED(*status) && WEXITSTATUS(*status) != 0));
+      CHECK(std::regex_search(log, named));
+      CHECK(log.find(fmt::format("rank {} was stalled (its process is stopped)", victim)) != std::string::npos);
+      CHECK(teardown < kTimeout + kMargin);
+      check_no_survivors(s);
+      all.workers.push_back(end.workers_s);
+      all.launcher.push_back(end.launcher_s);
+      if (!ok) ++all.failures;
+      log_trial({{"kind", "stall-rank"}, {"nproc", job.nproc}, {"strategy", job.strategy}, {"seed", seed},
+                 {"victim", victim}, {"delay_ms", delay_ms}, {"workers_s", end.workers_s},
+                 {"teardown_s", teardown}, {"ok", ok}});
+    }
+  }
+  summarize("SIGSTOP a rank", all);
+}
