@@ -13,6 +13,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
+#include <torch/cuda.h>
 
 #include "ft/checkpoint.h"
 #include "ft/error.h"
@@ -69,6 +70,16 @@ struct Trainer::Impl {
 
   void setup() {
     const auto dev = device();
+    if (dev.is_cuda()) {
+      // One GPU per local rank (NCCL refuses two ranks on one device).
+      const auto gpus = static_cast<int>(torch::cuda::device_count());
+      if (gpus == 0) fail("rank {}: runtime.device=cuda but no GPU is visible (or this LibTorch has no CUDA); use runtime.device=cpu", comm.rank());
+      if (comm.local_rank() >= gpus) {
+        fail("rank {}: runtime.device=cuda needs GPU {} (one per local rank) but {} GPU(s) are visible; "
+             "use --nproc <= {} per host, or runtime.device=cpu",
+             comm.rank(), comm.local_rank(), gpus, gpus);
+      }
+    }
     const PrecisionMode mode = config.strategy.precision == "auto"
                                    ? strategy->default_precision(dev.type())
                                    : parse_precision(config.strategy.precision, "strategy.precision");
