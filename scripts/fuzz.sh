@@ -61,7 +61,7 @@ run_target() {
   nice -n 15 "$build/bin/fuzz_$name" "$work/corpus" "${seeds[@]}" \
     -max_total_time="$seconds" -max_len="${max_len[$name]}" -timeout=120 \
     -rss_limit_mb=2048 -malloc_limit_mb=1024 -dict="$repo/tests/fuzz/dict/$name.dict" \
-    -artifact_prefix="$work/crashes/" -print_final_stats=1 \
+    -artifact_prefix="$work/crashes/" -report_slow_units=100000 -print_final_stats=1 \
     >"$work/log" 2>&1 || true
 }
 
@@ -93,7 +93,7 @@ for pid in "${pids[@]}"; do wait "$pid"; done
 echo "fuzz: results (corpus in $build/fuzz-work/<target>/corpus)"
 for name in "${targets[@]}"; do
   summary "$name"
-  if grep -qE 'ERROR: (libFuzzer|AddressSanitizer|UndefinedBehaviorSanitizer)|runtime error:|deadly signal|invariant broken' \
+  if grep -qE 'ERROR: (libFuzzer|AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer)|runtime error:|deadly signal|invariant broken' \
       "$build/fuzz-work/$name/log"; then
     echo "  FOUND: see $build/fuzz-work/$name/log and $build/fuzz-work/$name/crashes/" >&2
     status=1

@@ -22,7 +22,7 @@ using Clock = std::chrono::steady_clock;
 
 bool is_rank_variable(const std::string& name) {
   static const char* const kNames[] = {"RANK",        "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                                       "MASTER_ADDR", "MASTER_PORT", "FT_LAUNCHED"};
+                                       "MASTER_ADDR", "MASTER_PORT", "FT_LAUNCHED", "FT_ERROR_FILE"};
   for (const char* n : kNames) {
     if (name == n) return true;
   }

@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "ft/error.h"
+#include "ft/launcher.h"
 
 namespace {
 
@@ -34,7 +35,9 @@ std::string one_line(const std::string& text) {
   return out;
 }
 
-void print_error(const std::string& message) { std::fprintf(stderr, "ft: error: %s\n", one_line(message).c_str()); }
+// A launched worker hands its line to the launcher, which prints one line
+// for the whole job (ft/launcher.h).
+void print_error(const std::string& message) { ft::report_error(one_line(message)); }
 
 }  // namespace
 

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,7 +18,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -193,7 +196,10 @@ struct CStrings {
   }
 };
 
-std::vector<std::string> worker_env(const LaunchOptions& o, int local_rank, int port) {
+std::string error_file(const std::string& dir, int rank) { return dir + "/rank" + std::to_string(rank) + ".err"; }
+
+std::vector<std::string> worker_env(const LaunchOptions& o, int local_rank, int port,
+                                    const std::string& error_dir) {
   std::map<std::string, std::string> env = process_env();
   for (const auto& [k, v] : o.extra_env) env[k] = v;
   env["RANK"] = std::to_string(o.node_rank * o.nproc + local_rank);
@@ -204,6 +210,7 @@ std::vector<std::string> worker_env(const LaunchOptions& o, int local_rank, int 
   env["MASTER_ADDR"] = o.master_addr;
   env["MASTER_PORT"] = std::to_string(port);
   env["FT_LAUNCHED"] = "1";
+  env["FT_ERROR_FILE"] = error_file(error_dir, o.node_rank * o.nproc + local_rank);
   std::vector<std::string> out;
   for (const auto& [k, v] : env) out.push_back(k + "=" + v);
   return out;
@@ -226,6 +233,47 @@ void make_pipe(int fds[2]) {
   ssize_t ignored = ::write(report_fd, &err, sizeof(err));
   (void)ignored;
   ::_exit(127);
+}
+
+// Where workers leave their error line (FT_ERROR_FILE, one file per rank)
+// instead of printing it: the launcher then prints one line for the job,
+// with the cause's own words, rather than every rank's follow-on failure.
+struct ErrorDir {
+  std::string path;
+  ErrorDir() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/ft-launch-XXXXXX";
+    if (!::mkdtemp(templ.data())) {
+      fail("launcher: cannot create a temp directory {}: {}; set TMPDIR to a writable directory", templ,
+           std::strerror(errno));
+    }
+    path = templ;
+  }
+  ~ErrorDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  ErrorDir(const ErrorDir&) = delete;
+  ErrorDir& operator=(const ErrorDir&) = delete;
+};
+
+// A worker's error line, "" when it left none.
+std::string read_error_report(const std::string& file) {
+  std::FILE* f = std::fopen(file.c_str(), "r");
+  if (!f) return "";
+  char buf[8192];
+  const size_t n = std::fread(buf, 1, sizeof(buf), f);
+  std::fclose(f);
+  std::string text(buf, n);
+  text = text.substr(0, text.find('\n'));
+  return text;
+}
+
+// When the report was written, to order follow-on failures after their cause.
+std::optional<std::chrono::nanoseconds> report_time(const std::string& file) {
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0) return std::nullopt;
+  return std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec);
 }
 
 class Supervisor {
@@ -299,7 +347,7 @@ class Supervisor {
   void spawn(int local, CStrings& args) {
     Worker w;
     w.rank = o_.node_rank * o_.nproc + local;
-    CStrings env(worker_env(o_, local, port_));
+    CStrings env(worker_env(o_, local, port_, error_dir_.path));
     int out[2] = {-1, -1}, err[2] = {-1, -1}, report[2];
     make_pipe(report);
     if (w.rank != 0) {
@@ -349,21 +397,37 @@ class Supervisor {
     }
   }
 
-  // A rank killed by a signal makes its peers' collectives fail at once, and
-  // the launcher may reap such a peer first: give the killed one a moment to
-  // show up, so the line names the rank that actually died.
+  // A rank that crashed (killed by a signal, or exited non-zero without an
+  // error report) makes its peers' collectives fail at once, and the
+  // launcher may reap such a peer first: give the crashed one a moment to
+  // show up, so the line names the rank that actually died. Otherwise the
+  // earliest error report is the cause; later ones ("connection closed by
+  // peer") follow from it.
   Worker& root_cause(Worker& first) {
-    if (!WIFEXITED(first.status)) return first;
+    auto crashed = [this](const Worker& w) {
+      return !WIFEXITED(w.status) || !report_time(error_file(error_dir_.path, w.rank));
+    };
+    if (crashed(first)) return first;
     const auto until = Clock::now() + std::chrono::milliseconds(250);
     while (Clock::now() < until) {
       for (auto& w : workers_) {
         if (!w.running || ::waitpid(w.pid, &w.status, WNOHANG) != w.pid) continue;
         w.running = false;
-        if (WIFSIGNALED(w.status)) return w;
+        if (!(WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0) && crashed(w)) return w;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    return first;
+    Worker* cause = &first;
+    auto cause_time = report_time(error_file(error_dir_.path, first.rank));
+    for (auto& w : workers_) {
+      if (w.running || (WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0)) continue;
+      const auto t = report_time(error_file(error_dir_.path, w.rank));
+      if (t && *t < *cause_time) {
+        cause = &w;
+        cause_time = t;
+      }
+    }
+    return *cause;
   }
 
   LaunchResult describe_failure(const Worker& w) const {
@@ -371,7 +435,11 @@ class Supervisor {
     r.failed_rank = w.rank;
     if (WIFEXITED(w.status)) {
       r.exit_code = WEXITSTATUS(w.status);
-      r.error = fmt::format("rank {} exited with code {}", w.rank, r.exit_code);
+      std::string report = read_error_report(error_file(error_dir_.path, w.rank));
+      const std::string own = fmt::format("rank {}: ", w.rank);
+      if (report.rfind(own, 0) == 0) report.erase(0, own.size());
+      r.error = report.empty() ? fmt::format("rank {} exited with code {}", w.rank, r.exit_code)
+                               : own + report;
     } else {
       const int sig = WTERMSIG(w.status);
       r.exit_code = 128 + sig;
@@ -443,6 +511,7 @@ class Supervisor {
   const LaunchOptions& o_;
   int port_;
   OutputSink sink_;
+  ErrorDir error_dir_;
   std::vector<Worker> workers_;
 };
 
@@ -492,6 +561,17 @@ LaunchResult launch_workers(const LaunchOptions& options) {
   Supervisor supervisor(options, port);
   supervisor.spawn_all();
   return supervisor.supervise();
+}
+
+void report_error(const std::string& line) {
+  const char* path = std::getenv("FT_ERROR_FILE");
+  if (path && *path) {
+    if (std::FILE* f = std::fopen(path, "w")) {
+      const bool written = std::fputs(line.c_str(), f) >= 0;
+      if (std::fclose(f) == 0 && written) return;
+    }
+  }
+  std::fprintf(stderr, "ft: error: %s\n", line.c_str());
 }
 
 int launch_and_supervise(const LaunchOptions& options) {

@@ -337,6 +337,13 @@ void summarize(const std::string& what, Teardowns& t) {
 }
 
 // After the launcher is gone: no process of the job may be left.
+// "ft: error:" lines in a job's log: the launcher's is the only one.
+int error_lines(const std::string& log) {
+  int n = 0;
+  for (size_t at = 0; (at = log.find("ft: error: ", at)) != std::string::npos; at += 11) ++n;
+  return n;
+}
+
 void check_no_survivors(const Started& s) {
   CHECK_FALSE(ft_test::group_alive(s.launcher));
   for (const auto& [rank, pid] : s.ranks) {
@@ -389,6 +396,7 @@ TEST_CASE("SIGKILL of a random rank at a random moment ends the whole job with o
       CHECK(status.has_value());
       if (status) CHECK((WIFEXITED(*status) && WEXITSTATUS(*status) == 128 + SIGKILL));
       CHECK(log.find(line) != std::string::npos);
+      CHECK(error_lines(log) == 1);  // the peers' follow-on failures are not printed
       CHECK(teardown < kTimeout + 5);  // the timeout plus the kill grace
       check_no_survivors(s);
       all.workers.push_back(end.workers_s);
@@ -452,6 +460,7 @@ TEST_CASE("a stalled rank (SIGSTOP) ends the job within the timeout, named with 
       if (status) CHECK((WIFEXITED(*status) && WEXITSTATUS(*status) != 0));
       CHECK(std::regex_search(log, named));
       CHECK(log.find(fmt::format("rank {} was stalled (its process is stopped)", victim)) != std::string::npos);
+      CHECK(error_lines(log) == 1);
       CHECK(teardown < kTimeout + kMargin);
       check_no_survivors(s);
       all.workers.push_back(end.workers_s);

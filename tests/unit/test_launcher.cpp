@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -122,15 +123,15 @@ TEST_CASE("a rank killed by SIGKILL is named as killed") {
 }
 
 TEST_CASE("a rank stuck in a collective with an absent peer fails on the Comm timeout") {
-  // Rank 1 never joins the all_reduce; rank 0 must give up after 1.5 s with
-  // its own line, and the launcher then stops rank 1.
+  // Rank 1 never joins the all_reduce; rank 0 must give up after 1.5 s, hand
+  // its line to the launcher (FT_ERROR_FILE), and the launcher then stops
+  // rank 1 and prints that line, once, naming rank 0.
   Run run(2, {"hang", "1"});
-  run.go();
+  run.go(/*print=*/true);
   INFO(run.out << run.err);
   CHECK(run.exit_code == 2);
-  CHECK(run.result.failed_rank == 0);
-  CHECK(run.result.error == "rank 0 exited with code 2");
-  CHECK(run.err.find("ft: error: rank 0: all_reduce failed") != std::string::npos);
+  CHECK(run.err.rfind("ft: error: rank 0: all_reduce failed", 0) == 0);
+  CHECK(std::count(run.err.begin(), run.err.end(), '\n') == 1);
   CHECK(run.seconds < run.options.timeout_s + 8);
   CHECK(our_children().empty());
 }
@@ -140,12 +141,41 @@ TEST_CASE("a peer dying during a collective ends the job") {
   run.go();
   INFO(run.out << run.err);
   CHECK(run.exit_code != 0);
-  // Rank 1 exits first; rank 0's all_reduce then fails too. Either may be
-  // reaped first, so both are acceptable names.
-  CHECK((run.result.error == "rank 1 exited with code 3" ||
-         run.result.error == "rank 0 exited with code 2"));
+  // Rank 1 exits without an error report; rank 0's all_reduce then fails
+  // and reports. Whichever is reaped first, the silent exit is the cause.
+  CHECK(run.result.failed_rank == 1);
+  CHECK(run.result.error == "rank 1 exited with code 3");
   CHECK(run.seconds < run.options.timeout_s + 8);
   CHECK(our_children().empty());
+}
+
+TEST_CASE("of two failing ranks the earlier error report is named, whatever the exit order") {
+  // Rank 1 reports first but exits 0.3 s later; rank 0 reports 0.1 s after
+  // rank 1 and exits at once, so it is reaped first. The launcher must still
+  // print rank 1's line, once, and nothing from rank 0.
+  Run run(2, {});
+  run.options.argv = {"sh", "-c",
+                      "if [ \"$RANK\" = 1 ]; then printf 'bad row 7' >\"$FT_ERROR_FILE\"; sleep 0.3; exit 4; fi;"
+                      " sleep 0.1; printf 'connection closed by peer' >\"$FT_ERROR_FILE\"; exit 2"};
+  run.go(/*print=*/true);
+  INFO(run.out << run.err);
+  CHECK(run.exit_code == 4);
+  CHECK(run.err == "ft: error: rank 1: bad row 7\n");
+  CHECK(our_children().empty());
+}
+
+TEST_CASE("the error-report directory is gone after the launch") {
+  ft_test::TempDir tmp("launcher-tmp");
+  Run run(2, {});
+  run.options.argv = {"sh", "-c", "test -n \"$FT_ERROR_FILE\" && printf 'x' >\"$FT_ERROR_FILE\"; exit 1"};
+  const char* old = std::getenv("TMPDIR");
+  const std::string saved = old ? old : "";
+  ::setenv("TMPDIR", tmp.path().c_str(), 1);
+  run.go();
+  if (old) ::setenv("TMPDIR", saved.c_str(), 1); else ::unsetenv("TMPDIR");
+  CHECK(run.result.error.rfind("rank ", 0) == 0);
+  CHECK(run.result.error.find(": x") != std::string::npos);
+  CHECK(std::filesystem::is_empty(tmp.path()));
 }
 
 TEST_CASE("SIGTERM to the launcher is forwarded and every worker is reaped") {

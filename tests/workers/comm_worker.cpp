@@ -27,6 +27,7 @@
 #include "ft/comm.h"
 #include "ft/dist_env.h"
 #include "ft/error.h"
+#include "ft/launcher.h"
 
 namespace {
 
@@ -236,7 +237,7 @@ int main(int argc, char** argv) {
           std::cerr << "rank " << env.rank << ": unexpected second error: " << again.what() << "\n";
           return 5;
         }
-        std::cerr << "ft: error: " << first << "\n";
+        ft::report_error(first);
         return 2;
       }
       std::cerr << "rank " << env.rank << ": barrier after a failed collective succeeded\n";
@@ -245,7 +246,7 @@ int main(int argc, char** argv) {
     std::cerr << "rank " << env.rank << ": all_reduce unexpectedly succeeded\n";
     return 4;
   } catch (const ft::Error& e) {
-    std::cerr << "ft: error: " << e.what() << "\n";
+    ft::report_error(e.what());
     return 2;
   }
 }

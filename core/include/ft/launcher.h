@@ -12,6 +12,12 @@
 // Output: rank 0 writes straight to the launcher's stdout/stderr; every other
 // rank's lines are prefixed "[rank N] " (one reader thread per worker, whole
 // lines written at once so ranks never interleave mid-line).
+//
+// Errors: each worker gets FT_ERROR_FILE, a per-rank file in a temp directory
+// the launcher removes at the end. A failing worker writes its one error line
+// there (report_error) instead of stderr, so a failed job prints exactly one
+// line: "ft: error: rank N: <that rank's line>" for the rank that failed
+// first (a rank killed by a signal in preference; else the earliest report).
 #pragma once
 
 #include <map>
@@ -58,6 +64,11 @@ LaunchResult launch_workers(const LaunchOptions& options);
 /// launch_workers() and, on failure, one line "ft: error: <error>" on
 /// options.stderr_fd. Returns the exit code for `ft`.
 int launch_and_supervise(const LaunchOptions& options);
+
+/// Prints "ft: error: <line>" on stderr, or, in a worker the launcher started
+/// (FT_ERROR_FILE set and writable), hands `line` to the launcher instead.
+/// `line` must already be one line.
+void report_error(const std::string& line);
 
 /// A TCP port nothing listens on right now (bind to port 0, read it back).
 int pick_free_port(const std::string& addr);
