@@ -114,7 +114,7 @@ class ReplayAutocast {
 // What backward needs besides the saved input; travels in the context as a
 // capsule because AutogradContext::saved_data only holds IValues.
 struct Recompute : torch::CustomClassHolder {
-  std::function<at::Tensor(const at::Tensor&)> fn;
+  CheckpointFn fn;
   std::vector<at::Tensor> params;  // the function's inputs 1..n
   RngStates rng;
   AutocastState autocast;
@@ -126,7 +126,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
                             const c10::intrusive_ptr<Recompute>& state) {
     ctx->save_for_backward({input});
     ctx->saved_data["state"] = c10::IValue::make_capsule(state);
-    return state->fn(input);
+    return state->fn(input, RunPass::kNoGraph);
   }
 
   // Gradients for (input, params..., state): the last is never a tensor.
@@ -160,7 +160,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
       // so a leaf here would sum its copy's gradients in bf16/fp16 where the
       // original input (a non-leaf) summed them in fp32. A view is no leaf.
       const bool as_non_leaf = x.requires_grad() && !input.is_leaf();
-      out = state->fn(as_non_leaf ? x.view_as(x) : x);
+      out = state->fn(as_non_leaf ? x.view_as(x) : x, RunPass::kRecompute);
     }
     if (!out.requires_grad()) return result;
     // Captures the gradients of `wrt` without accumulating into any `.grad`:
@@ -174,13 +174,12 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 
 }  // namespace
 
-at::Tensor checkpoint(const at::Tensor& input, const std::vector<at::Tensor>& params,
-                      std::function<at::Tensor(const at::Tensor&)> fn) {
-  if (!at::GradMode::is_enabled()) return fn(input);
+at::Tensor checkpoint(const at::Tensor& input, const std::vector<at::Tensor>& params, CheckpointFn fn) {
+  if (!at::GradMode::is_enabled()) return fn(input, RunPass::kPlain);
   auto state = c10::make_intrusive<Recompute>();
   for (const auto& p : params)
     if (p.requires_grad()) state->params.push_back(p);
-  if (!input.requires_grad() && state->params.empty()) return fn(input);
+  if (!input.requires_grad() && state->params.empty()) return fn(input, RunPass::kPlain);
   state->fn = std::move(fn);
   state->rng = RngStates::capture(input.device());
   state->autocast = AutocastState::capture();

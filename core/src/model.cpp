@@ -188,7 +188,7 @@ struct BertModelImpl : torch::nn::Module {
 
 class DirectRunner final : public UnitRunner {
  public:
-  at::Tensor run(int, const at::Tensor& input,
+  at::Tensor run(int, RunPass, const at::Tensor& input,
                  const std::function<at::Tensor(const at::Tensor&)>& fn) override {
     return fn(input);
   }
@@ -247,17 +247,17 @@ at::Tensor BertForSequenceClassification::forward(const Batch& batch) {
   auto additive_mask = (1.0 - batch.attention_mask.to(at::kFloat)).unsqueeze(1).unsqueeze(2) *
                        std::numeric_limits<float>::lowest();
   auto& bert = *parts_->bert;
-  auto x = run.run(0, batch.input_ids, [&](const at::Tensor& ids) {
+  auto x = run.run(0, RunPass::kPlain, batch.input_ids, [&](const at::Tensor& ids) {
     return bert.embeddings->forward(ids, batch.token_type_ids);
   });
   for (int i = 0; i < static_cast<int>(bert.layers.size()); ++i) {
     // By value: with checkpointing this runs again in backward.
-    auto layer_unit = [runner = &run, layer = bert.layers[i], additive_mask, i](const at::Tensor& h) {
-      return runner->run(i + 1, h, [&](const at::Tensor& in) { return layer->forward(in, additive_mask); });
+    auto layer_unit = [runner = &run, layer = bert.layers[i], additive_mask, i](const at::Tensor& h, RunPass pass) {
+      return runner->run(i + 1, pass, h, [&](const at::Tensor& in) { return layer->forward(in, additive_mask); });
     };
-    x = checkpointing_ ? checkpoint(x, bert.layers[i]->parameters(), layer_unit) : layer_unit(x);
+    x = checkpointing_ ? checkpoint(x, bert.layers[i]->parameters(), layer_unit) : layer_unit(x, RunPass::kPlain);
   }
-  auto logits = run.run(num_units() - 1, x, [&](const at::Tensor& h) { return parts_->head->forward(h); });
+  auto logits = run.run(num_units() - 1, RunPass::kPlain, x, [&](const at::Tensor& h) { return parts_->head->forward(h); });
   return logits.to(at::kFloat);
 }
 

@@ -67,9 +67,9 @@ ShardingPolicy ShardingPolicy::fsdp(FsdpSharding mode, int nnodes) {
 class ShardedStrategy::Runner final : public UnitRunner {
  public:
   explicit Runner(ShardedStrategy* owner) : owner_(owner) {}
-  at::Tensor run(int index, const at::Tensor& input,
+  at::Tensor run(int index, RunPass pass, const at::Tensor& input,
                  const std::function<at::Tensor(const at::Tensor&)>& fn) override {
-    return owner_->run_unit(index, input, fn);
+    return owner_->run_unit(index, pass, input, fn);
   }
 
  private:
@@ -264,7 +264,13 @@ void ShardedStrategy::reshard_unit(int unit) {
   f.reshard();
 }
 
-at::Tensor ShardedStrategy::run_unit(int unit, const at::Tensor& input,
+// Activation checkpointing runs a layer twice: kNoGraph in forward (freed
+// afterwards as any training forward, per reshard_after_forward) and
+// kRecompute in backward, whose own backward follows at once: its weights
+// stay gathered for it (pre_backward finds them there) instead of being
+// freed and gathered a third time, and no forward-order prefetch is issued
+// from inside backward.
+at::Tensor ShardedStrategy::run_unit(int unit, RunPass pass, const at::Tensor& input,
                                      const std::function<at::Tensor(const at::Tensor&)>& fn) {
   FlatParam& f = *units_[static_cast<size_t>(unit)];
   if (prefetched_unit_[static_cast<size_t>(unit)]) {
@@ -273,13 +279,14 @@ at::Tensor ShardedStrategy::run_unit(int unit, const at::Tensor& input,
   }
   traced_wait_for_unshard(f, unit, *ctx_->comm, ctx_->trace);
   note_gathered_bytes();
-  if (policy_.forward_prefetch) {
+  if (policy_.forward_prefetch && pass != RunPass::kRecompute) {
     for (int k = 1; k <= policy_.limit_all_gathers; ++k) prefetch(unit + k);
   }
   at::Tensor out = fn(input);
-  const bool training = at::GradMode::is_enabled();
-  if (!training || policy_.reshard_after_forward) reshard_unit(unit);
-  if (training && out.requires_grad()) {
+  const bool training = at::GradMode::is_enabled() || pass == RunPass::kNoGraph;
+  const bool keep = pass == RunPass::kRecompute || (training && !policy_.reshard_after_forward);
+  if (!keep) reshard_unit(unit);
+  if (at::GradMode::is_enabled() && out.requires_grad()) {
     out.register_hook([this, unit](const at::Tensor& grad) {
       pre_backward(unit);
       return grad;

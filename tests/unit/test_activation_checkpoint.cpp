@@ -32,8 +32,17 @@
 #include "ft/optim.h"
 #include "ft/precision.h"
 #include "ft/replicated_strategy.h"
+#include "ft/trace.h"
 #include "ft/zero_strategy.h"
 #include "ft_run.h"
+
+namespace ft {
+// For doctest's messages (found by ADL).
+std::ostream& operator<<(std::ostream& os, RunPass pass) {
+  const char* names[] = {"kPlain", "kNoGraph", "kRecompute"};
+  return os << names[static_cast<int>(pass)];
+}
+}  // namespace ft
 
 namespace {
 
@@ -57,6 +66,7 @@ struct PlainRun {
   std::vector<at::Tensor> param_grads;
   int hook_calls = 0;
   int fn_calls = 0;
+  std::vector<ft::RunPass> passes;
   double draw_after = 0;  // first random number after backward
 };
 
@@ -74,12 +84,13 @@ PlainRun linear_dropout_run(bool ckpt, bool input_requires_grad) {
     accs.push_back(torch::autograd::impl::grad_accumulator(p));
     keys.push_back(accs.back()->add_post_hook(std::make_unique<CountingHook>(&r.hook_calls)));
   }
-  auto fn = [&](const at::Tensor& x) {
+  auto fn = [&](const at::Tensor& x, ft::RunPass pass) {
     ++r.fn_calls;
+    r.passes.push_back(pass);
     return drop(at::gelu(lin(x))) * 2.0;
   };
   at::Tensor x = at::randn({4, 6}).requires_grad_(input_requires_grad);
-  r.out = ckpt ? ft::checkpoint(x, lin->parameters(), fn) : fn(x);
+  r.out = ckpt ? ft::checkpoint(x, lin->parameters(), fn) : fn(x, ft::RunPass::kPlain);
   (void)at::rand({3});
   (r.out * r.out).sum().backward();
   r.draw_after = at::rand({1}).item<double>();
@@ -122,12 +133,13 @@ struct TrainResult {
 // The Trainer's loop in miniature at world size 1: same init, same batches,
 // same dropout stream for both settings of `ckpt`.
 TrainResult train(std::shared_ptr<ft::Strategy> strategy, double dropout, bool ckpt, bool freeze_embeddings = false,
-                  ft::PrecisionMode mode = ft::PrecisionMode::FP32) {
+                  ft::PrecisionMode mode = ft::PrecisionMode::FP32, ft::Tracer* tracer = nullptr) {
   auto comm = ft::Comm::create(ft::DistEnv{});
   ft::Precision precision{mode, c10::kCPU};
   ft::StrategyContext ctx;
   ctx.comm = comm.get();
   ctx.precision = &precision;
+  ctx.trace = tracer;
   at::manual_seed(7);
   auto model = std::make_shared<ft::BertForSequenceClassification>(small_config(dropout));
   model->set_activation_checkpointing(ckpt);
@@ -141,10 +153,12 @@ TrainResult train(std::shared_ptr<ft::Strategy> strategy, double dropout, bool c
   auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
   TrainResult r;
   for (int step = 0; step < 4; ++step) {
+    if (tracer) tracer->begin_step(step + 1);
     ft::Batch b = make_batch(gen);
     auto loss = at::cross_entropy_loss(strategy->forward(b), b.labels);
     strategy->backward(loss, true);
     strategy->step({1e-2, 1.0});
+    if (tracer) tracer->end_step(step + 1);
     r.losses.push_back(loss.item<double>());
   }
   r.weights = strategy->model_state();
@@ -188,6 +202,7 @@ TEST_CASE("checkpoint(): same output, gradients, dropout masks and later random 
     CHECK(ckpt.hook_calls == 2);  // once per parameter, from the outer backward
     CHECK(plain.fn_calls == 1);
     CHECK(ckpt.fn_calls == 2);  // forward + recompute
+    CHECK(ckpt.passes == std::vector<ft::RunPass>{ft::RunPass::kNoGraph, ft::RunPass::kRecompute});
     CHECK(plain.draw_after == ckpt.draw_after);
   }
 }
@@ -195,8 +210,9 @@ TEST_CASE("checkpoint(): same output, gradients, dropout masks and later random 
 TEST_CASE("checkpoint(): without grad mode, or with nothing to differentiate, fn runs once and nothing is kept") {
   torch::nn::Linear lin(3, 3);
   int calls = 0;
-  auto fn = [&](const at::Tensor& x) {
+  auto fn = [&](const at::Tensor& x, ft::RunPass pass) {
     ++calls;
+    CHECK(pass == ft::RunPass::kPlain);
     return lin(x);
   };
   {
@@ -244,14 +260,48 @@ TEST_CASE("model: checkpointing composes with the sharded strategies' unit runne
   }
 }
 
+// All-gathers of each unit's weights in training step 2, from the step trace.
+std::vector<int> gathers_per_unit(const ft::ShardingPolicy& policy, bool ckpt) {
+  ft_test::TempDir tmp("ckpt-gathers");
+  ft::Tracer::Options o;
+  o.window = ft::StepWindow{2, 2};
+  o.dir = tmp.path().string();
+  ft::Tracer tracer(o);
+  train(sharded(policy), 0.1, ckpt, false, ft::PrecisionMode::FP32, &tracer);
+  const std::string trace = ft_test::read_text(tracer.path());
+  std::vector<int> counts;
+  for (int unit = 0; unit < 5; ++unit) {
+    const std::string key = fmt::format("\"name\":\"all-gather unit {}\"", unit);
+    int n = 0;
+    for (size_t at = 0; (at = trace.find(key, at)) != std::string::npos; at += key.size()) ++n;
+    counts.push_back(n);
+  }
+  return counts;
+}
+
+TEST_CASE("model: under zero3 / fsdp a checkpointed layer is gathered no more often than without checkpointing") {
+  // Units: embeddings, layers 1..3 (checkpointed), head. FULL_SHARD gathers
+  // every unit in forward and again for its backward; with checkpointing the
+  // second gather serves the recompute and its backward together.
+  // SHARD_GRAD_OP keeps a unit from its forward to its backward: once.
+  const auto zero3 = ft::ShardingPolicy::zero(ft::ZeroStage::kWeights);
+  const auto grad_op = ft::ShardingPolicy::fsdp(ft::FsdpSharding::kShardGradOp, 1);
+  CHECK(gathers_per_unit(zero3, false) == std::vector<int>{2, 2, 2, 2, 2});
+  CHECK(gathers_per_unit(zero3, true) == std::vector<int>{2, 2, 2, 2, 2});
+  CHECK(gathers_per_unit(grad_op, false) == std::vector<int>{1, 1, 1, 1, 1});
+  CHECK(gathers_per_unit(grad_op, true) == std::vector<int>{1, 1, 1, 1, 1});
+}
+
 namespace {
 class CountingRunner final : public ft::UnitRunner {
  public:
   std::vector<int> calls;
-  at::Tensor run(int index, const at::Tensor& input,
+  std::vector<std::pair<int, ft::RunPass>> log;
+  at::Tensor run(int index, ft::RunPass pass, const at::Tensor& input,
                  const std::function<at::Tensor(const at::Tensor&)>& fn) override {
     if (static_cast<int>(calls.size()) <= index) calls.resize(static_cast<size_t>(index) + 1, 0);
     ++calls[static_cast<size_t>(index)];
+    log.emplace_back(index, pass);
     return fn(input);
   }
 };
@@ -269,6 +319,11 @@ TEST_CASE("model: encoder layers (only) run again through the unit runner in bac
   CHECK(runner.calls == std::vector<int>{1, 1, 1, 1, 1});
   loss.backward();
   CHECK(runner.calls == std::vector<int>{1, 2, 2, 2, 1});  // units 1..3 recomputed
+  using P = ft::RunPass;
+  const std::vector<std::pair<int, P>> want = {{0, P::kPlain},     {1, P::kNoGraph},   {2, P::kNoGraph},
+                                               {3, P::kNoGraph},   {4, P::kPlain},     {3, P::kRecompute},
+                                               {2, P::kRecompute}, {1, P::kRecompute}};
+  CHECK(runner.log == want);
   for (const auto& [name, p] : model->weights()) {
     INFO(name);
     CHECK(p.grad().defined());

@@ -1,52 +1,22 @@
 // A dead rank stops the whole job promptly: kill one worker of a running
 // `ft run --nproc N` and the launcher must exit non-zero, name the rank,
 // and leave no process behind.
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <fstream>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "ft_proc.h"
 #include "ft_run.h"
 
 namespace {
 
 namespace fsys = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-std::vector<pid_t> children_of(pid_t parent) {
-  std::vector<pid_t> out;
-  for (const auto& e : fsys::directory_iterator("/proc")) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(e.path() / "stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    // Field 4 (ppid) follows the ")" that closes the command name.
-    auto close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    char state;
-    pid_t ppid;
-    rest >> state >> ppid;
-    if (ppid == parent) out.push_back(std::stoi(name));
-  }
-  return out;
-}
-
-int env_rank(pid_t pid) {
-  std::ifstream env(fmt::format("/proc/{}/environ", pid), std::ios::binary);
-  std::string all((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
-  std::istringstream vars(all);
-  for (std::string v; std::getline(vars, v, '\0');)
-    if (v.rfind("RANK=", 0) == 0) return std::stoi(v.substr(5));
-  return -1;
-}
 
 bool alive(pid_t pid) { return ::kill(pid, 0) == 0; }
 
@@ -55,45 +25,35 @@ void kill_rank_and_check(int nproc, int victim_rank) {
   const auto metrics = tmp.path() / "m.jsonl";
   const auto log = tmp.path() / "out.log";
   const std::string batch = std::to_string(32 / nproc);
-  pid_t launcher = ::fork();
-  REQUIRE(launcher >= 0);
-  if (launcher == 0) {
-    ::chdir(ft_test::source_dir().c_str());
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    const std::string exe = ft_test::ft_exe().string();
-    const std::string nproc_s = std::to_string(nproc);
-    const std::string batch_set = "train.batch_size=" + batch;
-    const std::string m = metrics.string();
-    ::execl(exe.c_str(), exe.c_str(), "run", "--config", "configs/parity-tiny.yaml", "--strategy", "ddp",
-            "--nproc", nproc_s.c_str(), "--threads", "1", "--max-steps", "100000", "--timeout", "10", "--set",
-            batch_set.c_str(), "--metrics-out", m.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
+  const pid_t launcher = ft_test::spawn_ft(
+      {"run", "--config", "configs/parity-tiny.yaml", "--strategy", "ddp", "--nproc", std::to_string(nproc),
+       "--threads", "1", "--max-steps", "100000", "--timeout", "10", "--set", "train.batch_size=" + batch,
+       "--metrics-out", metrics.string()},
+      log);
+  REQUIRE(launcher > 0);
   // Wait until training is under way (two logged steps).
   const auto start = Clock::now();
   while (ft_test::step_losses(metrics).size() < 2) {
     int status;
     if (::waitpid(launcher, &status, WNOHANG) == launcher) FAIL("ft exited before training started: " << ft_test::read_text(log));
     if (Clock::now() - start > std::chrono::seconds(120)) {
-      ::kill(launcher, SIGKILL);
+      ::kill(-launcher, SIGKILL);
       FAIL("training did not start: " << ft_test::read_text(log));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  auto workers = children_of(launcher);
+  auto workers = ft_test::children_of(launcher);
   REQUIRE(static_cast<int>(workers.size()) == nproc);
   pid_t victim = -1;
   for (pid_t w : workers)
-    if (env_rank(w) == victim_rank) victim = w;
+    if (ft_test::env_rank(w) == victim_rank) victim = w;
   REQUIRE(victim > 0);
   const auto killed_at = Clock::now();
   ::kill(victim, SIGKILL);
   int status = 0;
   while (::waitpid(launcher, &status, WNOHANG) != launcher) {
     if (Clock::now() - killed_at > std::chrono::seconds(40)) {
-      ::kill(launcher, SIGKILL);
+      ::kill(-launcher, SIGKILL);
       FAIL("ft did not stop within 40 s of a rank dying");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -13,6 +13,17 @@
 
 namespace ft {
 
+/// How a piece of the network is being run, for wrappers that manage its
+/// weights (a ZeRO-3/FSDP unit runner gathers and frees them around it).
+enum class RunPass {
+  kPlain,      ///< an ordinary call, training or evaluation as grad mode says
+  kNoGraph,    ///< checkpointed forward: no graph kept; kRecompute follows in backward
+  kRecompute,  ///< in backward: the backward of this very output follows at once
+};
+
+/// The function checkpoint() runs: told which pass it is in.
+using CheckpointFn = std::function<at::Tensor(const at::Tensor& input, RunPass pass)>;
+
 /// Computes fn(input) without recording a graph, keeping only `input`, the
 /// CPU random generator's state (and the input's CUDA generator's, on CUDA)
 /// and the autocast state. When backward reaches the result, fn runs again
@@ -27,18 +38,18 @@ namespace ft {
 /// checkpointing. A parameter fn uses but that is not listed gets NO
 /// gradient.
 ///
-/// fn is called twice, so wrappers inside it run twice as well: a ZeRO-3
-/// UnitRunner gathers the freed weights again for the recompute. fn must
+/// fn is called twice (kNoGraph, then kRecompute), so wrappers inside it
+/// run twice as well: a ZeRO-3 UnitRunner gathers the freed weights again
+/// for the recompute and keeps them for the backward that follows. fn must
 /// give the same result for the same input, RNG state and weights; the
 /// weights must not change between forward and backward.
 ///
 /// Without grad mode (evaluation), or when neither `input` nor any of
-/// `params` requires grad, this is plain fn(input).
+/// `params` requires grad, this is plain fn(input, kPlain).
 ///
 /// Random streams: if another thread draws from the CPU generator between
 /// this forward and its recompute (several dp replicas on CPU threads), the
 /// masks would differ; callers must not checkpoint then while dropout is on.
-at::Tensor checkpoint(const at::Tensor& input, const std::vector<at::Tensor>& params,
-                      std::function<at::Tensor(const at::Tensor&)> fn);
+at::Tensor checkpoint(const at::Tensor& input, const std::vector<at::Tensor>& params, CheckpointFn fn);
 
 }  // namespace ft

@@ -74,19 +74,6 @@ using Backend = c10d::Backend;
 using Backend = c10d::ProcessGroup;
 #endif
 
-/// TCPStore options for ft's rendezvous. ft counts peers itself (so its
-/// timeout message can say how many joined), hence waitWorkers = false.
-inline c10d::TCPStoreOptions store_options(uint16_t port, bool is_server, int world_size,
-                                           std::chrono::milliseconds timeout) {
-  c10d::TCPStoreOptions opts;
-  opts.port = port;
-  opts.isServer = is_server;
-  opts.numWorkers = static_cast<std::size_t>(world_size);
-  opts.waitWorkers = false;
-  opts.timeout = timeout;
-  return opts;
-}
-
 // Autocast: 2.4 replaced the per-device functions with device-typed ones.
 inline bool autocast_enabled(c10::DeviceType device) {
 #if FT_TORCH_AT_LEAST(2, 4)

@@ -17,6 +17,7 @@
 #include <torch/nn/module.h>
 #include <torch/nn/modules/linear.h>
 
+#include "ft/activation_checkpoint.h"
 #include "ft/strategy.h"
 
 namespace ft {
@@ -65,11 +66,12 @@ struct BertConfig {
   void validate(const std::string& source) const;
 };
 
-// Runs unit `index` as fn(input). The default runs it directly.
+// Runs unit `index` as fn(input) in `pass` (kPlain unless activation
+// checkpointing runs an encoder layer). The default runs it directly.
 class UnitRunner {
  public:
   virtual ~UnitRunner() = default;
-  virtual at::Tensor run(int index, const at::Tensor& input,
+  virtual at::Tensor run(int index, RunPass pass, const at::Tensor& input,
                          const std::function<at::Tensor(const at::Tensor&)>& fn) = 0;
 };
 

@@ -54,6 +54,7 @@
 #include <string>
 #include <vector>
 
+#include "ft/activation_checkpoint.h"
 #include "ft/flat_shard.h"
 #include "ft/optim.h"
 #include "ft/strategy.h"
@@ -149,7 +150,8 @@ class ShardedStrategy : public Strategy, public ShardedCheckpointing {
   const std::vector<std::unique_ptr<FlatParam>>& flat_params() const { return units_; }
 
   // --- called by the unit runner and the autograd hooks (implementation detail) ---
-  at::Tensor run_unit(int unit, const at::Tensor& input, const std::function<at::Tensor(const at::Tensor&)>& fn);
+  at::Tensor run_unit(int unit, RunPass pass, const at::Tensor& input,
+                      const std::function<at::Tensor(const at::Tensor&)>& fn);
   void pre_backward(int unit);
   void on_grad_accumulated(int unit);
   void on_backward_end();
