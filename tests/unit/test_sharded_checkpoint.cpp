@@ -188,29 +188,57 @@ TEST_CASE("zero3 on 2 ranks writes equal shards; consolidating them gives the fu
             .find("holds no sharded checkpoint") != std::string::npos);
 }
 
-TEST_CASE("ft run --set train.save_sharded=true: shards beside the full checkpoint consolidate to the same weights") {
-  FT_REQUIRE_SHARED("fixtures/parity-tiny");
-  ft_test::TempDir tmp("save-sharded");
-  const auto out = tmp.path() / "run";
-  auto run = ft_test::run_ft(fmt::format(
-      "run --config configs/parity-tiny.yaml --strategy zero3 --nproc 2 --threads 1 --set train.batch_size=16 "
-      "--max-steps 2 --set train.save_sharded=true --output-dir {}",
-      out.string()));
-  INFO(run.output);
-  REQUIRE(run.exit_code == 0);
-  const auto final_dir = out / "final";
-  CHECK(std::filesystem::exists(final_dir / "sharded" / "meta.json"));
-  const auto cons = tmp.path() / "consolidated";
-  auto c = ft_test::run_ft(fmt::format("consolidate {} --out {}", final_dir.string(), cons.string()));
-  INFO(c.output);
-  REQUIRE(c.exit_code == 0);
-  auto full = ft::safetensors::load((final_dir / "model.safetensors").string());
-  auto from_shards = ft::safetensors::load((cons / "model.safetensors").string());
-  REQUIRE(full.size() == from_shards.size());
-  std::map<std::string, at::Tensor> by_name(from_shards.begin(), from_shards.end());
-  for (const auto& [name, t] : full) {
+namespace {
+// Every tensor of `a` equals (bit for bit) the one of the same name in `b`, and no more or fewer.
+void check_same_tensors(const std::filesystem::path& a, const std::filesystem::path& b) {
+  INFO(a.string() << " vs " << b.string());
+  auto ta = ft::safetensors::load(a.string());
+  auto tb = ft::safetensors::load(b.string());
+  REQUIRE(ta.size() == tb.size());
+  std::map<std::string, at::Tensor> by_name(tb.begin(), tb.end());
+  for (const auto& [name, t] : ta) {
     INFO(name);
     REQUIRE(by_name.count(name) == 1);
     CHECK(at::equal(t, by_name.at(name)));
+  }
+}
+}  // namespace
+
+TEST_CASE("ft run --set train.save_sharded=true: shards beside the full checkpoint consolidate to the same weights") {
+  FT_REQUIRE_SHARED("fixtures/parity-tiny");
+  // LoRA: the consolidated checkpoint keeps the split the full one has, plain
+  // HF base weights in model.safetensors and the adapters in PEFT's files.
+  for (const std::string extra : {"", "--set lora.rank=4"}) {
+    CAPTURE(extra);
+    ft_test::TempDir tmp("save-sharded");
+    const auto out = tmp.path() / "run";
+    auto run = ft_test::run_ft(fmt::format(
+        "run --config configs/parity-tiny.yaml --strategy zero3 --nproc 2 --threads 1 --set train.batch_size=16 "
+        "--max-steps 2 --set train.save_sharded=true --output-dir {} {}",
+        out.string(), extra));
+    INFO(run.output);
+    REQUIRE(run.exit_code == 0);
+    const auto final_dir = out / "final";
+    CHECK(std::filesystem::exists(final_dir / "sharded" / "meta.json"));
+    const auto cons = tmp.path() / "consolidated";
+    auto c = ft_test::run_ft(fmt::format("consolidate {} --out {}", final_dir.string(), cons.string()));
+    INFO(c.output);
+    REQUIRE(c.exit_code == 0);
+    check_same_tensors(final_dir / "model.safetensors", cons / "model.safetensors");
+    const bool lora = !extra.empty();
+    CHECK(std::filesystem::exists(cons / "adapter_model.safetensors") == lora);
+    CHECK(std::filesystem::exists(cons / "adapter_config.json") == lora);
+    if (lora) {
+      check_same_tensors(final_dir / "adapter_model.safetensors", cons / "adapter_model.safetensors");
+      CHECK(ft_test::read_text(final_dir / "adapter_config.json") == ft_test::read_text(cons / "adapter_config.json"));
+      // The consolidated LoRA checkpoint evaluates like the full one.
+      const std::string eval = "eval --config configs/parity-tiny.yaml --set data.dev_fraction=0.25 --checkpoint ";
+      auto e1 = ft_test::run_ft(eval + final_dir.string());
+      auto e2 = ft_test::run_ft(eval + cons.string());
+      INFO(e1.output << e2.output);
+      CHECK(e1.exit_code == 0);
+      CHECK(e2.exit_code == 0);
+      CHECK(e1.output == e2.output);
+    }
   }
 }
