@@ -79,9 +79,13 @@ void TensorFusion::loop() {
       // Negotiation: the prefix of the queue every rank has ready.
       int64_t common = local;
       if (comm_.world_size() > 1) {
+        const auto start = Tracer::Clock::now();
         at::Tensor n = at::full({1}, local, at::kLong);
         comm_.all_reduce(n, ReduceOp::Min);
         common = n.item<int64_t>();
+        if (options_.trace) {
+          options_.trace->complete("negotiate", "comm", TraceTrack::Comm, start, Tracer::Clock::now());
+        }
       }
       {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -145,6 +149,7 @@ void TensorFusion::reduce_group(std::vector<Entry>& entries, size_t begin, size_
   c10::NoGradGuard no_grad;
   RingTraffic traffic;
   int64_t copied = 0;
+  const auto start = Tracer::Clock::now();
   if (adjacent) {
     // Already one flat span (GradBuffer): reduce it in place, zero copies.
     at::Tensor span = at::empty({0}, first.options());
@@ -170,6 +175,11 @@ void TensorFusion::reduce_group(std::vector<Entry>& entries, size_t begin, size_
       offset += n;
     }
     copied = total * static_cast<int64_t>(first.element_size());
+  }
+  if (options_.trace) {
+    // Bytes as held (on the wire they may be fp16).
+    options_.trace->complete("ring allreduce", "comm", TraceTrack::Comm, start, Tracer::Clock::now(), -1,
+                             total * static_cast<int64_t>(first.element_size()));
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -37,6 +37,7 @@
 
 #include "ft/comm.h"
 #include "ft/ring_allreduce.h"
+#include "ft/trace.h"
 
 namespace ft::horovod {
 
@@ -48,6 +49,9 @@ struct FusionOptions {
   std::chrono::microseconds cycle{5000};
   /// Avg, and the wire dtype (fp16 = Compression.fp16).
   RingOptions ring;
+  /// Step profiler (nullptr or inactive: nothing recorded): each
+  /// negotiation and each fused ring as a range on the comm track.
+  Tracer* trace = nullptr;
 };
 
 /// Counters since construction (read after the futures are done).

@@ -59,6 +59,7 @@ class HorovodStrategy final : public ft::ReplicatedStrategy {
     fo.cycle = std::chrono::microseconds(static_cast<int64_t>(options_.cycle_ms * 1000.0));
     fo.ring.op = ft::ReduceOp::Avg;
     fo.ring.wire = options_.fp16_compression ? at::kHalf : at::kFloat;
+    fo.trace = ctx_->trace;
     fusion_ = std::make_unique<TensorFusion>(comm, fo);
     TensorFusion* fusion = fusion_.get();
     ft::CommHook hook = [fusion](ft::GradBucket& bucket) {

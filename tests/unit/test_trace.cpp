@@ -239,3 +239,50 @@ TEST_CASE("2-rank ddp with --profile-steps 2:3 traces every phase and bucket ins
         complete_events(load(prof / "rank0.trace.json")).size() + complete_events(load(prof / "rank1.trace.json")).size());
   CHECK(ft_test::run_ft("trace " + tmp.path().string() + "/nothing-here").exit_code != 0);
 }
+
+TEST_CASE("2-rank horovod traces its negotiations and fused rings inside the window") {
+  FT_REQUIRE_SHARED("fixtures/parity-tiny");
+  ft_test::TempDir tmp("trace-hvd");
+  const auto prof = tmp.path() / "prof";
+  // overlap on: tensors are queued from backward, so a step has several cycles.
+  const std::string args = fmt::format(
+      "run --config configs/parity-tiny.yaml --strategy horovod --nproc 2 --threads 1 --max-steps 3 "
+      "--set train.batch_size=16 --set strategy.options.overlap=true --set strategy.options.fusion_mb=1 "
+      "--profile-steps 2:3 --set runtime.profile_dir={}",
+      prof.string());
+  const auto out = ft_test::run_ft(args);
+  INFO("ft " << args << "\n" << out.output);
+  REQUIRE(out.exit_code == 0);
+  int64_t bytes[2] = {0, 0};
+  for (int rank : {0, 1}) {
+    INFO("rank " << rank);
+    const auto events = complete_events(load(prof / fmt::format("rank{}.trace.json", rank)));
+    double window_start = 1e300, window_end = -1e300;
+    for (const auto& e : events) {
+      if (e.at("name").get<std::string>().rfind("step ", 0) != 0) continue;
+      window_start = std::min(window_start, e.at("ts").get<double>());
+      window_end = std::max(window_end, e.at("ts").get<double>() + e.at("dur").get<double>());
+    }
+    int rings = 0, negotiations = 0;
+    for (const auto& e : events) {
+      const std::string name = e.at("name");
+      if (name != "ring allreduce" && name != "negotiate") continue;
+      CHECK(e.at("cat") == "comm");
+      CHECK(e.at("tid").get<int>() >= 2);
+      CHECK(e.at("ts").get<double>() >= window_start);
+      CHECK(e.at("ts").get<double>() + e.at("dur").get<double>() <= window_end);
+      if (name == "negotiate") {
+        ++negotiations;
+        continue;
+      }
+      ++rings;
+      bytes[rank] += e.at("args").at("bytes").get<int64_t>();
+    }
+    CHECK(rings >= 2);
+    CHECK(negotiations >= rings / 2);  // one negotiation per cycle, a cycle runs >= 1 ring
+  }
+  // Both steps reduce every gradient once: 2 x the fp32 model (parity-tiny's
+  // BERT has 3,184,262 parameters), the same on both ranks.
+  CHECK(bytes[0] == bytes[1]);
+  CHECK(bytes[0] == 2 * 3184262 * 4);
+}
