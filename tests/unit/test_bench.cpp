@@ -207,10 +207,12 @@ TEST_CASE("ft bench: a tiny matrix writes four outputs, one row per strategy, an
   // Parity between rows: same data, same seed, same global batch (dropout 0.1
   // draws differ per rank, so only closeness is expected).
   CHECK(std::abs(std::stod(field(csv[1], "final_loss")) - std::stod(field(csv[3], "final_loss"))) < 0.05);
-  // Either rank may report first; the line is ft's own error line.
+  // The launcher's one line, carrying the rank that reported first.
   const std::string md = ft_test::read_text(dir.path() / "results.md");
-  CHECK(md.find("| nope | nope | — | — | FAILED: ") != std::string::npos);
-  CHECK(md.find("ft: error: unknown strategy 'nope'; known strategies: ") != std::string::npos);
+  CHECK((md.find("| nope | nope | — | — | FAILED: ft: error: rank 0: unknown strategy 'nope'; known strategies: ") !=
+             std::string::npos ||
+         md.find("| nope | nope | — | — | FAILED: ft: error: rank 1: unknown strategy 'nope'; known strategies: ") !=
+             std::string::npos));
   CHECK(out.output.find("| ddp (ft run --nproc) | ddp | 2 | fp32 |") != std::string::npos);
 }
 
