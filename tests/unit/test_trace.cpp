@@ -36,6 +36,17 @@ std::map<int, std::string> thread_names(const nlohmann::json& doc) {
   return out;
 }
 
+// [first start, last end] of the "step N" ranges: the traced window.
+std::pair<double, double> step_window(const std::vector<nlohmann::json>& events) {
+  double start = 1e300, end = -1e300;
+  for (const auto& e : events) {
+    if (e.at("name").get<std::string>().rfind("step ", 0) != 0) continue;
+    start = std::min(start, e.at("ts").get<double>());
+    end = std::max(end, e.at("ts").get<double>() + e.at("dur").get<double>());
+  }
+  return {start, end};
+}
+
 }  // namespace
 
 TEST_CASE("profile_steps parses A:B with 1 <= A <= B and nothing else") {
@@ -191,17 +202,13 @@ TEST_CASE("2-rank ddp with --profile-steps 2:3 traces every phase and bucket ins
     CHECK(tids.at(1) == "main");
     CHECK(tids.at(2) == "comm");
     std::map<std::string, int> count;
-    double window_start = 1e300, window_end = -1e300;
+    const auto [window_start, window_end] = step_window(events);
     std::set<std::string> steps;
     for (const auto& e : events) {
       CHECK(e.at("pid") == rank);
       const std::string name = e.at("name");
       ++count[name];
-      if (name.rfind("step ", 0) == 0) {
-        steps.insert(name);
-        window_start = std::min(window_start, e.at("ts").get<double>());
-        window_end = std::max(window_end, e.at("ts").get<double>() + e.at("dur").get<double>());
-      }
+      if (name.rfind("step ", 0) == 0) steps.insert(name);
     }
     CHECK(steps == std::set<std::string>{"step 2", "step 3"});
     for (const char* phase : {"data", "forward", "backward", "optimizer"}) CHECK(count[phase] == 2);
@@ -257,12 +264,7 @@ TEST_CASE("2-rank horovod traces its negotiations and fused rings inside the win
   for (int rank : {0, 1}) {
     INFO("rank " << rank);
     const auto events = complete_events(load(prof / fmt::format("rank{}.trace.json", rank)));
-    double window_start = 1e300, window_end = -1e300;
-    for (const auto& e : events) {
-      if (e.at("name").get<std::string>().rfind("step ", 0) != 0) continue;
-      window_start = std::min(window_start, e.at("ts").get<double>());
-      window_end = std::max(window_end, e.at("ts").get<double>() + e.at("dur").get<double>());
-    }
+    const auto [window_start, window_end] = step_window(events);
     int rings = 0, negotiations = 0;
     for (const auto& e : events) {
       const std::string name = e.at("name");
