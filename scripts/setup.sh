@@ -12,7 +12,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 packages=(
   build-essential cmake ninja-build ccache pkg-config
   libtorch-dev libgloo-dev                 # LibTorch 1.13 (CPU) + c10d Gloo headers
-  libopenblas0-pthread                     # fp32 matmul ~13x faster than the reference BLAS
+  libopenblas0-openmp                      # one thread pool: OpenBLAS runs on LibTorch's OpenMP threads (docs/performance.md)
   libboost-dev libboost-filesystem-dev     # Boost.DLL plugin loading
   libfmt-dev doctest-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libutf8proc-dev
 )

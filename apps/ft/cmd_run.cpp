@@ -29,6 +29,7 @@ struct RunFlags {
   int nproc = 1, nnodes = 1, node_rank = 0, master_port = 0;
   std::string master_addr = "127.0.0.1";
   int64_t threads = 0, max_steps = 0;
+  bool no_pin = false;
   double timeout_s = 0;
   std::vector<std::string> raw_args;  // to re-execute ourselves as workers
 };
@@ -42,6 +43,7 @@ std::vector<std::string> flag_overrides(const RunFlags& f) {
   if (!f.resume.empty()) out.push_back("train.resume_from=" + f.resume);
   // Unset flags are 0; a negative value goes through so that validation refuses it by name.
   if (f.threads != 0) out.push_back("runtime.threads=" + std::to_string(f.threads));
+  if (f.no_pin) out.push_back("runtime.pin_threads=false");
   if (f.max_steps != 0) out.push_back("train.max_steps=" + std::to_string(f.max_steps));
   if (f.timeout_s != 0) out.push_back(fmt::format("runtime.timeout_s={}", f.timeout_s));
   if (!f.profile_steps.empty()) out.push_back("runtime.profile_steps=" + f.profile_steps);
@@ -65,10 +67,10 @@ int launch(const RunFlags& f, const RunConfig& config) {
 
 int work(const RunConfig& config, const std::vector<std::string>& plugin_dirs) {
   const DistEnv env = detect_dist_env(process_env());
-  const int threads = configure_threads(config.runtime.threads, env.local_world_size);
-  if (env.rank == 0) {
-    if (auto warning = slow_blas_warning()) std::fprintf(stderr, "%s\n", warning->c_str());
-  }
+  // First: threads started from here on inherit the CPU affinity.
+  const ThreadPlan threads = configure_threads(
+      {config.runtime.threads, env.local_rank, env.local_world_size, config.runtime.pin_threads});
+  if (env.rank == 0 && threads.warning) std::fprintf(stderr, "%s\n", threads.warning->c_str());
   std::vector<std::filesystem::path> dirs(plugin_dirs.begin(), plugin_dirs.end());
   PluginHost host = PluginHost::discover(DiscoveryOptions::from_environment(dirs));
   auto strategy = host.create(config.strategy.name);
@@ -78,8 +80,8 @@ int work(const RunConfig& config, const std::vector<std::string>& plugin_dirs) {
   auto comm = Comm::create(env, co);
   EventLog events(env.rank == 0, config.runtime.metrics_out, config.runtime.progress, config.runtime.tensorboard_dir);
   if (inputs.skipped_rows > 0) events.info(fmt::format("skipped {} bad row(s) (data.bad_rows=skip)", inputs.skipped_rows));
-  events.info(fmt::format("{} train / {} dev rows, {} labels, {} thread(s) per rank", inputs.train->size(),
-                          inputs.dev ? inputs.dev->size() : 0, inputs.label_names.size(), threads));
+  events.info(fmt::format("{} train / {} dev rows, {} labels, {}", inputs.train->size(),
+                          inputs.dev ? inputs.dev->size() : 0, inputs.label_names.size(), threads.describe()));
   Trainer trainer(config, std::move(inputs), strategy, config.strategy.name, *comm, events);
   trainer.fit();
   strategy->teardown();
@@ -117,6 +119,7 @@ void add_run_command(CLI::App& app, int& exit_code, const std::vector<std::strin
   cmd->add_option("--output-dir", flags->output_dir, "checkpoint directory");
   cmd->add_option("--resume", flags->resume, "resume from this checkpoint directory");
   cmd->add_option("--threads", flags->threads, "intra-op threads per rank (default: cores / ranks)");
+  cmd->add_flag("--no-pin", flags->no_pin, "do not pin each local rank to its own CPUs");
   cmd->add_option("--max-steps", flags->max_steps, "stop after this many optimizer steps");
   cmd->add_option("--timeout", flags->timeout_s, "seconds before a stuck collective or dead rank stops the job");
   cmd->add_option("--profile-steps", flags->profile_steps, "A:B: trace optimizer steps A..B per rank (docs/observability.md)");

@@ -69,7 +69,7 @@ int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint,
   if (config.data.vocab.empty() && std::filesystem::exists(std::filesystem::path(checkpoint) / "vocab.txt")) {
     config.data.vocab = (std::filesystem::path(checkpoint) / "vocab.txt").string();
   }
-  configure_threads(config.runtime.threads, 1);
+  configure_threads({config.runtime.threads});
   PluginHost host = PluginHost::discover(DiscoveryOptions::from_environment(to_paths(flags.plugin_dirs)));
   auto strategy = host.create("single");
   RunInputs inputs = prepare_inputs(config);
@@ -84,7 +84,7 @@ int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint,
 }
 
 int predict(const std::string& checkpoint, std::vector<std::string> texts, int max_length) {
-  configure_threads(0, 1);
+  configure_threads({});
   auto ckpt = load_checkpoint(checkpoint, false);
   const auto vocab = std::filesystem::path(checkpoint) / "vocab.txt";
   if (!std::filesystem::exists(vocab)) fail("checkpoint {}: vocab.txt is missing; predict needs the tokenizer", checkpoint);

@@ -17,6 +17,7 @@ void for_each_field(Config& c, F&& f) {
   f("model", "config", c.model.config);
   f("model", "weights", c.model.weights);
   f("model", "dropout", c.model.dropout);
+  f("model", "padding_free", c.model.padding_free);
 
   f("data", "train", c.data.train);
   f("data", "dev", c.data.dev);
@@ -36,6 +37,7 @@ void for_each_field(Config& c, F&& f) {
   f("data", "lowercase", c.data.lowercase);
   f("data", "max_seq_len", c.data.max_seq_len);
   f("data", "padding", c.data.padding);
+  f("data", "group_by_length", c.data.group_by_length);
 
   f("train", "epochs", c.train.epochs);
   f("train", "max_steps", c.train.max_steps);
@@ -83,6 +85,7 @@ void for_each_field(Config& c, F&& f) {
 
   f("runtime", "device", c.runtime.device);
   f("runtime", "threads", c.runtime.threads);
+  f("runtime", "pin_threads", c.runtime.pin_threads);
   f("runtime", "timeout_s", c.runtime.timeout_s);
   f("runtime", "metrics_out", c.runtime.metrics_out);
   f("runtime", "progress", c.runtime.progress);

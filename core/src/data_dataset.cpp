@@ -4,6 +4,8 @@
 #include <cstring>
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/ne.h>
+#include <ATen/ops/sum.h>
 #include <c10/core/TensorOptions.h>
 
 #include "ft/data.h"
@@ -51,22 +53,20 @@ class TextDataset final : public Dataset {
     return out;
   }
 
+  std::vector<int64_t> lengths() const override {
+    std::vector<int64_t> out;
+    out.reserve(data_.rows.size());
+    for (size_t r = 0; r < data_.rows.size(); ++r) out.push_back(encode(static_cast<int64_t>(r)).input_ids.size());
+    return out;
+  }
+
   Batch collate(const std::vector<int64_t>& rows) const override {
     check_rows(rows, size(), data_.source);
     const auto n = static_cast<int64_t>(rows.size());
     std::vector<Encoding> enc(rows.size());
     int64_t width = padding_ == Padding::MaxLength ? max_length_ : 0;
     for (size_t i = 0; i < rows.size(); ++i) {
-      const TextExample& ex = data_.rows[static_cast<size_t>(rows[i])];
-      std::optional<std::string_view> pair;
-      // A pair column makes every row a pair, even with an empty second text,
-      // as HF does when given a pair list.
-      if (has_pairs_) pair = ex.pair;
-      try {
-        enc[i] = tok_->encode(ex.text, pair, max_length_, false);
-      } catch (const Error& e) {
-        fail("{}: row {}: {}", data_.source, rows[i] + 1, e.what());
-      }
+      enc[i] = encode(rows[i]);
       width = std::max<int64_t>(width, static_cast<int64_t>(enc[i].input_ids.size()));
     }
     Batch b;
@@ -95,6 +95,19 @@ class TextDataset final : public Dataset {
   }
 
  private:
+  Encoding encode(int64_t row) const {
+    const TextExample& ex = data_.rows[static_cast<size_t>(row)];
+    std::optional<std::string_view> pair;
+    // A pair column makes every row a pair, even with an empty second text,
+    // as HF does when given a pair list.
+    if (has_pairs_) pair = ex.pair;
+    try {
+      return tok_->encode(ex.text, pair, max_length_, false);
+    } catch (const Error& e) {
+      fail("{}: row {}: {}", data_.source, row + 1, e.what());
+    }
+  }
+
   TextData data_;
   std::shared_ptr<const WordPieceTokenizer> tok_;
   int max_length_;
@@ -126,6 +139,12 @@ class TensorDataset final : public Dataset {
   }
 
   int64_t size() const override { return ids_.size(0); }
+  std::vector<int64_t> lengths() const override {
+    // Attended positions, wherever they are (lengths_ is the trailing cut).
+    const at::Tensor attended = mask_.ne(0).sum(1);
+    const int64_t* p = attended.data_ptr<int64_t>();
+    return {p, p + attended.size(0)};
+  }
   int64_t num_labels() const override { return num_labels_; }
 
   std::vector<int64_t> labels() const override {

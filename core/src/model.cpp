@@ -3,7 +3,6 @@
 #include "ft/model.h"
 
 #include <cmath>
-#include <limits>
 #include <set>
 
 #include <torch/nn/modules/container/modulelist.h>
@@ -18,7 +17,10 @@
 #include <fmt/ranges.h>
 
 #include "ft/activation_checkpoint.h"
+#include "ft/dropout.h"
 #include "ft/error.h"
+#include "ft/packed_attention.h"
+#include "ft/token_layout.h"
 
 namespace ft {
 namespace {
@@ -27,6 +29,9 @@ using torch::nn::Dropout;
 using torch::nn::Embedding;
 using torch::nn::LayerNorm;
 using Linear = AdaptableLinear;  // LoRA can wrap any of them
+
+// Every dropout of the model goes through ft's counter-based kernel.
+at::Tensor drop(const Dropout& d, const at::Tensor& x) { return fast_dropout(x, d->options.p(), d->is_training()); }
 
 LayerNorm make_layer_norm(const BertConfig& c) {
   return LayerNorm(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps));
@@ -49,12 +54,11 @@ struct EmbeddingsImpl : torch::nn::Module {
     dropout = register_module("dropout", Dropout(c.hidden_dropout_prob));
   }
 
-  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& token_type_ids) {
-    const int64_t seq = input_ids.size(1);
-    auto positions = at::arange(seq, input_ids.options().dtype(at::kLong));
-    auto x = word_embeddings(input_ids) + token_type_embeddings(token_type_ids) +
-             position_embeddings(positions).unsqueeze(0);
-    return dropout(norm(x));
+  // ids and types: [T] per token (TokenLayout); returns [T, hidden].
+  at::Tensor forward(const at::Tensor& ids, const at::Tensor& types, const TokenLayout& layout) {
+    auto positions = layout.positions(ids.options().dtype(at::kLong));
+    auto x = word_embeddings(ids) + token_type_embeddings(types) + position_embeddings(positions);
+    return drop(dropout, norm(x));
   }
 };
 
@@ -71,20 +75,25 @@ struct SelfAttentionImpl : torch::nn::Module {
     dropout = register_module("dropout", Dropout(c.attention_probs_dropout_prob));
   }
 
-  // [b, s, h] -> [b, heads, s, d]
-  at::Tensor split_heads(const at::Tensor& x) const {
-    return x.view({x.size(0), x.size(1), heads, head_dim}).permute({0, 2, 1, 3});
+  // [T, h] tokens -> [rows, heads, width, d]: each sequence on its own.
+  at::Tensor split_heads(const at::Tensor& x, const TokenLayout& layout) const {
+    return layout.to_attention(x).view({layout.rows, layout.width, heads, head_dim}).permute({0, 2, 1, 3});
   }
 
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& additive_mask) {
-    auto q = split_heads(query(x));
-    auto k = split_heads(key(x));
-    auto v = split_heads(value(x));
+  // x: [T, hidden]. Only this product sees padding, up to the longest row.
+  at::Tensor forward(const at::Tensor& x, const TokenLayout& layout) {
+    if (!layout.sequence_lengths.empty()) {
+      return packed_attention(query(x), key(x), value(x), layout.sequence_lengths, heads, dropout->options.p(),
+                              dropout->is_training());
+    }
+    auto q = split_heads(query(x), layout);
+    auto k = split_heads(key(x), layout);
+    auto v = split_heads(value(x), layout);
     auto scores = at::matmul(q, k.transpose(-1, -2)) / std::sqrt(static_cast<double>(head_dim));
-    scores = scores + additive_mask;
-    auto probs = dropout(at::softmax(scores, -1));
-    auto context = at::matmul(probs, v).permute({0, 2, 1, 3}).contiguous();
-    return context.view({x.size(0), x.size(1), heads * head_dim});
+    scores = scores + layout.additive_mask;
+    auto probs = drop(dropout, at::softmax(scores, -1));
+    auto context = at::matmul(probs, v).permute({0, 2, 1, 3}).reshape({layout.rows * layout.width, heads * head_dim});
+    return layout.from_attention(context);
   }
 };
 
@@ -100,7 +109,7 @@ struct ResidualOutputImpl : torch::nn::Module {
     dropout = register_module("dropout", Dropout(c.hidden_dropout_prob));
   }
   at::Tensor forward(const at::Tensor& x, const at::Tensor& residual) {
-    return norm(dropout(dense(x)) + residual);
+    return norm(drop(dropout, dense(x)) + residual);
   }
 };
 
@@ -111,8 +120,8 @@ struct AttentionImpl : torch::nn::Module {
     self = register_module("self", std::make_shared<SelfAttentionImpl>(c));
     output = register_module("output", std::make_shared<ResidualOutputImpl>(c, c.hidden_size));
   }
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& mask) {
-    return output->forward(self->forward(x, mask), x);
+  at::Tensor forward(const at::Tensor& x, const TokenLayout& layout) {
+    return output->forward(self->forward(x, layout), x);
   }
 };
 
@@ -134,8 +143,8 @@ struct LayerImpl : torch::nn::Module {
     intermediate = register_module("intermediate", std::make_shared<IntermediateImpl>(c));
     output = register_module("output", std::make_shared<ResidualOutputImpl>(c, c.intermediate_size));
   }
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& mask) {
-    auto a = attention->forward(x, mask);
+  at::Tensor forward(const at::Tensor& x, const TokenLayout& layout) {
+    auto a = attention->forward(x, layout);
     return output->forward(intermediate->forward(a), a);
   }
 };
@@ -145,9 +154,8 @@ struct PoolerImpl : torch::nn::Module {
   explicit PoolerImpl(const BertConfig& c) {
     dense = register_module("dense", Linear(c.hidden_size, c.hidden_size));
   }
-  at::Tensor forward(const at::Tensor& hidden) {
-    return at::tanh(dense(hidden.select(1, 0)));
-  }
+  // first: [rows, hidden], each row's column-0 ([CLS]) state.
+  at::Tensor forward(const at::Tensor& first) { return at::tanh(dense(first)); }
 };
 
 // The classification head as one unit. The model registers its parts under
@@ -163,8 +171,8 @@ struct HeadUnit : torch::nn::Module {
     register_module("dropout", dropout);
     register_module("classifier", classifier);
   }
-  at::Tensor forward(const at::Tensor& hidden) {
-    return classifier(dropout(pooler->forward(hidden)));
+  at::Tensor forward(const at::Tensor& first) {
+    return classifier(drop(dropout, pooler->forward(first)));
   }
 };
 
@@ -243,21 +251,21 @@ int BertForSequenceClassification::unit_of(const std::string& name) const {
 
 at::Tensor BertForSequenceClassification::forward(const Batch& batch) {
   UnitRunner& run = runner_ ? *runner_ : parts_->direct;
-  // HF: (1 - mask) * finfo(float32).min, broadcast over heads and queries.
-  auto additive_mask = (1.0 - batch.attention_mask.to(at::kFloat)).unsqueeze(1).unsqueeze(2) *
-                       std::numeric_limits<float>::lowest();
+  // Shared: with checkpointing, layers run again in backward and need it then.
+  auto layout = std::make_shared<const TokenLayout>(padding_free_ ? TokenLayout::packed(batch.attention_mask)
+                                                                  : TokenLayout::padded(batch.attention_mask));
   auto& bert = *parts_->bert;
-  auto x = run.run(0, RunPass::kPlain, batch.input_ids, [&](const at::Tensor& ids) {
-    return bert.embeddings->forward(ids, batch.token_type_ids);
+  auto x = run.run(0, RunPass::kPlain, layout->gather_tokens(batch.input_ids), [&](const at::Tensor& ids) {
+    return bert.embeddings->forward(ids, layout->gather_tokens(batch.token_type_ids), *layout);
   });
   for (int i = 0; i < static_cast<int>(bert.layers.size()); ++i) {
-    // By value: with checkpointing this runs again in backward.
-    auto layer_unit = [runner = &run, layer = bert.layers[i], additive_mask, i](const at::Tensor& h, RunPass pass) {
-      return runner->run(i + 1, pass, h, [&](const at::Tensor& in) { return layer->forward(in, additive_mask); });
+    auto layer_unit = [runner = &run, layer = bert.layers[i], layout, i](const at::Tensor& h, RunPass pass) {
+      return runner->run(i + 1, pass, h, [&](const at::Tensor& in) { return layer->forward(in, *layout); });
     };
     x = checkpointing_ ? checkpoint(x, bert.layers[i]->parameters(), layer_unit) : layer_unit(x, RunPass::kPlain);
   }
-  auto logits = run.run(num_units() - 1, RunPass::kPlain, x, [&](const at::Tensor& h) { return parts_->head->forward(h); });
+  auto logits = run.run(num_units() - 1, RunPass::kPlain, x,
+                        [&](const at::Tensor& h) { return parts_->head->forward(layout->first_tokens(h)); });
   return logits.to(at::kFloat);
 }
 

@@ -75,6 +75,13 @@ class SubsetDataset final : public Dataset {
     for (int64_t r : rows_) out.push_back(all[r]);
     return out;
   }
+  std::vector<int64_t> lengths() const override {
+    auto all = base_->lengths();
+    std::vector<int64_t> out;
+    out.reserve(rows_.size());
+    for (int64_t r : rows_) out.push_back(all[r]);
+    return out;
+  }
   Batch collate(const std::vector<int64_t>& rows) const override {
     std::vector<int64_t> mapped;
     mapped.reserve(rows.size());

@@ -35,8 +35,39 @@ std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed) {
   return perm;
 }
 
+std::vector<int64_t> group_by_length(const std::vector<int64_t>& perm, const std::vector<int64_t>& lengths,
+                                     int64_t global_batch, uint64_t seed) {
+  if (global_batch <= 0) fail("group_by_length: global batch is {}; it must be >= 1", global_batch);
+  const auto n = static_cast<int64_t>(perm.size());
+  const auto length_of = [&](int64_t row) { return lengths[static_cast<size_t>(row)]; };
+  std::vector<int64_t> sorted = perm;
+  const int64_t mega = 50 * global_batch;
+  for (int64_t begin = 0; begin < n; begin += mega) {
+    const auto first = sorted.begin() + begin, last = sorted.begin() + std::min(n, begin + mega);
+    std::stable_sort(first, last, [&](int64_t a, int64_t b) { return length_of(a) > length_of(b); });
+  }
+  const int64_t full = n / global_batch;
+  // Batch order: the one holding the longest row first, the rest shuffled.
+  int64_t longest = 0;
+  for (int64_t b = 0; b < full; ++b)
+    if (length_of(sorted[static_cast<size_t>(b * global_batch)]) >
+        length_of(sorted[static_cast<size_t>(longest * global_batch)]))
+      longest = b;
+  std::vector<int64_t> order = seeded_permutation(full, seed);
+  std::iter_swap(order.begin(), std::find(order.begin(), order.end(), longest));
+  std::vector<int64_t> out;
+  out.reserve(perm.size());
+  for (int64_t b : order)
+    out.insert(out.end(), sorted.begin() + b * global_batch, sorted.begin() + (b + 1) * global_batch);
+  out.insert(out.end(), sorted.begin() + full * global_batch, sorted.end());
+  return out;
+}
+
 DistributedSampler::DistributedSampler(SamplerOptions options) : options_(options) {
   const auto& o = options_;
+  if (!o.lengths.empty() && static_cast<int64_t>(o.lengths.size()) != o.dataset_size)
+    fail("sampler: {} row lengths for {} rows (group_by_length needs one per row)", o.lengths.size(),
+         o.dataset_size);
   if (o.dataset_size <= 0)
     fail("sampler: dataset_size is {}; the training set has no rows, check the data source",
          o.dataset_size);
@@ -82,6 +113,11 @@ const std::vector<int64_t>& DistributedSampler::permutation(int64_t epoch) const
     } else {
       cached_permutation_.resize(static_cast<size_t>(options_.dataset_size));
       std::iota(cached_permutation_.begin(), cached_permutation_.end(), int64_t{0});
+    }
+    if (!options_.lengths.empty()) {
+      // Its own stream: the row permutation above stays what it is without grouping.
+      const uint64_t batch_seed = (options_.seed + static_cast<uint64_t>(epoch)) ^ 0x9e3779b97f4a7c15ULL;
+      cached_permutation_ = group_by_length(cached_permutation_, options_.lengths, global_batch_size(), batch_seed);
     }
     cached_epoch_ = epoch;
   }

@@ -114,7 +114,8 @@ struct Trainer::Impl {
     std::function<bool(const std::string&)> lora_trainable;
     if (lora.rank > 0) lora_trainable = [&lora](const std::string& name) { return is_lora_trainable(name, lora); };
     const ParamPlan plan = build_param_plan(*model, t, lora_trainable);
-    model->set_activation_checkpointing(t.activation_checkpointing);  // before setup: dp copies it to replicas
+    model->set_activation_checkpointing(t.activation_checkpointing);  // before setup: dp copies both to replicas
+    model->set_padding_free(config.model.padding_free);
     strategy->setup(model, spec, plan, ctx);
     // Dropout masks differ per rank (as in DDP) but are reproducible.
     at::manual_seed(static_cast<uint64_t>(config.train.seed) + 1000003ULL * static_cast<uint64_t>(comm.rank()));
@@ -280,6 +281,7 @@ TrainResult Trainer::Impl::fit() {
   so.shuffle = t.shuffle;
   so.drop_last = t.drop_last;
   so.seed = static_cast<uint64_t>(t.seed);
+  if (config.data.group_by_length) so.lengths = inputs.train->lengths();
   DistributedSampler sampler(so);
   const int64_t per_epoch = sampler.steps_per_epoch();
   const int64_t total = t.max_steps > 0 ? t.max_steps : t.epochs * per_epoch;

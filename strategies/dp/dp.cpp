@@ -174,6 +174,7 @@ class DpStrategy final : public ft::ReplicatedStrategy {
       ft::replicate_lora(*model_, *replica);  // same adapter modules, so parameters line up by position
       replica->to(dev);
       replica->set_activation_checkpointing(model_->activation_checkpointing());
+      replica->set_padding_free(model_->padding_free());
       auto mine = replica->parameters();
       auto master = model_->parameters();
       for (size_t k = 0; k < mine.size(); ++k) mine[k].set_requires_grad(master[k].requires_grad());

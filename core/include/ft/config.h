@@ -35,6 +35,10 @@ struct ModelConfigRef {
   /// Overrides hidden_dropout_prob and attention_probs_dropout_prob of the
   /// model config; in [0, 1). Unset: keep the model config's values.
   std::optional<double> dropout;
+  /// Run the encoder on the batch's real tokens only (docs/performance.md):
+  /// pad positions cost nothing outside attention. false: compute every
+  /// position as the Hugging Face model does (same losses within rounding).
+  bool padding_free = true;
 };
 
 /// yaml: `data` — where the examples come from and how they become batches.
@@ -86,6 +90,12 @@ struct DataConfig {
   /// longest (pad each batch to its longest row) | max_length (always pad to
   /// max_seq_len, as the seeds).
   std::string padding = "longest";
+  /// Hugging Face Trainer's group_by_length: each epoch's shuffled rows are
+  /// cut into mega-batches of 50 global batches, each sorted by length
+  /// (longest first), so a batch holds rows of similar length; the batches
+  /// are then served in shuffled order, except that the one holding the
+  /// longest row comes first (an out-of-memory error shows at once).
+  bool group_by_length = false;
 };
 
 /// yaml: `train` — the loop, the optimizer and the schedule.
@@ -196,6 +206,9 @@ struct RuntimeConfig {
   std::string device = "cpu";
   /// Intra-op threads per rank; 0 = cores / local ranks.
   int64_t threads = 0;
+  /// When several ranks share a host, pin each to its own share of the
+  /// allowed CPUs (so ranks never trade cores). `--no-pin` turns it off.
+  bool pin_threads = true;
   /// Seconds a rendezvous or collective may wait before the job fails (> 0).
   double timeout_s = 30;
   /// JSON Lines metrics file written by rank 0; empty = none.

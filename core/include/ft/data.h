@@ -120,6 +120,8 @@ class Dataset {
   /// order; padding positions have the pad id, mask 0 and token type 0.
   /// ft::Error on an index outside [0, size()). Safe to call concurrently.
   virtual Batch collate(const std::vector<int64_t>& rows) const = 0;
+  /// Tokens of every row after truncation, pads excluded (group_by_length).
+  virtual std::vector<int64_t> lengths() const = 0;
 };
 
 /// Text rows tokenized in collate with `tok` (truncated to max_length).

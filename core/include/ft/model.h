@@ -84,6 +84,12 @@ class BertForSequenceClassification : public torch::nn::Module {
   // unmasked ones.
   at::Tensor forward(const Batch& batch);
 
+  // Padding-free execution (ft/token_layout.h), on by default: the encoder
+  // runs on the batch's real tokens only. Off: every position is computed,
+  // as the Hugging Face model does (same losses within float rounding).
+  void set_padding_free(bool on) { padding_free_ = on; }
+  bool padding_free() const { return padding_free_; }
+
   const BertConfig& config() const { return config_; }
 
   // Unit structure (see file comment).
@@ -120,6 +126,7 @@ class BertForSequenceClassification : public torch::nn::Module {
   std::unique_ptr<Parts> parts_;
   UnitRunner* runner_ = nullptr;
   bool checkpointing_ = false;
+  bool padding_free_ = true;
 };
 
 // Loads weights from model.safetensors, pytorch_model.bin or a checkpoint

@@ -34,7 +34,20 @@ struct SamplerOptions {
   bool shuffle = true;         ///< reshuffle every epoch with seed + epoch
   bool drop_last = false;      ///< drop the last incomplete global batch
   uint64_t seed = 0;
+  /// Tokens of each row (dataset_size entries) for group_by_length; empty =
+  /// off. See group_by_length() below.
+  std::vector<int64_t> lengths;
 };
+
+/// HF Trainer's group_by_length on an epoch's permutation `perm`: cut into
+/// mega-batches of 50 global batches, sort each by length (longest first,
+/// ties in permutation order), cut into global batches of `global_batch`
+/// rows, then serve the full batches in an order shuffled with `seed`,
+/// except that the batch holding the longest row goes first (HF's rule: an
+/// out-of-memory error shows at once). An incomplete last batch stays last.
+/// Returns a permutation of the same rows.
+std::vector<int64_t> group_by_length(const std::vector<int64_t>& perm, const std::vector<int64_t>& lengths,
+                                     int64_t global_batch, uint64_t seed);
 
 /// Training-set sampler: maps (epoch, step, micro, rank) to row indices.
 ///

@@ -1,0 +1,271 @@
+#include "ft/packed_attention.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cmath>
+#include <functional>
+#include <numeric>
+
+#include <dlfcn.h>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/autograd.h>
+
+#include "ft/dropout.h"
+#include "ft/error.h"
+
+namespace ft {
+namespace {
+
+// Where each sequence's rows and probabilities live.
+struct Plan {
+  std::vector<int64_t> lengths, offsets, prob_offsets;
+  int64_t heads = 1, tokens = 0, prob_elems = 0;
+
+  Plan(std::vector<int64_t> lens, int64_t h) : lengths(std::move(lens)), heads(h) {
+    for (int64_t len : lengths) {
+      offsets.push_back(tokens);
+      prob_offsets.push_back(prob_elems);
+      tokens += len;
+      prob_elems += h * len * len;
+    }
+  }
+  // [len, heads * d] rows of sequence b -> [heads, len, d] (a view).
+  at::Tensor heads_of(const at::Tensor& t, size_t b) const {
+    const int64_t len = lengths[b];
+    return t.narrow(0, offsets[b], len).view({len, heads, t.size(1) / heads}).transpose(0, 1);
+  }
+  at::Tensor probs_of(const at::Tensor& probs, size_t b) const {
+    const int64_t len = lengths[b];
+    return probs.narrow(0, prob_offsets[b], heads * len * len).view({heads, len, len});
+  }
+};
+
+// Runs fn(b) for every sequence: longest-first onto the least-loaded thread
+// (cost ~ len^2), then each thread its list. Nested ATen calls run serially
+// inside the region, so one sequence never competes with itself.
+void for_each_sequence(const Plan& plan,
+                       const std::function<void(size_t, std::vector<float>&, std::vector<float>&)>& fn) {
+  const size_t n = plan.lengths.size();
+  const int threads = std::max(1, std::min<int>(at::get_num_threads(), static_cast<int>(n)));
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return plan.lengths[a] > plan.lengths[b]; });
+  std::vector<std::vector<size_t>> lists(static_cast<size_t>(threads));
+  std::vector<int64_t> load(static_cast<size_t>(threads), 0);
+  for (size_t b : order) {
+    const auto t = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    lists[t].push_back(b);
+    load[t] += plan.lengths[b] * plan.lengths[b] + 1;
+  }
+  at::parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch, scratch2;  // per thread, reused across its sequences
+    for (int64_t t = begin; t < end; ++t)
+      for (size_t b : lists[static_cast<size_t>(t)]) fn(b, scratch, scratch2);
+
+  });
+}
+
+// p * mask / keep for sequence b's probabilities (fp32, contiguous).
+at::Tensor dropped(const at::Tensor& p, const Plan& plan, size_t b, uint64_t seed, double keep) {
+  at::Tensor out = at::empty_like(p);
+  apply_dropout_mask(p, out, seed, plan.prob_offsets[b], keep);
+  return out;
+}
+
+// Fortran BLAS sgemm, looked up at run time: Debian's LibTorch maps the
+// libblas.so.3 alternative (OpenBLAS), a wheel may map none; then the ATen
+// path below runs instead.
+using Sgemm = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
+                       const int*, const float*, const int*, const float*, float*, const int*);
+
+Sgemm find_sgemm() { return reinterpret_cast<Sgemm>(dlsym(RTLD_DEFAULT, "sgemm_")); }
+
+// Row-major C[m x n] = alpha * op(A) op(B) on row-major operands with row
+// strides lda/ldb/ldc, through column-major sgemm (C^T = op(B)^T op(A)^T).
+void gemm_rm(Sgemm sgemm, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+             const float* b, int64_t ldb, float* c, int64_t ldc) {
+  const char opa = tb ? 'T' : 'N', opb = ta ? 'T' : 'N';
+  const int M = static_cast<int>(n), N = static_cast<int>(m), K = static_cast<int>(k);
+  const int LDA = static_cast<int>(ldb), LDB = static_cast<int>(lda), LDC = static_cast<int>(ldc);
+  const float beta = 0.0f;
+  sgemm(&opa, &opb, &M, &N, &K, &alpha, b, &LDA, a, &LDB, &beta, c, &LDC);
+}
+
+// In-place softmax of each of `rows` rows of `cols` floats.
+void softmax_rows(float* s, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* x = s + r * cols;
+    float mx = x[0];
+    for (int64_t j = 1; j < cols; ++j) mx = std::max(mx, x[j]);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < cols; ++j) sum += (x[j] = std::exp(x[j] - mx));
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < cols; ++j) x[j] *= inv;
+  }
+}
+
+// The fp32 kernels: one sequence (all heads) per call, operands read in
+// place from the packed [T, heads * d] rows; `scratch` holds len^2 floats.
+struct RawKernel {
+  Sgemm sgemm;
+  const Plan& plan;
+  int64_t d, width;  // head dim, heads * d
+  float scale;
+  double keep;
+  uint64_t seed;
+
+  // P' = dropout(P) into scratch; returns the matrix to multiply with.
+  const float* dropped(const float* p, int64_t len, int64_t counter, std::vector<float>& scratch) const {
+    if (keep >= 1.0) return p;
+    scratch.resize(static_cast<size_t>(len * len));
+    at::Tensor in = at::from_blob(const_cast<float*>(p), {len * len}, at::kFloat);
+    at::Tensor out = at::from_blob(scratch.data(), {len * len}, at::kFloat);
+    apply_dropout_mask(in, out, seed, counter, keep);
+    return scratch.data();
+  }
+
+  void forward(size_t b, const float* q, const float* k, const float* v, float* probs, float* out,
+               std::vector<float>& scratch) const {
+    const int64_t len = plan.lengths[b], row0 = plan.offsets[b] * width;
+    for (int64_t h = 0; h < plan.heads; ++h) {
+      const int64_t col = row0 + h * d, poff = plan.prob_offsets[b] + h * len * len;
+      float* p = probs + poff;
+      gemm_rm(sgemm, false, true, len, len, d, scale, q + col, width, k + col, width, p, len);  // S = s Q K^T
+      softmax_rows(p, len, len);
+      const float* pd = dropped(p, len, poff, scratch);
+      gemm_rm(sgemm, false, false, len, d, len, 1.0f, pd, len, v + col, width, out + col, width);  // O = P' V
+    }
+  }
+
+  void backward(size_t b, const float* q, const float* k, const float* v, const float* probs, const float* dout,
+                float* dq, float* dk, float* dv, std::vector<float>& scratch, std::vector<float>& dp) const {
+    const int64_t len = plan.lengths[b], row0 = plan.offsets[b] * width;
+    dp.resize(static_cast<size_t>(len * len));
+    for (int64_t h = 0; h < plan.heads; ++h) {
+      const int64_t col = row0 + h * d, poff = plan.prob_offsets[b] + h * len * len;
+      const float* p = probs + poff;
+      const float* pd = dropped(p, len, poff, scratch);
+      gemm_rm(sgemm, true, false, len, d, len, 1.0f, pd, len, dout + col, width, dv + col, width);  // dV = P'^T dO
+      gemm_rm(sgemm, false, true, len, len, d, 1.0f, dout + col, width, v + col, width, dp.data(), len);  // dP' = dO V^T
+      if (keep < 1.0) {
+        at::Tensor t = at::from_blob(dp.data(), {len * len}, at::kFloat);
+        apply_dropout_mask(t, t, seed, poff, keep);  // dP = mask(dP')
+      }
+      for (int64_t r = 0; r < len; ++r) {  // dS = P * (dP - sum(dP * P))
+        const float* pr = p + r * len;
+        float* g = dp.data() + r * len;
+        float dot = 0.0f;
+        for (int64_t j = 0; j < len; ++j) dot += g[j] * pr[j];
+        for (int64_t j = 0; j < len; ++j) g[j] = pr[j] * (g[j] - dot);
+      }
+      gemm_rm(sgemm, false, false, len, d, len, scale, dp.data(), len, k + col, width, dq + col, width);  // dQ = s dS K
+      gemm_rm(sgemm, true, false, len, d, len, scale, dp.data(), len, q + col, width, dk + col, width);  // dK = s dS^T Q
+    }
+  }
+};
+
+class PackedAttentionFunction : public torch::autograd::Function<PackedAttentionFunction> {
+ public:
+  static void save_plan(torch::autograd::AutogradContext* ctx, const Plan& plan, double keep, uint64_t seed) {
+    ctx->saved_data["lengths"] = plan.lengths;
+    ctx->saved_data["heads"] = plan.heads;
+    ctx->saved_data["keep"] = keep;
+    ctx->saved_data["seed"] = static_cast<int64_t>(seed);
+  }
+
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
+                            const at::Tensor& v, std::vector<int64_t> lengths, int64_t heads, double keep) {
+    const Plan plan(std::move(lengths), heads);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(1) / heads));
+    const bool drop = keep < 1.0;
+    const uint64_t seed = drop ? draw_dropout_seed() : 0;
+    if (Sgemm sgemm = find_sgemm()) {
+      // fp32 throughout (more exact than bf16 scores; the FLOPs are small).
+      const at::Tensor qf = q.to(at::kFloat).contiguous(), kf = k.to(at::kFloat).contiguous(),
+                       vf = v.to(at::kFloat).contiguous();
+      at::Tensor out = at::empty(qf.sizes(), qf.options());
+      at::Tensor probs = at::empty({plan.prob_elems}, qf.options());
+      const RawKernel kernel{sgemm, plan, qf.size(1) / heads, qf.size(1), static_cast<float>(scale), keep, seed};
+      for_each_sequence(plan, [&](size_t b, std::vector<float>& scratch, std::vector<float>&) {
+        kernel.forward(b, qf.data_ptr<float>(), kf.data_ptr<float>(), vf.data_ptr<float>(), probs.data_ptr<float>(),
+                       out.data_ptr<float>(), scratch);
+      });
+      ctx->save_for_backward({qf, kf, vf, probs});
+      save_plan(ctx, plan, keep, seed);
+      ctx->saved_data["raw"] = true;
+      ctx->saved_data["dtype"] = q.scalar_type();
+      return out.to(v.scalar_type());
+    }
+    at::Tensor out = at::empty_like(v);
+    at::Tensor probs = at::empty({plan.prob_elems}, q.options().dtype(at::kFloat));
+    for_each_sequence(plan, [&](size_t b, std::vector<float>&, std::vector<float>&) {
+      at::Tensor scores = at::bmm(plan.heads_of(q, b), plan.heads_of(k, b).transpose(1, 2)).mul_(scale);
+      at::Tensor p = plan.probs_of(probs, b);
+      p.copy_(at::softmax(scores, -1, at::kFloat));
+      const at::Tensor pd = drop ? dropped(p, plan, b, seed, keep) : p;
+      plan.heads_of(out, b).copy_(at::bmm(pd.to(v.scalar_type()), plan.heads_of(v, b)));
+    });
+    ctx->save_for_backward({q, k, v, probs});
+    save_plan(ctx, plan, keep, seed);
+    ctx->saved_data["raw"] = false;
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &probs = saved[3];
+    const Plan plan(ctx->saved_data["lengths"].toIntVector(), ctx->saved_data["heads"].toInt());
+    const double keep = ctx->saved_data["keep"].toDouble();
+    const auto seed = static_cast<uint64_t>(ctx->saved_data["seed"].toInt());
+    const bool drop = keep < 1.0;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(1) / plan.heads));
+    if (ctx->saved_data["raw"].toBool()) {
+      const Sgemm sgemm = find_sgemm();
+      const at::Tensor grad = grads[0].to(at::kFloat).contiguous();
+      at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
+      const RawKernel kernel{sgemm, plan, q.size(1) / plan.heads, q.size(1), static_cast<float>(scale), keep, seed};
+      for_each_sequence(plan, [&](size_t b, std::vector<float>& scratch, std::vector<float>& dp) {
+        kernel.backward(b, q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), probs.data_ptr<float>(),
+                        grad.data_ptr<float>(), dq.data_ptr<float>(), dk.data_ptr<float>(), dv.data_ptr<float>(),
+                        scratch, dp);
+      });
+      // The inputs' dtypes (bf16 under autocast): grads match what they flow into.
+      return {dq.to(ctx->saved_data["dtype"].toScalarType()), dk.to(ctx->saved_data["dtype"].toScalarType()),
+              dv.to(ctx->saved_data["dtype"].toScalarType()), at::Tensor(), at::Tensor(), at::Tensor()};
+    }
+    const at::Tensor grad = grads[0].to(v.scalar_type()).contiguous();
+    at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
+    for_each_sequence(plan, [&](size_t b, std::vector<float>&, std::vector<float>&) {
+      const at::Tensor p = plan.probs_of(probs, b);
+      const at::Tensor d_out = plan.heads_of(grad, b);
+      const at::Tensor pd = drop ? dropped(p, plan, b, seed, keep) : p;
+      plan.heads_of(dv, b).copy_(at::bmm(pd.to(v.scalar_type()).transpose(1, 2), d_out));
+      at::Tensor dp = at::bmm(d_out, plan.heads_of(v, b).transpose(1, 2)).to(at::kFloat);
+      if (drop) dp = dropped(dp, plan, b, seed, keep);
+      // Softmax backward: p * (dp - sum(dp * p)), then the 1/sqrt(d) scale.
+      at::Tensor ds = (dp - (dp * p).sum(-1, true)).mul_(p).mul_(scale).to(q.scalar_type());
+      plan.heads_of(dq, b).copy_(at::bmm(ds, plan.heads_of(k, b)));
+      plan.heads_of(dk, b).copy_(at::bmm(ds.transpose(1, 2), plan.heads_of(q, b)));
+    });
+    return {dq, dk, dv, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const std::vector<int64_t>& lengths, int64_t heads, double dropout_p, bool train) {
+  if (!q.device().is_cpu()) fail("packed_attention: CPU tensors only (got {})", q.device().str());
+  if (q.sizes() != k.sizes() || q.sizes() != v.sizes() || q.dim() != 2 || q.size(1) % heads != 0)
+    fail("packed_attention: q, k, v must be [T, heads * d] alike");
+  if (std::accumulate(lengths.begin(), lengths.end(), int64_t{0}) != q.size(0))
+    fail("packed_attention: sequence lengths do not add up to the {} packed rows", q.size(0));
+  const double keep = train ? 1.0 - dropout_p : 1.0;
+  if (keep <= 0.0) return v * 0;  // p = 1: every probability dropped
+  return PackedAttentionFunction::apply(q.contiguous(), k.contiguous(), v.contiguous(), lengths, heads, keep);
+}
+
+}  // namespace ft
