@@ -4,7 +4,6 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <fstream>
 
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -44,31 +43,25 @@ std::string cpu_list(const std::vector<int>& cpus) {
 
 }  // namespace
 
-std::string mapped_blas_library() {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  while (std::getline(maps, line)) {
-    const auto slash = line.find('/');
-    if (slash == std::string::npos) continue;
-    const std::string path = line.substr(slash);
-    const auto base = path.substr(path.rfind('/') + 1);
-    if (base.rfind("libblas.so", 0) == 0 || base.rfind("libopenblas", 0) == 0 || base.rfind("libmkl_rt", 0) == 0) {
-      return path;
-    }
-  }
-  return "";
-}
-
 BlasInfo detect_blas() {
   BlasInfo info;
-  info.library = mapped_blas_library();
-  if (auto get_parallel = openblas_symbol<int (*)()>("openblas_get_parallel")) {
+  // The library that serves fp32 GEMM calls, whatever else is mapped (an
+  // OpenBLAS can be mapped for LAPACK while sgemm_ comes from another BLAS).
+  Dl_info where{};
+  void* gemm = dlsym(RTLD_DEFAULT, "sgemm_");
+  if (!gemm || !dladdr(gemm, &where) || !where.dli_fname) return info;  // none mapped: LibTorch's own
+  info.library = where.dli_fname;
+  void* handle = dlopen(where.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+  // dlsym on the handle also searches that library's own dependencies.
+  auto get_parallel = handle ? reinterpret_cast<int (*)()>(dlsym(handle, "openblas_get_parallel")) : nullptr;
+  if (get_parallel) {
     const int mode = get_parallel();  // OpenBLAS: 0 sequential, 1 pthreads, 2 OpenMP
     info.kind = mode == 2 ? BlasKind::OpenBlasOpenMP : mode == 1 ? BlasKind::OpenBlasPthread : BlasKind::OpenBlasSerial;
-    if (auto get_config = openblas_symbol<char* (*)()>("openblas_get_config")) info.config = get_config();
+    if (auto get_config = reinterpret_cast<char* (*)()>(dlsym(handle, "openblas_get_config"))) info.config = get_config();
   } else if (info.library.find("/blas/libblas.so") != std::string::npos) {
     info.kind = BlasKind::Reference;  // Debian's netlib alternative
   }
+  if (handle) dlclose(handle);  // drops the reference NOLOAD took; the library stays mapped
   return info;
 }
 
@@ -110,7 +103,9 @@ ThreadPlan configure_threads(const ThreadOptions& o) {
   const int n = o.requested > 0 ? static_cast<int>(o.requested) : std::max(1, available);
 
   plan.blas = detect_blas();
-  auto set_blas_threads = openblas_symbol<void (*)(int)>("openblas_set_num_threads");
+  auto set_blas_threads = plan.blas.kind == BlasKind::OpenBlasOpenMP || plan.blas.kind == BlasKind::OpenBlasPthread
+                              ? openblas_symbol<void (*)(int)>("openblas_set_num_threads")
+                              : nullptr;
   const std::string fix = "install libopenblas0-openmp (scripts/setup.sh does) so OpenBLAS shares LibTorch's thread pool";
   switch (plan.blas.kind) {
     case BlasKind::OpenBlasOpenMP:

@@ -20,9 +20,11 @@ struct RunOutput {
   std::string output;  // stdout + stderr
 };
 
-// Runs `ft <args>` from the source dir (configs use paths relative to it).
-inline RunOutput run_ft(const std::string& args) {
-  const std::string cmd = "cd '" + source_dir().string() + "' && '" + ft_exe().string() + "' " + args + " 2>&1";
+// Runs `ft <args>` from the source dir (configs use paths relative to it);
+// `env` ("NAME=value ...") is set for that process only.
+inline RunOutput run_ft(const std::string& args, const std::string& env = "") {
+  const std::string cmd =
+      "cd '" + source_dir().string() + "' && " + (env.empty() ? "" : "env " + env + " ") + "'" + ft_exe().string() + "' " + args + " 2>&1";
   RunOutput out;
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (!pipe) return out;

@@ -201,3 +201,60 @@ TEST_CASE("eval_batches: every row once, same batch count and sizes on every ran
   CHECK_THROWS_AS(ft::eval_batches(10, 0, 1, 0), ft::Error);
   CHECK_THROWS_AS(ft::eval_batches(10, 4, 2, 2), ft::Error);
 }
+
+TEST_CASE("group_by_length: sorted mega-batches, shuffled batches, the longest first") {
+  // 1000 rows of pseudo-random lengths; global batch 8 -> mega-batches of 400.
+  std::vector<int64_t> lengths(1000);
+  for (size_t i = 0; i < lengths.size(); ++i) lengths[i] = static_cast<int64_t>((i * 7919) % 97 + 3);
+  lengths[613] = 500;  // the longest row
+  const auto perm = ft::seeded_permutation(1000, 3);
+  const auto grouped = ft::group_by_length(perm, lengths, 8, 99);
+  CHECK(sorted(grouped) == range(0, 1000));  // a permutation of the same rows
+  CHECK(grouped.front() == 613);             // HF: the longest batch first
+  CHECK(grouped == ft::group_by_length(perm, lengths, 8, 99));
+  CHECK(grouped != ft::group_by_length(perm, lengths, 8, 100));  // the batch order is shuffled
+  // Within each batch the lengths are non-increasing (each comes from one
+  // sorted mega-batch), and batches are much more uniform than random ones.
+  double spread_grouped = 0, spread_random = 0;
+  for (size_t b = 0; b < 125; ++b) {
+    int64_t lo = 1 << 30, hi = 0, rlo = 1 << 30, rhi = 0;
+    for (size_t i = b * 8; i < b * 8 + 8; ++i) {
+      if (i > b * 8) CHECK(lengths[static_cast<size_t>(grouped[i])] <= lengths[static_cast<size_t>(grouped[i - 1])]);
+      lo = std::min(lo, lengths[static_cast<size_t>(grouped[i])]);
+      hi = std::max(hi, lengths[static_cast<size_t>(grouped[i])]);
+      rlo = std::min(rlo, lengths[static_cast<size_t>(perm[i])]);
+      rhi = std::max(rhi, lengths[static_cast<size_t>(perm[i])]);
+    }
+    spread_grouped += static_cast<double>(hi - lo);
+    spread_random += static_cast<double>(rhi - rlo);
+  }
+  CHECK(spread_grouped < 0.15 * spread_random);
+  // Each batch's rows come from one mega-batch of the permutation.
+  std::vector<int64_t> mega_of(1000);
+  for (size_t i = 0; i < perm.size(); ++i) mega_of[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i / 400);
+  for (size_t b = 0; b < 125; ++b)
+    for (size_t i = b * 8 + 1; i < b * 8 + 8; ++i) CHECK(mega_of[static_cast<size_t>(grouped[i])] == mega_of[static_cast<size_t>(grouped[b * 8])]);
+}
+
+TEST_CASE("group_by_length in the sampler: every row once per epoch, epochs differ") {
+  std::vector<int64_t> lengths(100);
+  for (size_t i = 0; i < lengths.size(); ++i) lengths[i] = static_cast<int64_t>(i % 13);
+  ft::SamplerOptions o;
+  o.dataset_size = 100;
+  o.per_rank_batch = 4;
+  o.world = 2;
+  o.seed = 5;
+  o.lengths = lengths;
+  ft::DistributedSampler s(o);
+  std::vector<int64_t> seen, epoch1;
+  for (int64_t step = 0; step < s.steps_per_epoch(); ++step) {
+    const auto g = s.global_batch(0, step);
+    seen.insert(seen.end(), g.begin(), g.begin() + s.step_rows(step));
+    const auto h = s.global_batch(1, step);
+    epoch1.insert(epoch1.end(), h.begin(), h.end());
+  }
+  CHECK(sorted(seen) == range(0, 100));
+  CHECK(seen != std::vector<int64_t>(epoch1.begin(), epoch1.begin() + 100));
+  o.lengths.pop_back();
+  CHECK(ft_test::error_of([&] { ft::DistributedSampler bad(o); }).find("99 row lengths for 100 rows") != std::string::npos);
+}

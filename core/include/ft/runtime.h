@@ -27,12 +27,13 @@ enum class BlasKind {
 
 struct BlasInfo {
   BlasKind kind = BlasKind::Other;
-  std::string library;  // mapped path ("" when none is mapped separately)
+  std::string library;  // the library serving sgemm_ ("" when none is mapped separately)
   std::string config;   // openblas_get_config(), when OpenBLAS
   std::string describe() const;
 };
 
-// Asks the mapped library itself (openblas_get_parallel), not the package list.
+// Asks the library that serves sgemm_ in this process (openblas_get_parallel
+// through dlsym), not the package list.
 BlasInfo detect_blas();
 
 struct ThreadOptions {
@@ -62,9 +63,6 @@ struct ThreadPlan {
 //     on N cores are slower than one), plus a warning.
 //   serial / reference BLAS: N LibTorch threads, plus a warning.
 ThreadPlan configure_threads(const ThreadOptions& options);
-
-// Which BLAS library is mapped into this process (path from /proc/self/maps).
-std::string mapped_blas_library();
 
 // Peak bytes the caching allocator handed out on `device` since start, in
 // MiB; 0 on CPU or when ft was built without CUDA.

@@ -1,0 +1,227 @@
+// Padding-free execution: the packed path computes what the padded path
+// computes, pad positions never reach a Linear layer, and the kernels it uses
+// (counter-based dropout, per-sequence attention) are right on their own.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/autograd.h>
+
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "ft/dropout.h"
+#include "ft/model.h"
+#include "ft/packed_attention.h"
+#include "ft/token_layout.h"
+#include "ft_test.h"
+
+namespace {
+
+ft::BertConfig small_config(double dropout = 0.0) {
+  auto c = ft::BertConfig::preset("tiny");
+  c.vocab_size = 100;
+  c.num_labels = 3;
+  c.hidden_dropout_prob = c.attention_probs_dropout_prob = dropout;
+  return c;
+}
+
+// Rows of the given lengths, right-padded to `seq` (the data loader's shape).
+ft::Batch batch_of(const std::vector<int64_t>& lengths, int64_t seq) {
+  const auto rows = static_cast<int64_t>(lengths.size());
+  ft::Batch b;
+  b.input_ids = at::randint(1, 100, {rows, seq}, at::kLong);
+  b.attention_mask = at::zeros({rows, seq}, at::kLong);
+  b.token_type_ids = at::zeros({rows, seq}, at::kLong);
+  for (int64_t r = 0; r < rows; ++r) {
+    b.attention_mask[r].narrow(0, 0, lengths[static_cast<size_t>(r)]).fill_(1);
+    b.token_type_ids[r].narrow(0, lengths[static_cast<size_t>(r)] / 2, lengths[static_cast<size_t>(r)] / 2).fill_(1);
+  }
+  b.input_ids.masked_fill_(b.attention_mask.eq(0), 0);
+  b.labels = at::randint(0, 3, {rows}, at::kLong);
+  return b;
+}
+
+// Loss and every parameter's gradient, with padding-free on or off.
+struct Result {
+  at::Tensor logits;
+  std::vector<at::Tensor> grads;
+};
+
+Result run(ft::BertForSequenceClassification& model, const ft::Batch& b, bool padding_free) {
+  model.set_padding_free(padding_free);
+  model.zero_grad();
+  Result r;
+  r.logits = model.forward(b);
+  at::cross_entropy_loss(r.logits, b.labels).backward();
+  for (const auto& p : model.parameters()) r.grads.push_back(p.grad().clone());
+  return r;
+}
+
+void check_same(const Result& a, const Result& b, double tol) {
+  CHECK((a.logits - b.logits).abs().max().item<double>() < tol);
+  REQUIRE(a.grads.size() == b.grads.size());
+  for (size_t i = 0; i < a.grads.size(); ++i) {
+    INFO("parameter " << i);
+    CHECK((a.grads[i] - b.grads[i]).abs().max().item<double>() < tol);
+  }
+}
+
+// Installs an adapter on every Linear that records the rows it sees.
+std::shared_ptr<std::vector<int64_t>> watch_linear_rows(ft::BertForSequenceClassification& model) {
+  auto seen = std::make_shared<std::vector<int64_t>>();
+  for (const auto& m : model.modules(/*include_self=*/false)) {
+    if (auto* linear = dynamic_cast<ft::AdaptableLinearImpl*>(m.get())) {
+      linear->adapter = [seen](const at::Tensor& x) {
+        seen->push_back(x.dim() == 2 ? x.size(0) : -1);
+        return at::zeros({1}, x.options());
+      };
+    }
+  }
+  return seen;
+}
+
+}  // namespace
+
+TEST_CASE("padding-free equals padded: logits and every gradient, fp32") {
+  at::manual_seed(11);
+  ft::BertForSequenceClassification model(small_config());
+  SUBCASE("right-padded rows of mixed lengths (per-sequence attention)") {
+    const auto b = batch_of({7, 1, 16, 3, 12, 16, 2, 9}, 16);
+    check_same(run(model, b, false), run(model, b, true), 1e-5);
+  }
+  SUBCASE("every row the same length below seq (no scatter)") {
+    const auto b = batch_of({5, 5, 5}, 12);
+    check_same(run(model, b, false), run(model, b, true), 1e-5);
+  }
+  SUBCASE("holes in the mask and a masked [CLS] (padded-width attention)") {
+    auto b = batch_of({10, 6, 8}, 10);
+    b.attention_mask[0][4] = 0;  // a hole inside row 0
+    b.attention_mask[1][0] = 0;  // row 1's column 0 masked: kept for the pooler, never a key
+    check_same(run(model, b, false), run(model, b, true), 1e-5);
+  }
+  SUBCASE("no padding at all") {
+    const auto b = batch_of({6, 6}, 6);
+    check_same(run(model, b, false), run(model, b, true), 1e-6);
+  }
+}
+
+TEST_CASE("pad positions never reach a Linear layer") {
+  at::manual_seed(2);
+  ft::BertForSequenceClassification model(small_config());
+  const auto seen = watch_linear_rows(model);
+  // 1 real token and 127 pads.
+  const auto b = batch_of({1}, 128);
+  model.set_padding_free(true);
+  model.forward(b);
+  const auto layers = small_config().num_hidden_layers;
+  REQUIRE(seen->size() == static_cast<size_t>(6 * layers + 2));  // q k v o in out per layer, pooler, classifier
+  for (int64_t rows : *seen) CHECK(rows == 1);
+  seen->clear();
+  model.set_padding_free(false);  // the switch: every position computed
+  model.forward(b);
+  for (size_t i = 0; i + 2 < seen->size(); ++i) CHECK((*seen)[i] == 128);
+  // A batch of 4 rows, 10 real tokens in all: the encoder's Linears see 10.
+  seen->clear();
+  model.set_padding_free(true);
+  model.forward(batch_of({1, 4, 2, 3}, 64));
+  for (size_t i = 0; i + 2 < seen->size(); ++i) CHECK((*seen)[i] == 10);
+  CHECK((*seen)[seen->size() - 1] == 4);  // the classifier: one row per sequence
+}
+
+TEST_CASE("TokenLayout: kept tokens, slots and [CLS] rows") {
+  auto mask = at::tensor({1, 1, 1, 0, 1, 0, 0, 0, 1, 1, 1, 1}, at::kLong).view({3, 4});
+  const auto l = ft::TokenLayout::packed(mask);
+  CHECK(l.tokens == 8);
+  CHECK(l.width == 4);
+  CHECK(l.keep_index.equal(at::tensor({0, 1, 2, 4, 8, 9, 10, 11}, at::kLong)));
+  CHECK(l.first.equal(at::tensor({0, 3, 4}, at::kLong)));
+  CHECK(l.sequence_lengths == std::vector<int64_t>{3, 1, 4});
+  CHECK(l.slot.equal(at::tensor({0, 1, 2, 4, 8, 9, 10, 11}, at::kLong)));
+  const auto full = ft::TokenLayout::packed(at::ones({2, 3}, at::kLong));
+  CHECK_FALSE(full.is_packed());
+  CHECK(full.tokens == 6);
+}
+
+TEST_CASE("counter-based dropout: rate, scale, replay in backward, seeded") {
+  at::set_num_threads(2);
+  const double p = 0.1;
+  auto x = at::ones({1 << 20}).requires_grad_();
+  at::manual_seed(5);
+  auto y = ft::fast_dropout(x, p, true);
+  const double kept = y.ne(0).to(at::kDouble).mean().item<double>();
+  CHECK(std::abs(kept - (1 - p)) < 0.002);  // 1M draws: sd ~3e-4
+  CHECK(y.max().item<double>() == doctest::Approx(1 / (1 - p)).epsilon(1e-6));
+  y.backward(at::ones_like(y));
+  CHECK(x.grad().equal(y.detach()));  // the same mask, recomputed from the seed
+  at::manual_seed(5);
+  CHECK(ft::fast_dropout(x.detach(), p, true).equal(y.detach()));
+  CHECK(ft::fast_dropout(x.detach(), p, false).equal(x.detach()));
+  // Neighbouring elements are independent: P(both kept) = (1-p)^2.
+  auto kept_mask = y.detach().ne(0).to(at::kDouble);
+  const double both = (kept_mask.slice(0, 0, -1) * kept_mask.slice(0, 1)).mean().item<double>();
+  CHECK(std::abs(both - (1 - p) * (1 - p)) < 0.003);
+  // Thread count does not change the mask.
+  at::set_num_threads(1);
+  at::manual_seed(5);
+  CHECK(ft::fast_dropout(x.detach(), p, true).equal(y.detach()));
+  at::set_num_threads(2);
+}
+
+TEST_CASE("packed attention equals masked padded attention, values and gradients") {
+  at::manual_seed(9);
+  const std::vector<int64_t> lengths = {5, 1, 9, 3};
+  const int64_t heads = 2, d = 8, hidden = heads * d, rows = 4, width = 9;
+  int64_t tokens = 0;
+  for (int64_t l : lengths) tokens += l;
+  auto q = at::randn({tokens, hidden}).requires_grad_();
+  auto k = at::randn({tokens, hidden}).requires_grad_();
+  auto v = at::randn({tokens, hidden}).requires_grad_();
+  auto w = at::randn({tokens, hidden});
+  auto out = ft::packed_attention(q, k, v, lengths, heads, 0.0, true);
+  (out * w).sum().backward();
+  // Reference: scatter into [rows, width], mask the empty keys, gather back.
+  std::vector<int64_t> slot;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < lengths[static_cast<size_t>(r)]; ++j) slot.push_back(r * width + j);
+  const auto idx = at::tensor(slot, at::kLong);
+  auto mask = at::full({rows * width}, std::numeric_limits<float>::lowest());
+  mask.index_fill_(0, idx, 0.0);
+  auto split = [&](const at::Tensor& t) {
+    return at::zeros({rows * width, hidden}).index_copy(0, idx, t).view({rows, width, heads, d}).permute({0, 2, 1, 3});
+  };
+  auto q2 = q.detach().clone().requires_grad_(), k2 = k.detach().clone().requires_grad_(),
+       v2 = v.detach().clone().requires_grad_();
+  auto scores = at::matmul(split(q2), split(k2).transpose(-1, -2)) / std::sqrt(double(d)) + mask.view({rows, 1, 1, width});
+  auto ref = at::matmul(at::softmax(scores, -1), split(v2)).permute({0, 2, 1, 3}).reshape({rows * width, hidden}).index_select(0, idx);
+  (ref * w).sum().backward();
+  CHECK((out - ref).abs().max().item<double>() < 1e-5);
+  CHECK((q.grad() - q2.grad()).abs().max().item<double>() < 1e-5);
+  CHECK((k.grad() - k2.grad()).abs().max().item<double>() < 1e-5);
+  CHECK((v.grad() - v2.grad()).abs().max().item<double>() < 1e-5);
+}
+
+TEST_CASE("packed attention with dropout: seeded, and backward replays the forward mask") {
+  at::manual_seed(4);
+  const std::vector<int64_t> lengths = {6, 4};
+  auto q = at::randn({10, 8}), k = at::randn({10, 8});
+  auto v = at::randn({10, 8}).requires_grad_();
+  at::manual_seed(1);
+  auto a = ft::packed_attention(q, k, v, lengths, 2, 0.5, true);
+  at::manual_seed(1);
+  auto b = ft::packed_attention(q, k, v, lengths, 2, 0.5, true);
+  CHECK(a.equal(b));
+  // Linear in v: out(v) = P' v exactly, so out(2v) = 2 out(v) and the
+  // gradient of sum(out) w.r.t. v is consistent with the forward values.
+  at::manual_seed(1);
+  auto c = ft::packed_attention(q, k, (2 * v).detach(), lengths, 2, 0.5, true);
+  CHECK(at::allclose(c, 2 * a.detach(), 1e-5, 1e-6));
+  a.sum().backward();
+  // The same mask in backward: a finite difference on one element of v.
+  const double eps = 1e-2;
+  auto v_plus = v.detach().clone();
+  v_plus[3][5] += eps;
+  at::manual_seed(1);
+  auto a_plus = ft::packed_attention(q, k, v_plus, lengths, 2, 0.5, true);
+  const double numeric = (a_plus.sum() - a.detach().sum()).item<double>() / eps;
+  CHECK(v.grad()[3][5].item<double>() == doctest::Approx(numeric).epsilon(1e-3));
+}
