@@ -5,11 +5,11 @@
 #
 # Per strategy and round, back to back:
 #   peer default   scripts/peer_bench.py with PyTorch's default threads, no pinning
-#   peer best      the same with cores/ranks threads per rank, ranks pinned
+#   peer tuned     the same with cores/ranks threads per rank, ranks pinned
 #   ft padded      ft with model.padding_free=false (every pad position computed)
 #   ft             ft as shipped (padding-free, one thread pool, pinned ranks)
 # and prints the median samples/s of each (warm-up steps excluded on both
-# sides) and ft's ratio to the better peer.
+# sides) and ft's ratio to the better of the two peer settings.
 #
 # Workloads (global batch 32, 2 cores, ranks share them equally):
 #   mini   ../shared/fixtures/bench-mini, configs/bench-mini.yaml: pad to the
@@ -36,6 +36,12 @@ if ! "$py" -c 'import torch' 2>/dev/null; then
   "${sudo_cmd[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq python3-torch >/dev/null
 fi
+# Numbers from a busy machine are worthless: wait (up to 5 min) for the 1-minute load to settle.
+for ((i = 0; i < 60; i++)); do
+  awk '{exit !($1 < 0.5)}' /proc/loadavg && break
+  ((i == 0)) && echo "bench-peer: waiting for the load average to drop below 0.5 ($(cut -d' ' -f1 /proc/loadavg))" >&2
+  sleep 5
+done
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
@@ -73,7 +79,7 @@ bench_workload() {  # bench_workload <name> <fixture> <padding> <lr> <strategies
   echo
   echo "### $name: $fixture, padding $padding, global batch 32, $steps steps (2 warm-up excluded), median of $rounds"
   echo
-  echo "| strategy | ranks x threads | peer default | peer best | ft padded | ft | ft / peer best |"
+  echo "| strategy | ranks x threads | peer, default threads | peer, tuned (threads, pinned) | ft padded | ft | ft / better peer |"
   echo "|---|---|---|---|---|---|---|"
   for s in "$@"; do
     local n=2

@@ -4,10 +4,50 @@
 #include <cmath>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include "ft/error.h"
 
 namespace ft {
+namespace {
+
+struct AdamWScalars {
+  float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, bc2_sqrt, eps, step_size;
+};
+
+// All four tensors CPU fp32, contiguous, the same size: the fused loop applies.
+bool fusable(const at::Tensor& p, const at::Tensor& g, const at::Tensor& m, const at::Tensor& v) {
+  for (const at::Tensor* t : {&p, &g, &m, &v}) {
+    if (!t->device().is_cpu() || t->scalar_type() != at::kFloat || !t->is_contiguous()) return false;
+    if (t->numel() != p.numel()) return false;
+  }
+  return true;
+}
+
+// One pass per element instead of nine tensor ops (each a sweep over
+// memory, two of them allocating): the same operations in the same order as
+// the op-by-op path below, each rounded to fp32 as ATen does.
+void adamw_fused(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq,
+                 const AdamWScalars& k) {
+  float* p = param.data_ptr<float>();
+  const float* g = grad.data_ptr<float>();
+  float* m = exp_avg.data_ptr<float>();
+  float* v = exp_avg_sq.data_ptr<float>();
+  at::parallel_for(0, param.numel(), 16384, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float gi = g[i];
+      const float pi = p[i] * k.decay;
+      const float mi = m[i] * k.beta1 + k.one_minus_beta1 * gi;
+      const float vi = v[i] * k.beta2 + k.one_minus_beta2 * gi * gi;
+      const float denom = std::sqrt(vi) / k.bc2_sqrt + k.eps;
+      m[i] = mi;
+      v[i] = vi;
+      p[i] = pi + k.step_size * mi / denom;
+    }
+  });
+}
+
+}  // namespace
 
 TensorOptimizer::TensorOptimizer(const OptimizerSpec& spec, std::vector<OptimSlot> slots)
     : spec_(spec), slots_(std::move(slots)) {
@@ -43,6 +83,14 @@ void TensorOptimizer::step(double lr, const std::vector<at::Tensor>& grads) {
       const double slot_lr = lr * slots_[i].lr_scale;
       auto& exp_avg = buffers_[i][0];
       auto& exp_avg_sq = buffers_[i][1];
+      if (fusable(p, g, exp_avg, exp_avg_sq)) {
+        const AdamWScalars k{static_cast<float>(1.0 - slot_lr * slots_[i].weight_decay), static_cast<float>(spec_.beta1),
+                             static_cast<float>(1.0 - spec_.beta1), static_cast<float>(spec_.beta2),
+                             static_cast<float>(1.0 - spec_.beta2), static_cast<float>(bc2_sqrt),
+                             static_cast<float>(spec_.eps), static_cast<float>(-slot_lr / bc1)};
+        adamw_fused(p, g, exp_avg, exp_avg_sq, k);
+        continue;
+      }
       p.mul_(1.0 - slot_lr * slots_[i].weight_decay);
       exp_avg.mul_(spec_.beta1).add_(g, 1.0 - spec_.beta1);
       exp_avg_sq.mul_(spec_.beta2).addcmul_(g, g, 1.0 - spec_.beta2);
