@@ -30,6 +30,18 @@ if [[ "${FT_SKIP_APT:-0}" != 1 ]]; then
     "${sudo_cmd[@]}" apt-get update -qq
     DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
+  # One thread pool: a pthread OpenBLAS installed beside it wins the
+  # libblas.so.3 alternative (priority 100 vs 95); point BLAS and LAPACK at
+  # the OpenMP build. (ft also copes at run time: docs/performance.md.)
+  arch="$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)"
+  for lib in libblas.so.3 liblapack.so.3; do
+    want="/usr/lib/$arch/openblas-openmp/$lib"
+    if [[ -e "$want" && "$(readlink -f "/usr/lib/$arch/$lib")" != "$want" ]]; then
+      echo "setup: $lib -> the OpenMP build of OpenBLAS (one thread pool with LibTorch)"
+      sudo_cmd=(); [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+      "${sudo_cmd[@]}" update-alternatives --set "$lib-$arch" "$want" >/dev/null
+    fi
+  done
 fi
 
 jobs="${FT_BUILD_JOBS:-$(nproc)}"

@@ -63,7 +63,6 @@ void for_each_sequence(const Plan& plan,
     std::vector<float> scratch, scratch2;  // per thread, reused across its sequences
     for (int64_t t = begin; t < end; ++t)
       for (size_t b : lists[static_cast<size_t>(t)]) fn(b, scratch, scratch2);
-
   });
 }
 

@@ -10,9 +10,14 @@
 // from its seed in backward (ft/dropout.h). Sequences are spread over the
 // intra-op threads longest-first, each thread running its share serially.
 //
-// Numerics follow Hugging Face's eager BERT: scores in the inputs' dtype,
-// scaled by 1/sqrt(d), softmax in fp32, probabilities cast back to v's dtype
-// for the product with v (what autocast does there).
+// Kernels: where a BLAS `sgemm_` is mapped (Debian's LibTorch maps the
+// libblas.so.3 alternative), each head's GEMMs read the packed rows in place
+// (row stride heads * d) and softmax, dropout and the softmax backward are
+// plain loops: no copies and no per-op dispatch, which at ~100 small ops per
+// sequence would cost more than the FLOPs. Everything is fp32 there, also
+// under bf16 autocast (inputs are widened once, the result is cast back).
+// Without it, ATen bmm per sequence in the inputs' dtype with fp32 softmax,
+// as Hugging Face's eager BERT under autocast.
 #pragma once
 
 #include <cstdint>
