@@ -82,7 +82,7 @@ struct SelfAttentionImpl : torch::nn::Module {
 
   // x: [T, hidden]. Only this product sees padding, up to the longest row.
   at::Tensor forward(const at::Tensor& x, const TokenLayout& layout) {
-    if (!layout.sequence_lengths.empty()) {
+    if (!layout.sequence_lengths.empty() && packed_attention_available()) {
       return packed_attention(query(x), key(x), value(x), layout.sequence_lengths, heads, dropout->options.p(),
                               dropout->is_training());
     }

@@ -31,20 +31,11 @@ struct Plan {
       prob_elems += h * len * len;
     }
   }
-  // [len, heads * d] rows of sequence b -> [heads, len, d] (a view).
-  at::Tensor heads_of(const at::Tensor& t, size_t b) const {
-    const int64_t len = lengths[b];
-    return t.narrow(0, offsets[b], len).view({len, heads, t.size(1) / heads}).transpose(0, 1);
-  }
-  at::Tensor probs_of(const at::Tensor& probs, size_t b) const {
-    const int64_t len = lengths[b];
-    return probs.narrow(0, prob_offsets[b], heads * len * len).view({heads, len, len});
-  }
 };
 
 // Runs fn(b) for every sequence: longest-first onto the least-loaded thread
-// (cost ~ len^2), then each thread its list. Nested ATen calls run serially
-// inside the region, so one sequence never competes with itself.
+// (cost ~ len^2), then each thread its list. BLAS and ATen calls nested in
+// the region run serially, so one sequence never competes with itself.
 void for_each_sequence(const Plan& plan,
                        const std::function<void(size_t, std::vector<float>&, std::vector<float>&)>& fn) {
   const size_t n = plan.lengths.size();
@@ -66,16 +57,9 @@ void for_each_sequence(const Plan& plan,
   });
 }
 
-// p * mask / keep for sequence b's probabilities (fp32, contiguous).
-at::Tensor dropped(const at::Tensor& p, const Plan& plan, size_t b, uint64_t seed, double keep) {
-  at::Tensor out = at::empty_like(p);
-  apply_dropout_mask(p, out, seed, plan.prob_offsets[b], keep);
-  return out;
-}
-
 // Fortran BLAS sgemm, looked up at run time: Debian's LibTorch maps the
-// libblas.so.3 alternative (OpenBLAS), a wheel may map none; then the ATen
-// path below runs instead.
+// libblas.so.3 alternative (OpenBLAS); a wheel may map none, and then
+// packed_attention_available() is false.
 using Sgemm = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
                        const int*, const float*, const int*, const float*, float*, const int*);
 
@@ -167,49 +151,28 @@ struct RawKernel {
 
 class PackedAttentionFunction : public torch::autograd::Function<PackedAttentionFunction> {
  public:
-  static void save_plan(torch::autograd::AutogradContext* ctx, const Plan& plan, double keep, uint64_t seed) {
+  // fp32 throughout (more exact than bf16 scores; the FLOPs are small): the
+  // inputs are widened once and the results cast back to their dtype.
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
+                            const at::Tensor& v, std::vector<int64_t> lengths, int64_t heads, double keep) {
+    const Plan plan(std::move(lengths), heads);
+    const uint64_t seed = keep < 1.0 ? draw_dropout_seed() : 0;
+    const at::Tensor qf = q.to(at::kFloat).contiguous(), kf = k.to(at::kFloat).contiguous(),
+                     vf = v.to(at::kFloat).contiguous();
+    at::Tensor out = at::empty(qf.sizes(), qf.options());
+    at::Tensor probs = at::empty({plan.prob_elems}, qf.options());
+    const RawKernel kernel = make_kernel(plan, qf.size(1), keep, seed);
+    for_each_sequence(plan, [&](size_t b, std::vector<float>& scratch, std::vector<float>&) {
+      kernel.forward(b, qf.data_ptr<float>(), kf.data_ptr<float>(), vf.data_ptr<float>(), probs.data_ptr<float>(),
+                     out.data_ptr<float>(), scratch);
+    });
+    ctx->save_for_backward({qf, kf, vf, probs});
     ctx->saved_data["lengths"] = plan.lengths;
     ctx->saved_data["heads"] = plan.heads;
     ctx->saved_data["keep"] = keep;
     ctx->saved_data["seed"] = static_cast<int64_t>(seed);
-  }
-
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
-                            const at::Tensor& v, std::vector<int64_t> lengths, int64_t heads, double keep) {
-    const Plan plan(std::move(lengths), heads);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(1) / heads));
-    const bool drop = keep < 1.0;
-    const uint64_t seed = drop ? draw_dropout_seed() : 0;
-    if (Sgemm sgemm = find_sgemm()) {
-      // fp32 throughout (more exact than bf16 scores; the FLOPs are small).
-      const at::Tensor qf = q.to(at::kFloat).contiguous(), kf = k.to(at::kFloat).contiguous(),
-                       vf = v.to(at::kFloat).contiguous();
-      at::Tensor out = at::empty(qf.sizes(), qf.options());
-      at::Tensor probs = at::empty({plan.prob_elems}, qf.options());
-      const RawKernel kernel{sgemm, plan, qf.size(1) / heads, qf.size(1), static_cast<float>(scale), keep, seed};
-      for_each_sequence(plan, [&](size_t b, std::vector<float>& scratch, std::vector<float>&) {
-        kernel.forward(b, qf.data_ptr<float>(), kf.data_ptr<float>(), vf.data_ptr<float>(), probs.data_ptr<float>(),
-                       out.data_ptr<float>(), scratch);
-      });
-      ctx->save_for_backward({qf, kf, vf, probs});
-      save_plan(ctx, plan, keep, seed);
-      ctx->saved_data["raw"] = true;
-      ctx->saved_data["dtype"] = q.scalar_type();
-      return out.to(v.scalar_type());
-    }
-    at::Tensor out = at::empty_like(v);
-    at::Tensor probs = at::empty({plan.prob_elems}, q.options().dtype(at::kFloat));
-    for_each_sequence(plan, [&](size_t b, std::vector<float>&, std::vector<float>&) {
-      at::Tensor scores = at::bmm(plan.heads_of(q, b), plan.heads_of(k, b).transpose(1, 2)).mul_(scale);
-      at::Tensor p = plan.probs_of(probs, b);
-      p.copy_(at::softmax(scores, -1, at::kFloat));
-      const at::Tensor pd = drop ? dropped(p, plan, b, seed, keep) : p;
-      plan.heads_of(out, b).copy_(at::bmm(pd.to(v.scalar_type()), plan.heads_of(v, b)));
-    });
-    ctx->save_for_backward({q, k, v, probs});
-    save_plan(ctx, plan, keep, seed);
-    ctx->saved_data["raw"] = false;
-    return out;
+    ctx->saved_data["dtype"] = q.scalar_type();
+    return out.to(v.scalar_type());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -217,43 +180,32 @@ class PackedAttentionFunction : public torch::autograd::Function<PackedAttention
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &probs = saved[3];
     const Plan plan(ctx->saved_data["lengths"].toIntVector(), ctx->saved_data["heads"].toInt());
-    const double keep = ctx->saved_data["keep"].toDouble();
-    const auto seed = static_cast<uint64_t>(ctx->saved_data["seed"].toInt());
-    const bool drop = keep < 1.0;
-    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(1) / plan.heads));
-    if (ctx->saved_data["raw"].toBool()) {
-      const Sgemm sgemm = find_sgemm();
-      const at::Tensor grad = grads[0].to(at::kFloat).contiguous();
-      at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
-      const RawKernel kernel{sgemm, plan, q.size(1) / plan.heads, q.size(1), static_cast<float>(scale), keep, seed};
-      for_each_sequence(plan, [&](size_t b, std::vector<float>& scratch, std::vector<float>& dp) {
-        kernel.backward(b, q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), probs.data_ptr<float>(),
-                        grad.data_ptr<float>(), dq.data_ptr<float>(), dk.data_ptr<float>(), dv.data_ptr<float>(),
-                        scratch, dp);
-      });
-      // The inputs' dtypes (bf16 under autocast): grads match what they flow into.
-      return {dq.to(ctx->saved_data["dtype"].toScalarType()), dk.to(ctx->saved_data["dtype"].toScalarType()),
-              dv.to(ctx->saved_data["dtype"].toScalarType()), at::Tensor(), at::Tensor(), at::Tensor()};
-    }
-    const at::Tensor grad = grads[0].to(v.scalar_type()).contiguous();
+    const RawKernel kernel = make_kernel(plan, q.size(1), ctx->saved_data["keep"].toDouble(),
+                                         static_cast<uint64_t>(ctx->saved_data["seed"].toInt()));
+    const at::Tensor grad = grads[0].to(at::kFloat).contiguous();
     at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
-    for_each_sequence(plan, [&](size_t b, std::vector<float>&, std::vector<float>&) {
-      const at::Tensor p = plan.probs_of(probs, b);
-      const at::Tensor d_out = plan.heads_of(grad, b);
-      const at::Tensor pd = drop ? dropped(p, plan, b, seed, keep) : p;
-      plan.heads_of(dv, b).copy_(at::bmm(pd.to(v.scalar_type()).transpose(1, 2), d_out));
-      at::Tensor dp = at::bmm(d_out, plan.heads_of(v, b).transpose(1, 2)).to(at::kFloat);
-      if (drop) dp = dropped(dp, plan, b, seed, keep);
-      // Softmax backward: p * (dp - sum(dp * p)), then the 1/sqrt(d) scale.
-      at::Tensor ds = (dp - (dp * p).sum(-1, true)).mul_(p).mul_(scale).to(q.scalar_type());
-      plan.heads_of(dq, b).copy_(at::bmm(ds, plan.heads_of(k, b)));
-      plan.heads_of(dk, b).copy_(at::bmm(ds.transpose(1, 2), plan.heads_of(q, b)));
+    for_each_sequence(plan, [&](size_t b, std::vector<float>& scratch, std::vector<float>& dp) {
+      kernel.backward(b, q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), probs.data_ptr<float>(),
+                      grad.data_ptr<float>(), dq.data_ptr<float>(), dk.data_ptr<float>(), dv.data_ptr<float>(),
+                      scratch, dp);
     });
-    return {dq, dk, dv, at::Tensor(), at::Tensor(), at::Tensor()};
+    // The inputs' dtype (bf16 under autocast): grads match what they flow into.
+    const auto dtype = ctx->saved_data["dtype"].toScalarType();
+    return {dq.to(dtype), dk.to(dtype), dv.to(dtype), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+
+ private:
+  static RawKernel make_kernel(const Plan& plan, int64_t width, double keep, uint64_t seed) {
+    const Sgemm sgemm = find_sgemm();
+    if (!sgemm) fail("packed_attention: no BLAS sgemm_ is mapped (check packed_attention_available() first)");
+    const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(width / plan.heads)));
+    return RawKernel{sgemm, plan, width / plan.heads, width, scale, keep, seed};
   }
 };
 
 }  // namespace
+
+bool packed_attention_available() { return find_sgemm() != nullptr; }
 
 at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const std::vector<int64_t>& lengths, int64_t heads, double dropout_p, bool train) {

@@ -10,14 +10,11 @@
 // from its seed in backward (ft/dropout.h). Sequences are spread over the
 // intra-op threads longest-first, each thread running its share serially.
 //
-// Kernels: where a BLAS `sgemm_` is mapped (Debian's LibTorch maps the
-// libblas.so.3 alternative), each head's GEMMs read the packed rows in place
-// (row stride heads * d) and softmax, dropout and the softmax backward are
-// plain loops: no copies and no per-op dispatch, which at ~100 small ops per
-// sequence would cost more than the FLOPs. Everything is fp32 there, also
-// under bf16 autocast (inputs are widened once, the result is cast back).
-// Without it, ATen bmm per sequence in the inputs' dtype with fp32 softmax,
-// as Hugging Face's eager BERT under autocast.
+// Kernels: each head's GEMMs are BLAS `sgemm_` calls reading the packed rows
+// in place (row stride heads * d); softmax, dropout and the softmax backward
+// are plain loops: no copies and no per-op dispatch, which at ~100 small ops
+// per sequence would cost more than the FLOPs. Everything is fp32, also under
+// bf16 autocast (inputs are widened once, the result is cast back).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +23,11 @@
 #include <ATen/core/Tensor.h>
 
 namespace ft {
+
+// True when a BLAS `sgemm_` is mapped into the process (Debian's LibTorch maps
+// the libblas.so.3 alternative; a LibTorch wheel may map none). Without it the
+// model uses its padded-width attention instead.
+bool packed_attention_available();
 
 at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const std::vector<int64_t>& lengths, int64_t heads, double dropout_p, bool train);
