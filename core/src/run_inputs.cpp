@@ -68,20 +68,8 @@ class SubsetDataset final : public Dataset {
       : base_(std::move(base)), rows_(std::move(rows)) {}
   int64_t size() const override { return static_cast<int64_t>(rows_.size()); }
   int64_t num_labels() const override { return base_->num_labels(); }
-  std::vector<int64_t> labels() const override {
-    auto all = base_->labels();
-    std::vector<int64_t> out;
-    out.reserve(rows_.size());
-    for (int64_t r : rows_) out.push_back(all[r]);
-    return out;
-  }
-  std::vector<int64_t> lengths() const override {
-    auto all = base_->lengths();
-    std::vector<int64_t> out;
-    out.reserve(rows_.size());
-    for (int64_t r : rows_) out.push_back(all[r]);
-    return out;
-  }
+  std::vector<int64_t> labels() const override { return pick(base_->labels()); }
+  std::vector<int64_t> lengths() const override { return pick(base_->lengths()); }
   Batch collate(const std::vector<int64_t>& rows) const override {
     std::vector<int64_t> mapped;
     mapped.reserve(rows.size());
@@ -90,6 +78,14 @@ class SubsetDataset final : public Dataset {
   }
 
  private:
+  // The subset's entries of a per-row vector of the base dataset.
+  std::vector<int64_t> pick(const std::vector<int64_t>& all) const {
+    std::vector<int64_t> out;
+    out.reserve(rows_.size());
+    for (int64_t r : rows_) out.push_back(all[static_cast<size_t>(r)]);
+    return out;
+  }
+
   std::shared_ptr<Dataset> base_;
   std::vector<int64_t> rows_;
 };
