@@ -16,7 +16,7 @@
 
 #include "bench_proc.h"
 #include "commands.h"
-#include "ft/bench.h"
+#include "bench_report.h"
 #include "ft/error.h"
 #include "ft/launcher.h"
 #include "ft/plugin_host.h"

@@ -24,7 +24,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include "ft/bench.h"
+#include "ft/cost_model.h"
 #include "ft/comm.h"
 #include "ft/error.h"
 #include "ft/model.h"

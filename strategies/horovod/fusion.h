@@ -36,7 +36,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "ft/comm.h"
-#include "ft/ring_allreduce.h"
+#include "ring.h"
 #include "ft/trace.h"
 
 namespace ft::horovod {

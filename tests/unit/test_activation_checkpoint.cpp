@@ -33,7 +33,7 @@
 #include "ft/precision.h"
 #include "ft/replicated_strategy.h"
 #include "ft/trace.h"
-#include "ft/zero_strategy.h"
+#include "sharded_strategy.h"
 #include "ft_run.h"
 
 namespace ft {

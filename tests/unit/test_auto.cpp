@@ -4,7 +4,7 @@
 #include <cmath>
 #include <string>
 
-#include "ft/bench.h"
+#include "ft/cost_model.h"
 #include "ft/error.h"
 #include "ft_run.h"
 

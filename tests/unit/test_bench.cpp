@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "ft/bench.h"
+#include "bench_report.h"
 #include "ft/config.h"
 #include "ft/error.h"
 #include "ft_run.h"

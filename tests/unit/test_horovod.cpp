@@ -17,7 +17,7 @@
 #include "ft/comm.h"
 #include "ft/error.h"
 #include "ft/launcher.h"
-#include "ft/ring_allreduce.h"
+#include "ring.h"
 #include "ft_run.h"
 
 namespace {
@@ -95,43 +95,40 @@ void check_losses(const std::filesystem::path& metrics, double tolerance) {
 }  // namespace
 
 TEST_CASE("ring chunks: uneven sizes put the extra elements first") {
-  CHECK(ft::ring_chunk_sizes(10, 4) == std::vector<int64_t>{3, 3, 2, 2});
-  CHECK(ft::ring_chunk_sizes(2, 3) == std::vector<int64_t>{1, 1, 0});
-  CHECK(ft::ring_chunk_sizes(0, 2) == std::vector<int64_t>{0, 0});
-  CHECK(ft::ring_chunk_sizes(7, 1) == std::vector<int64_t>{7});
-  CHECK(error_of([] { ft::ring_chunk_sizes(4, 0); }) == "ring all-reduce: world size must be >= 1, got 0");
+  CHECK(ft::horovod::ring_chunk_sizes(10, 4) == std::vector<int64_t>{3, 3, 2, 2});
+  CHECK(ft::horovod::ring_chunk_sizes(2, 3) == std::vector<int64_t>{1, 1, 0});
+  CHECK(ft::horovod::ring_chunk_sizes(0, 2) == std::vector<int64_t>{0, 0});
+  CHECK(ft::horovod::ring_chunk_sizes(7, 1) == std::vector<int64_t>{7});
+  CHECK(error_of([] { ft::horovod::ring_chunk_sizes(4, 0); }) == "ring all-reduce: world size must be >= 1, got 0");
 }
 
 TEST_CASE("ring at world size 1: identity in fp32, fp16 wire rounds, misuse is one clear error") {
   auto comm = solo();
   at::Tensor t = at::arange(1, 6, at::kFloat) / 3.0f;
   const at::Tensor before = t.clone();
-  const auto traffic = ft::ring_allreduce(*comm, t);
+  const auto traffic = ft::horovod::ring_allreduce(*comm, t);
   CHECK(at::equal(t, before));
   CHECK(traffic.bytes_sent == 0);
-  ft::RingOptions half;
+  ft::horovod::RingOptions half;
   half.wire = at::kHalf;
-  ft::ring_allreduce(*comm, t, half);
+  ft::horovod::ring_allreduce(*comm, t, half);
   CHECK(at::equal(t, before.to(at::kHalf).to(at::kFloat)));
   CHECK_FALSE(at::equal(t, before));
 
   at::Tensor ints = at::arange(4, at::kLong);
-  CHECK(error_of([&] { ft::ring_allreduce(*comm, ints); }) == "ring all-reduce: needs a floating-point tensor, got Long");
+  CHECK(error_of([&] { ft::horovod::ring_allreduce(*comm, ints); }) == "ring all-reduce: needs a floating-point tensor, got Long");
   at::Tensor m = at::zeros({2, 2});
-  CHECK(error_of([&] { ft::ring_allreduce(*comm, m); }) == "ring all-reduce: needs a contiguous 1-D tensor");
-  ft::RingOptions maxop;
+  CHECK(error_of([&] { ft::horovod::ring_allreduce(*comm, m); }) == "ring all-reduce: needs a contiguous 1-D tensor");
+  ft::horovod::RingOptions maxop;
   maxop.op = ft::ReduceOp::Max;
   at::Tensor f = at::zeros({3});
-  CHECK(error_of([&] { ft::ring_allreduce(*comm, f, maxop); }) == "ring all-reduce: only Sum and Avg are supported");
-  CHECK(error_of([&] { ft::ring_allreduce_hook(*comm, at::kLong); }) ==
-        "ring comm hook: wire dtype must be fp32, fp16 or bf16, got Long");
+  CHECK(error_of([&] { ft::horovod::ring_allreduce(*comm, f, maxop); }) == "ring all-reduce: only Sum and Avg are supported");
 }
 
 TEST_CASE("ring all-reduce is exact on 2, 3 and 4 ranks with uneven sizes; fusion negotiates") {
-  // Per rank: 6 sizes x 2 ops x 4 checks, fp64, 5 fp16 checks, the hook
-  // alone and under a GradBuffer; fusion: 4 fusion_groups + 6 scattered +
+  // Per rank: 6 sizes x 2 ops x 4 checks, fp64, 5 fp16 checks; fusion: 4 fusion_groups + 6 scattered +
   // 2 adjacent + 3 staggered.
-  const int ring = 6 * 2 * 4 + 1 + 5 + 2;
+  const int ring = 6 * 2 * 4 + 1 + 5;
   expect_all_passed(run_worker(2, "ring"), 2, ring);
   expect_all_passed(run_worker(3, "all"), 3, ring + 15);
   expect_all_passed(run_worker(4, "ring"), 4, ring);

@@ -23,7 +23,7 @@
 #include "ft/precision.h"
 #include "ft/replicated_strategy.h"
 #include "ft/safetensors.h"
-#include "ft/zero_strategy.h"
+#include "sharded_strategy.h"
 #include "ft_run.h"
 
 namespace {
@@ -89,7 +89,7 @@ RankResult run_rank(std::shared_ptr<ft::Strategy> strategy, int rank, int world,
       strategy->backward(loss, true);
       strategy->step({1e-2, 0.0});
     }
-    if (auto* sc = dynamic_cast<ft::ShardedCheckpointing*>(strategy.get())) sc->save_sharded(dir);
+    if (auto* sc = strategy->ability<ft::ShardedCheckpointing>()) sc->save_sharded(dir);
     comm->barrier();
     r.model = strategy->model_state();
     r.optimizer = strategy->optimizer_state();

@@ -21,7 +21,7 @@
 #include "ft/precision.h"
 #include "ft/replicated_strategy.h"
 #include "ft/safetensors.h"
-#include "ft/zero_strategy.h"
+#include "sharded_strategy.h"
 #include "ft_run.h"
 
 namespace {

@@ -4,7 +4,7 @@
 //   ring     ring_allreduce on uneven sizes (0, 1, fewer elements than ranks,
 //            1001), Sum and Avg, fp32/fp64 exact values and exact bytes sent;
 //            fp16 wire: half the bytes, bit-identical on every rank, close
-//            to the exact sum; the ring comm hook on a GradBucket
+//            to the exact sum
 //   fusion   TensorFusion grouping (fusion_groups), copies through the fusion
 //            buffer for scattered tensors, zero-copy for adjacent ones, and
 //            negotiation when ranks enqueue at different speeds
@@ -26,8 +26,7 @@
 #include "ft/comm.h"
 #include "ft/dist_env.h"
 #include "ft/error.h"
-#include "ft/grad_buffer.h"
-#include "ft/ring_allreduce.h"
+#include "ring.h"
 #include "fusion.h"
 #include "horovod_options.h"
 
@@ -68,15 +67,15 @@ void check_ring(ft::Comm& comm) {
     for (auto op : {ft::ReduceOp::Sum, ft::ReduceOp::Avg}) {
       const std::string name = "ring n=" + std::to_string(n) + (op == ft::ReduceOp::Sum ? " sum" : " avg");
       at::Tensor t = ramp(n, r, at::kFloat);
-      ft::RingOptions o;
+      ft::horovod::RingOptions o;
       o.op = op;
-      const ft::RingTraffic traffic = ft::ring_allreduce(comm, t, o);
+      const ft::horovod::RingTraffic traffic = ft::horovod::ring_allreduce(comm, t, o);
       at::Tensor want = ramp_sum(n, w, at::kFloat);
       if (op == ft::ReduceOp::Avg) want = want / static_cast<float>(w);
       check(r, at::equal(t, want), name + " values");
       // Rank r sends every chunk but (r+1) in reduce-scatter and every
       // chunk but (r+2) in all-gather: 2(N-1)/N of the tensor when even.
-      const auto sizes = ft::ring_chunk_sizes(n, w);
+      const auto sizes = ft::horovod::ring_chunk_sizes(n, w);
       const int64_t elems = 2 * n - sizes[(r + 1) % w] - sizes[(r + 2) % w];
       check(r, traffic.bytes_sent == 4 * elems, name + " bytes sent " + std::to_string(traffic.bytes_sent));
       const int64_t in_elems = 2 * n - sizes[r] - sizes[(r + 1) % w];
@@ -91,19 +90,19 @@ void check_ring(ft::Comm& comm) {
   }
   {
     at::Tensor t = ramp(7, r, at::kDouble);
-    ft::RingOptions o;
+    ft::horovod::RingOptions o;
     o.op = ft::ReduceOp::Sum;
-    ft::ring_allreduce(comm, t, o);
+    ft::horovod::ring_allreduce(comm, t, o);
     check(r, at::equal(t, ramp_sum(7, w, at::kDouble)), "ring fp64 sum");
   }
   {
     // fp16 on the wire: thirds and tenths are not representable, so rounding shows.
     const int64_t n = 1001;
     at::Tensor t = at::arange(1, n + 1, at::kFloat) / 3.0f * static_cast<float>(r + 1) + 0.1f;
-    ft::RingOptions o;
+    ft::horovod::RingOptions o;
     o.wire = at::kHalf;
-    const ft::RingTraffic traffic = ft::ring_allreduce(comm, t, o);
-    const auto sizes = ft::ring_chunk_sizes(n, w);
+    const ft::horovod::RingTraffic traffic = ft::horovod::ring_allreduce(comm, t, o);
+    const auto sizes = ft::horovod::ring_chunk_sizes(n, w);
     check(r, traffic.bytes_sent == 2 * (2 * n - sizes[(r + 1) % w] - sizes[(r + 2) % w]), "fp16 wire: half the bytes");
     const at::Tensor exact = at::arange(1, n + 1, at::kFloat) / 3.0f * ((w + 1) / 2.0f) + 0.1f;
     const double rel = ((t - exact).abs() / exact).max().item<double>();
@@ -111,32 +110,6 @@ void check_ring(ft::Comm& comm) {
     check(r, !at::equal(t, exact), "fp16 wire: the result was rounded");
     check(r, at::equal(t, t.to(at::kHalf).to(at::kFloat)), "fp16 wire: the result is an fp16 value");
     check(r, identical_everywhere(comm, t), "fp16 wire: bit-identical on every rank");
-  }
-  {
-    // The comm hook: runs on its own thread, result visible after after_wait.
-    ft::CommHook hook = ft::ring_allreduce_hook(comm, at::kFloat);
-    at::Tensor data = ramp(10, r, at::kFloat);
-    ft::GradBucket bucket{0, data};
-    ft::BucketComm bc = hook(bucket);
-    bc.work.wait();
-    bc.after_wait();
-    check(r, at::equal(data, ramp_sum(10, w, at::kFloat) / static_cast<float>(w)), "ring hook averages the bucket");
-  }
-  {
-    // The hook under a GradBuffer (how ddp would use it): one bucket per
-    // parameter, launched from autograd hooks during backward.
-    std::vector<at::Tensor> ps;
-    for (int64_t n : {4, 6, 3}) ps.push_back(at::zeros({n}).requires_grad_(true));
-    ft::GradBufferOptions bo;
-    bo.bucket_bytes = 1;
-    ft::GradBuffer buffer(ps, bo, ft::ring_allreduce_hook(comm, at::kFloat));
-    buffer.start_backward(true);
-    at::Tensor loss = (ps[0].sum() + ps[1].sum() + ps[2].sum()) * static_cast<double>(r + 1);
-    loss.backward();
-    buffer.finish_sync();
-    bool ok = buffer.num_buckets() == 3;
-    for (auto& p : ps) ok = ok && at::equal(p.grad(), at::full_like(p, (w + 1) / 2.0f));
-    check(r, ok, "ring hook under GradBuffer averages every grad");
   }
 }
 

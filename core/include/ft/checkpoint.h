@@ -28,7 +28,7 @@
 
 #include "ft/config.h"
 #include "ft/model.h"
-#include "ft/strategy.h"
+#include "ft/types.h"
 
 namespace ft {
 

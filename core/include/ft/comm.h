@@ -70,7 +70,7 @@ struct CommGroups;
 /// wait() leaves its outputs unspecified.
 class Work {
  public:
-  struct State;  // defined in core/src/comm_internal.h (holds the c10d handles)
+  struct State;  // defined in core/src/comm/comm_internal.h (holds the c10d handles)
   Work();
   explicit Work(std::shared_ptr<State> state);
   ~Work();

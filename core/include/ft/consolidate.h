@@ -1,6 +1,6 @@
 // Sharded checkpoints and their consolidation (DeepSpeed's zero_to_fp32).
 //
-// Layout written by ShardedCheckpointing::save_sharded (ft/zero_strategy.h):
+// Layout written by ShardedCheckpointing::save_sharded (ft/abilities.h; written by strategies/sharded):
 //
 //   <dir>/sharded/meta.json                     written by rank 0
 //       {"format": "ft-sharded-v1", "strategy", "world_size",
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "ft/flat_shard.h"
-#include "ft/strategy.h"
+#include "ft/types.h"
 
 namespace ft {
 

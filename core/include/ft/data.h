@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "ft/strategy.h"  // ft::Batch
+#include "ft/types.h"
 
 namespace ft {
 

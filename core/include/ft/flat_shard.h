@@ -22,7 +22,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "ft/comm.h"
-#include "ft/strategy.h"
+#include "ft/types.h"
 
 namespace ft {
 

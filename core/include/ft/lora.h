@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "ft/config.h"
-#include "ft/strategy.h"
+#include "ft/types.h"
 
 namespace ft {
 

@@ -18,7 +18,7 @@
 #include <torch/nn/modules/linear.h>
 
 #include "ft/activation_checkpoint.h"
-#include "ft/strategy.h"
+#include "ft/types.h"
 
 namespace ft {
 

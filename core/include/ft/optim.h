@@ -12,7 +12,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "ft/strategy.h"
+#include "ft/types.h"
 
 namespace ft {
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "ft/config.h"
-#include "ft/strategy.h"
+#include "ft/types.h"
 
 namespace ft {
 

@@ -26,67 +26,13 @@
 #include <c10/core/Device.h>
 
 #include "ft/precision.h"
+#include "ft/types.h"
 
 namespace ft {
 
 class BertForSequenceClassification;
 class Comm;
 class Tracer;
-
-// One micro-batch as the data pipeline hands it over (CPU tensors, int64).
-struct Batch {
-  at::Tensor input_ids;       // [rows, seq]
-  at::Tensor attention_mask;  // [rows, seq]
-  at::Tensor token_type_ids;  // [rows, seq]
-  at::Tensor labels;          // [rows]
-  int64_t rows() const { return input_ids.defined() ? input_ids.size(0) : 0; }
-};
-
-// Named tensors in a stable order (HF parameter names for model state).
-using TensorList = std::vector<std::pair<std::string, at::Tensor>>;
-
-enum class OptimizerKind { AdamW, SGD };
-
-// What the optimizer should be; the strategy builds it over whatever
-// tensors it really updates (full parameters, flat shards, replicas).
-struct OptimizerSpec {
-  OptimizerKind kind = OptimizerKind::AdamW;
-  double lr = 2e-5;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.01;
-  double momentum = 0.0;  // SGD only
-  // HF/BERT convention: no decay on biases and LayerNorm weights.
-  bool decay_bias_and_norm = false;
-};
-
-// Per-parameter optimizer settings the Trainer decides (decay, LR scale for
-// layer-wise decay or a separate head LR, frozen). Keyed by HF name.
-struct ParamSettings {
-  double weight_decay = 0.0;
-  double lr_scale = 1.0;
-  bool trainable = true;
-};
-using ParamPlan = std::map<std::string, ParamSettings>;
-
-struct StepOptions {
-  double lr = 0.0;             // base LR for this step (scaled per parameter)
-  double max_grad_norm = 0.0;  // <= 0: no clipping
-};
-
-struct StepResult {
-  double grad_norm = 0.0;  // global L2 norm before clipping (NaN if not computed)
-  bool skipped = false;    // fp16 overflow: the update was not applied
-};
-
-// Bytes of model state this rank holds (the memory table's "model state").
-struct StateBytes {
-  int64_t params = 0;
-  int64_t grads = 0;
-  int64_t optimizer = 0;
-  int64_t total() const { return params + grads + optimizer; }
-};
 
 // Everything a strategy may use from the process it runs in.
 struct StrategyContext {
@@ -102,14 +48,6 @@ struct StrategyContext {
   // strategy.options.* from the run config, as strings; the plugin parses
   // and validates its own keys and names the key in errors.
   std::map<std::string, std::string> options;
-};
-
-// Optimizer state in a strategy-independent form, keyed by HF parameter
-// name: "<param>.exp_avg", "<param>.exp_avg_sq", "<param>.momentum_buffer",
-// plus scalars ("step"). Any strategy at any world size can load it.
-struct OptimizerState {
-  TensorList tensors;
-  int64_t step = 0;
 };
 
 // Default visibility: the vtable and type_info live in ft_core and are shared
@@ -164,6 +102,24 @@ class __attribute__((visibility("default"))) Strategy {
 
   // Release communication resources; called once before destruction.
   virtual void teardown() {}
+
+  // --- Optional abilities (ft/abilities.h) ---
+
+  // The strategy this one delegates to (`auto` returns the one it picked),
+  // or null. ability<T>() looks through it, so wrapping never hides what
+  // the wrapped strategy can do.
+  virtual Strategy* delegate() { return nullptr; }
+
+  // This strategy, or the first one down its delegate() chain, as the
+  // optional interface `Ability` (e.g. ShardedCheckpointing); null when
+  // none implements it.
+  template <typename Ability>
+  Ability* ability() {
+    for (Strategy* s = this; s != nullptr; s = s->delegate()) {
+      if (auto* a = dynamic_cast<Ability*>(s)) return a;
+    }
+    return nullptr;
+  }
 
  protected:
   std::shared_ptr<BertForSequenceClassification> model_;

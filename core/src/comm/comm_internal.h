@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "ft/comm.h"
-#include "ft/compat.h"
+#include "compat.h"
 
 namespace ft {
 

@@ -11,7 +11,7 @@
 #include "ft/error.h"
 #include "ft/grad_buffer.h"
 #include "ft/model.h"
-#include "ft/zero_strategy.h"
+#include "sharded_strategy.h"
 
 namespace ft {
 

@@ -1,6 +1,6 @@
 // ShardedStrategy: setup, the unit runner, backward hooks and the step.
 // Checkpoint/state code is in zero_state.cpp.
-#include "ft/zero_strategy.h"
+#include "sharded_strategy.h"
 
 #include <c10/core/GradMode.h>
 #include <cmath>
@@ -91,8 +91,6 @@ class ShardedStrategy::GradHook final : public torch::autograd::FunctionPostHook
   ShardedStrategy* owner_;  // outlives the hook: the destructor removes it
   int unit_;
 };
-
-ShardedCheckpointing::~ShardedCheckpointing() = default;
 
 // ---------------------------------------------------------------- setup
 

@@ -1,11 +1,11 @@
 // The memory / α-β cost model behind the `auto` strategy and the theory
-// column of `ft bench` (formulas in ft/bench.h).
+// column of `ft bench` (formulas in ft/cost_model.h).
 #include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
 
-#include "ft/bench.h"
+#include "ft/cost_model.h"
 #include "ft/error.h"
 
 namespace ft {

@@ -1,5 +1,7 @@
 #include "ft/strategy.h"
 
+#include "ft/abilities.h"
+
 #include "ft/model.h"
 
 namespace ft {
@@ -10,5 +12,7 @@ namespace ft {
 void Strategy::set_training(bool training) {
   if (model_) model_->train(training);
 }
+
+ShardedCheckpointing::~ShardedCheckpointing() = default;
 
 }  // namespace ft

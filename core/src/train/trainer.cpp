@@ -26,7 +26,7 @@
 #include "ft/runtime.h"
 #include "ft/sampler.h"
 #include "ft/trace.h"
-#include "ft/zero_strategy.h"
+#include "ft/abilities.h"
 
 namespace ft {
 namespace fsys = std::filesystem;
@@ -237,7 +237,7 @@ struct Trainer::Impl {
   void write_checkpoint(const fsys::path& dir) {
     auto data = checkpoint_data(true);
     if (is_rank0()) save_checkpoint(dir, data);
-    auto* sharded = dynamic_cast<ShardedCheckpointing*>(strategy.get());
+    auto* sharded = strategy->ability<ShardedCheckpointing>();
     if (sharded && config.train.save_sharded) {
       comm.barrier();  // rank 0 has committed dir
       sharded->save_sharded(dir);

@@ -19,7 +19,7 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "ft/compat.h"
+#include "compat.h"
 
 namespace ft {
 namespace {

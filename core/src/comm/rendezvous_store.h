@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "ft/compat.h"
+#include "compat.h"
 
 namespace ft {
 

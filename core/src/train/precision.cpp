@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 
-#include "ft/compat.h"
+#include "compat.h"
 #include "ft/error.h"
 
 namespace ft {

@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "ft/compat.h"
+#include "compat.h"
 #include "ft/config.h"
 #include "ft/error.h"
 #include "ft/fs.h"

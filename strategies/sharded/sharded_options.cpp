@@ -1,12 +1,12 @@
 // strategy.options parsing for the zero* and fsdp strategies (see
-// ft/zero_strategy.h for the keys). Lives in core so errors are thrown from
+// sharded_strategy.h for the keys). Lives in core so errors are thrown from
 // ft_core (see strategies/ddp/ddp_options.cpp on ft::Error and plugins).
 #include <cmath>
 #include <cstdlib>
 #include <string>
 
 #include "ft/error.h"
-#include "ft/zero_strategy.h"
+#include "sharded_strategy.h"
 
 namespace ft {
 namespace {

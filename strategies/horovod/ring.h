@@ -1,6 +1,5 @@
-// Ring all-reduce written over ft::Comm point-to-point send/recv, and the
-// comm hooks built on it (plain and fp16-compressed), usable by any
-// GradBuffer user (horovod; ddp with strategy.options.comm_hook=ring).
+// Horovod's ring all-reduce, written over ft::Comm point-to-point send/recv
+// (TensorFusion, fusion.h, runs it on its background thread).
 //
 // Algorithm (Baidu/Horovod ring): the tensor is cut into world_size chunks
 // (the first n % world chunks one element longer, so any length works,
@@ -15,29 +14,19 @@
 // the others, so all ranks end with bit-identical results (Avg divides the
 // owned chunk once, before the all-gather; fp16 wire rounds it once there).
 //
-// Threading/blocking: ring_allreduce() blocks its calling thread and must not
-// run concurrently with any other use of the same Comm. The hooks run rings
-// on one background thread per hook (the "comm thread"), in submission order,
-// so a hook called from autograd returns at once and backward continues.
-// Throwing: a failed send/recv throws ft::Error naming the rank (from
-// ring_allreduce, or from BucketComm::after_wait for the hooks).
+// Threading/blocking: ring_allreduce() blocks its calling thread; two rings
+// on one Comm at once need different tags.
+// Throwing: a failed send/recv throws ft::Error naming the rank.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <functional>
-#include <future>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 
 #include "ft/comm.h"
-#include "ft/grad_buffer.h"
 
-namespace ft {
+namespace ft::horovod {
 
 /// Point-to-point tag the ring uses unless told otherwise (keeps ring
 /// traffic apart from any other send/recv a strategy does).
@@ -75,38 +64,4 @@ std::vector<int64_t> ring_chunk_sizes(int64_t numel, int world);
 /// on the world size's code path). Throws ft::Error for a bad tensor or op.
 RingTraffic ring_allreduce(Comm& comm, const at::Tensor& flat, const RingOptions& options = {});
 
-/// One background thread that runs jobs (usually rings) one at a time in
-/// submission order. The order is the collective order, so every rank must
-/// submit the same jobs in the same order. The destructor finishes queued
-/// jobs, then joins.
-class CommThread {
- public:
-  CommThread();
-  ~CommThread();
-  CommThread(const CommThread&) = delete;
-  CommThread& operator=(const CommThread&) = delete;
-
-  /// Queues `job`; the future becomes ready when it ran, and get() rethrows
-  /// what it threw. Thread-safe.
-  std::shared_future<void> submit(std::function<void()> job);
-
- private:
-  void loop();
-
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<std::packaged_task<void()>> jobs_;
-  bool stop_ = false;
-  std::thread thread_;  // last: starts after the members it uses exist
-};
-
-/// GradBuffer comm hook: each bucket is ring-all-reduced (Avg) on the hook's
-/// own CommThread while backward goes on; `after_wait` blocks until that
-/// bucket is done. `wire` = at::kFloat for exact results, at::kHalf for fp16
-/// compression. The returned Work is already complete (the ring is many
-/// point-to-point messages, not one c10d Work), so GradBuffer's overlap
-/// statistics count only the time spent in after_wait.
-/// ddp plugs it as: `ft::ring_allreduce_hook(comm, at::kFloat)`.
-CommHook ring_allreduce_hook(Comm& comm, at::ScalarType wire = at::kFloat);
-
-}  // namespace ft
+}  // namespace ft::horovod

@@ -1,4 +1,4 @@
-#include "ft/ring_allreduce.h"
+#include "ring.h"
 
 #include <c10/core/GradMode.h>
 #include <utility>
@@ -7,7 +7,7 @@
 
 #include "ft/error.h"
 
-namespace ft {
+namespace ft::horovod {
 namespace {
 
 bool is_16bit_float(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
@@ -123,60 +123,4 @@ RingTraffic ring_allreduce(Comm& comm, const at::Tensor& flat, const RingOptions
   return traffic;
 }
 
-// ---------------------------------------------------------------- CommThread
-
-CommThread::CommThread() : thread_([this] { loop(); }) {}
-
-CommThread::~CommThread() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
-  }
-  wake_.notify_all();
-  thread_.join();
-}
-
-std::shared_future<void> CommThread::submit(std::function<void()> job) {
-  std::packaged_task<void()> task(std::move(job));
-  std::shared_future<void> done = task.get_future().share();
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    jobs_.push_back(std::move(task));
-  }
-  wake_.notify_one();
-  return done;
-}
-
-void CommThread::loop() {
-  for (;;) {
-    std::packaged_task<void()> task;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;  // stop_ and drained
-      task = std::move(jobs_.front());
-      jobs_.pop_front();
-    }
-    task();  // stores the job's exception in its future
-  }
-}
-
-// ---------------------------------------------------------------- hook
-
-CommHook ring_allreduce_hook(Comm& comm, at::ScalarType wire) {
-  if (wire != at::kFloat && !is_16bit_float(wire)) {
-    fail("ring comm hook: wire dtype must be fp32, fp16 or bf16, got {}", c10::toString(wire));
-  }
-  auto thread = std::make_shared<CommThread>();
-  Comm* c = &comm;
-  RingOptions options;
-  options.op = ReduceOp::Avg;
-  options.wire = wire;
-  return [c, thread, options](GradBucket& bucket) {
-    at::Tensor data = bucket.data;
-    std::shared_future<void> done = thread->submit([c, data, options] { ring_allreduce(*c, data, options); });
-    return BucketComm{Work{}, [done] { done.get(); }};
-  };
-}
-
-}  // namespace ft
+}  // namespace ft::horovod

@@ -57,6 +57,7 @@
 #include "ft/activation_checkpoint.h"
 #include "ft/flat_shard.h"
 #include "ft/optim.h"
+#include "ft/abilities.h"
 #include "ft/strategy.h"
 
 namespace torch::autograd {
@@ -108,21 +109,6 @@ ShardingPolicy zero_policy_from_options(ZeroStage stage, const std::map<std::str
 ///   backward_prefetch  (BACKWARD_PRE (default) | NONE; true/false accepted)
 ///   limit_all_gathers  (int >= 0, default 1), max_inflight_reduces, bucket_mb (NO_SHARD) as for zero.
 ShardingPolicy fsdp_policy_from_options(const std::map<std::string, std::string>& options, int nnodes);
-
-/// Optional ability (STYLE.md): a strategy that can write its state as
-/// per-rank shards without gathering. Discovered with dynamic_cast.
-class ShardedCheckpointing {
- public:
-  virtual ~ShardedCheckpointing();  // out of line: anchors type_info in ft_core
-  /// Writes this rank's weight and optimizer-state shards to
-  /// `<dir>/sharded/rank-<r>-of-<w>.safetensors`; rank 0 also writes
-  /// `<dir>/sharded/meta.json` (layouts, names, offsets, padding, world
-  /// size, optimizer step). No communication: the caller makes sure `dir`
-  /// exists on every rank before (barrier) and that nobody reads the
-  /// shards before every rank returned (barrier). Read back with
-  /// ft::read_sharded_checkpoint / `ft consolidate`.
-  virtual void save_sharded(const std::filesystem::path& dir) = 0;
-};
 
 class ShardedStrategy : public Strategy, public ShardedCheckpointing {
  public:

@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "ft/bench.h"
+#include "bench_report.h"
 #include "ft/error.h"
 
 namespace ft {

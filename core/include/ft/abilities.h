@@ -1,0 +1,26 @@
+// Optional abilities: small interfaces a Strategy may implement beside the
+// seam (ft/strategy.h). The Trainer asks for them with Strategy::ability<T>(),
+// never with a dynamic_cast of its own, so a strategy that wraps another
+// (`auto`) can forward the abilities of the one it wraps.
+#pragma once
+
+#include <filesystem>
+
+namespace ft {
+
+/// A strategy that can write its state as per-rank shards without
+/// gathering (zero1/2/3, fsdp).
+class __attribute__((visibility("default"))) ShardedCheckpointing {
+ public:
+  virtual ~ShardedCheckpointing();  // out of line: anchors type_info in ft_core
+  /// Writes this rank's weight and optimizer-state shards to
+  /// `<dir>/sharded/rank-<r>-of-<w>.safetensors`; rank 0 also writes
+  /// `<dir>/sharded/meta.json` (layouts, names, offsets, padding, world
+  /// size, optimizer step). No communication: the caller makes sure `dir`
+  /// exists on every rank before (barrier) and that nobody reads the
+  /// shards before every rank returned (barrier). Read back with
+  /// ft::read_sharded_checkpoint / `ft consolidate`.
+  virtual void save_sharded(const std::filesystem::path& dir) = 0;
+};
+
+}  // namespace ft

@@ -1,0 +1,47 @@
+// `zero1` / `zero2` / `zero3` / `fsdp`: one plugin, one engine
+// (ShardedStrategy, sharded_strategy.h), four names. A name is only a
+// policy, refined by its strategy.options at setup.
+#include "ft/comm.h"
+#include "ft/plugin.h"
+#include "sharded_strategy.h"
+
+namespace {
+
+class ZeroStrategy final : public ft::ShardedStrategy {
+ public:
+  explicit ZeroStrategy(ft::ZeroStage stage) : ShardedStrategy(ft::ShardingPolicy::zero(stage)), stage_(stage) {}
+
+  void setup(std::shared_ptr<ft::BertForSequenceClassification> model, const ft::OptimizerSpec& optimizer,
+             const ft::ParamPlan& plan, ft::StrategyContext& ctx) override {
+    set_policy(ft::zero_policy_from_options(stage_, ctx.options));
+    ShardedStrategy::setup(std::move(model), optimizer, plan, ctx);
+  }
+
+ private:
+  ft::ZeroStage stage_;
+};
+
+class FsdpStrategy final : public ft::ShardedStrategy {
+ public:
+  FsdpStrategy() : ShardedStrategy(ft::ShardingPolicy::fsdp(ft::FsdpSharding::kFullShard, 1)) {}
+
+  void setup(std::shared_ptr<ft::BertForSequenceClassification> model, const ft::OptimizerSpec& optimizer,
+             const ft::ParamPlan& plan, ft::StrategyContext& ctx) override {
+    const auto& env = ctx.comm->env();
+    const int nnodes = env.local_world_size > 0 ? env.world_size / env.local_world_size : 1;
+    set_policy(ft::fsdp_policy_from_options(ctx.options, nnodes));
+    ShardedStrategy::setup(std::move(model), optimizer, plan, ctx);
+  }
+};
+
+}  // namespace
+
+FT_STRATEGY_PLUGIN("sharded", "1.0.0",
+                   FT_STRATEGY("zero1", "ZeRO-1: optimizer state sharded in equal flat shards",
+                               [] { return new ZeroStrategy(ft::ZeroStage::kOptimizerStates); }),
+                   FT_STRATEGY("zero2", "ZeRO-2: optimizer state and gradients sharded (reduce-scatter)",
+                               [] { return new ZeroStrategy(ft::ZeroStage::kGradients); }),
+                   FT_STRATEGY("zero3", "ZeRO-3: parameters sharded too, gathered per unit with prefetch",
+                               [] { return new ZeroStrategy(ft::ZeroStage::kWeights); }),
+                   FT_STRATEGY("fsdp", "FSDP-like flat shards per unit (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD)",
+                               [] { return new FsdpStrategy(); }))
