@@ -15,7 +15,7 @@
 //   - NVTX ranges through LibTorch's CUDA profiler stubs (header moved in 2.0).
 //
 // This header is heavy (c10d + gloo, ~4.5 s to compile): include it only from
-// core/src/*.cpp (comm*, precision), never from a public header.
+// sources under core/src/ (comm/, precision, trace, activation checkpoint), never from a public header.
 #pragma once
 
 #include <chrono>

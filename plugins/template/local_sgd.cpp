@@ -9,7 +9,7 @@
 // in between. Each rank's optimizer state (AdamW moments) stays local, as in
 // the papers.
 //
-//   strategy.options.sync_every   whole number >= 1, default 1
+//   strategy.options.sync_every   integer >= 1, default 1
 //
 // sync_every = 1 is synchronous data parallelism: gradients (not parameters)
 // are averaged before every step, which is exactly single-process training
@@ -18,14 +18,11 @@
 //
 // Everything here comes from ft's public headers: ReplicatedStrategy gives
 // placement, forward, the step (unscale, clip, update, zero), model and
-// optimizer state; ft::Comm gives the collectives.
-
-#include "ft/error.h"
+// optimizer state; ft::Comm gives the collectives; ft::OptionReader reads
+// strategy.options.
 
 #include <c10/core/GradMode.h>
-#include <cerrno>
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -34,6 +31,7 @@
 
 #include "ft/comm.h"
 #include "ft/model.h"
+#include "ft/options.h"
 #include "ft/plugin.h"
 #include "ft/replicated_strategy.h"
 
@@ -41,24 +39,15 @@ namespace {
 
 /// strategy.options.* of local_sgd, validated at setup (same on every rank,
 /// so every rank fails the same way before the first collective).
+/// ft::OptionReader refuses unknown keys and writes the errors every ft
+/// strategy writes.
 struct LocalSgdOptions {
   int64_t sync_every = 1;  ///< average every this many optimizer steps
 
   static LocalSgdOptions parse(const std::map<std::string, std::string>& options) {
+    const ft::OptionReader r(options, "local_sgd", {"sync_every"});
     LocalSgdOptions out;
-    for (const auto& [key, value] : options) {
-      if (key != "sync_every") {
-        ft::fail("strategy.options.{}: unknown option for local_sgd (known: sync_every)", key);
-      }
-      char* end = nullptr;
-      errno = 0;
-      const long long v = std::strtoll(value.c_str(), &end, 10);
-      if (value.empty() || end != value.c_str() + value.size() || errno != 0 || v < 1) {
-        ft::fail("strategy.options.sync_every: '{}' is not a whole number >= 1 (steps between averages)",
-                 value);
-      }
-      out.sync_every = v;
-    }
+    out.sync_every = r.get_int("sync_every", 1, {1}, "steps between averages");
     return out;
   }
 };

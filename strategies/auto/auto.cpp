@@ -6,7 +6,8 @@
 // from a measured matmul rate + communication from an α-β link model fitted
 // to timed all-reduces of two sizes), picks one with ft::plan_strategy,
 // prints the estimate table and the reason on rank 0, and from then on
-// forwards every Strategy call to the chosen strategy, which it owns.
+// forwards every Strategy call to the chosen strategy, which it owns; its
+// optional abilities (ft/abilities.h) are reached through delegate().
 //
 // strategy.options read here (all others go to the chosen strategy):
 //   memory_limit_mb  per-rank budget in MiB (default: none)
@@ -28,6 +29,7 @@
 #include "ft/comm.h"
 #include "ft/error.h"
 #include "ft/model.h"
+#include "ft/options.h"
 #include "ft/plugin.h"
 #include "ft/plugin_host.h"
 
@@ -46,42 +48,31 @@ struct AutoOptions {
   std::map<std::string, std::string> passthrough;  // for the chosen strategy
 };
 
-double parse_positive(const std::string& key, const std::string& value, const char* what) {
-  std::size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != value.size() || !(v > 0)) ft::fail("strategy.options.{}: '{}' is not a positive number ({})", key, value, what);
-  return v;
-}
-
-AutoOptions parse_options(const std::map<std::string, std::string>& options) {
+AutoOptions read_options(const std::map<std::string, std::string>& options) {
+  // Keys auto does not know belong to the strategy it picks, which checks them.
+  const ft::OptionReader r(options, "auto", {"memory_limit_mb", "batch_size", "seq_len", "candidates"},
+                           ft::OptionReader::Unknown::kKeep);
   AutoOptions out;
-  for (const auto& [key, value] : options) {
-    if (key == "memory_limit_mb") {
-      out.memory_limit_bytes = static_cast<int64_t>(parse_positive(key, value, "MiB per rank, e.g. 512") * 1024.0 * 1024.0);
-    } else if (key == "batch_size") {
-      out.batch_size = static_cast<int64_t>(parse_positive(key, value, "rows per rank, e.g. 16"));
-    } else if (key == "seq_len") {
-      out.seq_len = static_cast<int64_t>(parse_positive(key, value, "tokens per row, e.g. 128"));
-    } else if (key == "candidates") {
-      std::stringstream ss(value);
-      for (std::string item; std::getline(ss, item, ',');) {
-        if (item.empty()) continue;
-        if (std::find(kPreference.begin(), kPreference.end(), item) == kPreference.end()) {
-          ft::fail("strategy.options.candidates: '{}' is not one auto can model (known: ddp, ddp_amp, zero1, zero2, zero3, fsdp)",
-                   item);
-        }
-        out.candidates.push_back(item);
-      }
-      if (out.candidates.empty()) ft::fail("strategy.options.candidates: empty list; name at least one, e.g. ddp,zero3");
-    } else {
-      out.passthrough[key] = value;
-    }
+  if (r.has("memory_limit_mb")) {
+    const double mb = r.get_double("memory_limit_mb", 0, ft::above(0), "MiB per rank, e.g. 512");
+    out.memory_limit_bytes = static_cast<int64_t>(mb * 1024.0 * 1024.0);
   }
+  out.batch_size = r.get_int("batch_size", static_cast<int>(out.batch_size), {1}, "rows per rank, e.g. 16");
+  out.seq_len = r.get_int("seq_len", static_cast<int>(out.seq_len), {1}, "tokens per row, e.g. 128");
+  if (r.has("candidates")) {
+    const std::string list = r.get_string("candidates", "");
+    std::stringstream ss(list);
+    for (std::string item; std::getline(ss, item, ',');) {
+      if (item.empty()) continue;
+      auto name = ft::OptionReader::match_choice(item, kPreference);
+      if (!name) {
+        r.fail_value("candidates", item, "one auto can model (known: ddp, ddp_amp, zero1, zero2, zero3, fsdp)");
+      }
+      out.candidates.push_back(*name);
+    }
+    if (out.candidates.empty()) r.fail_value("candidates", list, "a list naming at least one strategy, e.g. ddp,zero3");
+  }
+  out.passthrough = r.unknown();
   return out;
 }
 
@@ -119,7 +110,7 @@ class AutoStrategy final : public ft::Strategy {
   void setup(std::shared_ptr<ft::BertForSequenceClassification> model, const ft::OptimizerSpec& optimizer,
              const ft::ParamPlan& plan, ft::StrategyContext& ctx) override {
     model_ = model;
-    const AutoOptions options = parse_options(ctx.options);
+    const AutoOptions options = read_options(ctx.options);
     ft::Comm& comm = *ctx.comm;
 
     ft::PluginHost host = ft::PluginHost::discover(ft::DiscoveryOptions::from_environment());
@@ -177,6 +168,8 @@ class AutoStrategy final : public ft::Strategy {
     }
   }
   ft::StateBytes state_bytes() const override { return inner_ ? inner_->state_bytes() : ft::StateBytes{}; }
+  // Abilities (sharded checkpoints, ...) are the picked strategy's.
+  ft::Strategy* delegate() override { return inner_.get(); }
   void teardown() override {
     if (inner_) inner_->teardown();
   }

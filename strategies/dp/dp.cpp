@@ -24,7 +24,6 @@
 
 #include <c10/core/GradMode.h>
 #include <algorithm>
-#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -35,6 +34,7 @@
 
 #include "ft/model.h"
 #include "ft/optim.h"
+#include "ft/options.h"
 #include "ft/plugin.h"
 #include "ft/precision.h"
 #include "ft/replicated_strategy.h"
@@ -44,23 +44,11 @@ namespace {
 
 using Model = ft::BertForSequenceClassification;
 
-/// strategy.options for dp: `replicas` (>= 1; default: one per runtime
+/// strategy.options for dp: `replicas` (1 to 1024; default: one per runtime
 /// thread on CPU, one per visible GPU on CUDA).
-int parse_replicas(const std::map<std::string, std::string>& options, int fallback) {
-  int replicas = fallback;
-  for (const auto& [key, value] : options) {
-    if (key == "replicas") {
-      char* end = nullptr;
-      const long v = std::strtol(value.c_str(), &end, 10);
-      if (value.empty() || end != value.c_str() + value.size() || v < 1 || v > 1024) {
-        ft::fail("strategy.options.replicas: '{}' is not a whole number >= 1 (model replicas, e.g. 2)", value);
-      }
-      replicas = static_cast<int>(v);
-    } else {
-      ft::fail("strategy.options.{}: unknown option for dp (known: replicas)", key);
-    }
-  }
-  return replicas;
+int read_replicas(const std::map<std::string, std::string>& options, int fallback) {
+  const ft::OptionReader r(options, "dp", {"replicas"});
+  return r.get_int("replicas", fallback, {1, 1024}, "model replicas, e.g. 2");
 }
 
 // Rows of each replica's slice: as even as possible, earlier slices larger.
@@ -96,7 +84,8 @@ class DpStrategy final : public ft::ReplicatedStrategy {
       p.input_ids = slice(batch.input_ids);
       p.attention_mask = slice(batch.attention_mask);
       p.token_type_ids = slice(batch.token_type_ids);
-      if (batch.labels.defined()) p.labels = slice(batch.labels);
+      // No labels: the model never reads them; the Trainer takes the loss
+      // on the gathered logits.
       offset += sizes[static_cast<size_t>(i)];
     }
     // Grad mode and autocast are thread-local: each worker takes the caller's.
@@ -154,7 +143,7 @@ class DpStrategy final : public ft::ReplicatedStrategy {
   void on_setup() override {
     const bool cuda = ctx_->device.is_cuda();
     const int fallback = cuda ? std::max<int>(1, static_cast<int>(torch::cuda::device_count())) : std::max(1, ctx_->threads);
-    const int replicas = parse_replicas(ctx_->options, fallback);
+    const int replicas = read_replicas(ctx_->options, fallback);
     if (cuda && replicas > static_cast<int>(torch::cuda::device_count())) {
       ft::fail("strategy.options.replicas: {} replicas need {} GPUs, {} visible", replicas, replicas,
                torch::cuda::device_count());

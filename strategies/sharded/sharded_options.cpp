@@ -1,107 +1,67 @@
-// strategy.options parsing for the zero* and fsdp strategies (see
-// sharded_strategy.h for the keys). Lives in core so errors are thrown from
-// ft_core (see strategies/ddp/ddp_options.cpp on ft::Error and plugins).
-#include <cmath>
-#include <cstdlib>
+// strategy.options for the zero* and fsdp strategies (keys documented in
+// sharded_strategy.h), read with ft::OptionReader like every other plugin.
 #include <string>
+#include <vector>
 
 #include "ft/error.h"
+#include "ft/options.h"
 #include "sharded_strategy.h"
 
 namespace ft {
 namespace {
 
-std::string key_of(const std::string& k) { return "strategy.options." + k; }
-
-bool parse_bool(const std::string& k, const std::string& v) {
-  if (v == "true" || v == "1" || v == "yes") return true;
-  if (v == "false" || v == "0" || v == "no") return false;
-  fail("{}: '{}' is not true or false", key_of(k), v);
+// bucket_mb is in MiB, so a tiny positive value can still hold no element.
+double read_bucket_mb(const OptionReader& r, double fallback) {
+  const double mb = r.get_double("bucket_mb", fallback, above(0), "bucket size in MiB, e.g. 25");
+  if (mb * 1024.0 * 1024.0 < 4.0) {
+    fail("strategy.options.bucket_mb: {} MiB is smaller than one fp32 element", r.get_string("bucket_mb", ""));
+  }
+  return mb;
 }
 
-int parse_int(const std::string& k, const std::string& v, int min) {
-  char* end = nullptr;
-  const long x = std::strtol(v.c_str(), &end, 10);
-  if (v.empty() || end != v.c_str() + v.size() || x < min || x > 1000000) {
-    fail("{}: '{}' is not an integer >= {}", key_of(k), v, min);
-  }
-  return static_cast<int>(x);
+// Keys both families share.
+void read_common(const OptionReader& r, ShardingPolicy& p) {
+  p.bucket_mb = read_bucket_mb(r, p.bucket_mb);
+  p.limit_all_gathers = r.get_int("limit_all_gathers", p.limit_all_gathers, {0});
 }
 
-double parse_mb(const std::string& k, const std::string& v) {
-  char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(x) || x * 1024.0 * 1024.0 < 4.0) {
-    fail("{}: '{}' is not a size in MiB > 0 (e.g. 25)", key_of(k), v);
-  }
-  return x;
+FsdpSharding read_sharding(const OptionReader& r) {
+  const std::string mode =
+      r.get_choice("sharding_strategy", "FULL_SHARD", {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"});
+  if (mode == "SHARD_GRAD_OP") return FsdpSharding::kShardGradOp;
+  if (mode == "NO_SHARD") return FsdpSharding::kNoShard;
+  if (mode == "HYBRID_SHARD") return FsdpSharding::kHybridShard;
+  return FsdpSharding::kFullShard;
 }
 
-// Keys both families share; false when `k` is not one of them.
-bool parse_common(ShardingPolicy& p, const std::string& k, const std::string& v) {
-  if (k == "limit_all_gathers") {
-    p.limit_all_gathers = parse_int(k, v, 0);
-  } else if (k == "max_inflight_reduces") {
-    p.max_inflight_reduces = parse_int(k, v, 1);
-  } else if (k == "bucket_mb") {
-    p.bucket_mb = parse_mb(k, v);
-  } else {
-    return false;
-  }
-  return true;
+// FSDP spells it BackwardPrefetch.BACKWARD_PRE / None; a boolean is accepted
+// too, so `prefetch`-style configs carry over.
+bool read_backward_prefetch(const OptionReader& r, bool fallback) {
+  if (!r.has("backward_prefetch")) return fallback;
+  const std::string v = r.get_string("backward_prefetch", "");
+  if (auto c = OptionReader::match_choice(v, {"BACKWARD_PRE", "NONE"})) return *c == "BACKWARD_PRE";
+  if (auto b = OptionReader::parse_bool(v)) return *b;
+  r.fail_value("backward_prefetch", v, std::string("BACKWARD_PRE, NONE or ") + OptionReader::boolean_rule());
 }
 
 }  // namespace
 
 ShardingPolicy zero_policy_from_options(ZeroStage stage, const std::map<std::string, std::string>& options) {
   ShardingPolicy p = ShardingPolicy::zero(stage);
-  for (const auto& [k, v] : options) {
-    if (parse_common(p, k, v)) continue;
-    if (k == "prefetch") {
-      p.forward_prefetch = p.backward_prefetch = parse_bool(k, v);
-    } else {
-      fail("{}: unknown option for {} (known: bucket_mb, prefetch, limit_all_gathers, max_inflight_reduces)",
-           key_of(k), p.name);
-    }
-  }
+  const OptionReader r(options, p.name, {"bucket_mb", "prefetch", "limit_all_gathers"});
+  read_common(r, p);
+  p.forward_prefetch = p.backward_prefetch = r.get_bool("prefetch", p.forward_prefetch);
   return p;
 }
 
 ShardingPolicy fsdp_policy_from_options(const std::map<std::string, std::string>& options, int nnodes) {
-  FsdpSharding mode = FsdpSharding::kFullShard;
-  if (auto it = options.find("sharding_strategy"); it != options.end()) {
-    const std::string& v = it->second;
-    if (v == "FULL_SHARD" || v == "full_shard") {
-      mode = FsdpSharding::kFullShard;
-    } else if (v == "SHARD_GRAD_OP" || v == "shard_grad_op") {
-      mode = FsdpSharding::kShardGradOp;
-    } else if (v == "NO_SHARD" || v == "no_shard") {
-      mode = FsdpSharding::kNoShard;
-    } else if (v == "HYBRID_SHARD" || v == "hybrid_shard") {
-      mode = FsdpSharding::kHybridShard;
-    } else {
-      fail("{}: '{}' is not one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD", key_of("sharding_strategy"), v);
-    }
-  }
-  ShardingPolicy p = ShardingPolicy::fsdp(mode, nnodes);
-  for (const auto& [k, v] : options) {
-    if (k == "sharding_strategy" || parse_common(p, k, v)) continue;
-    if (k == "forward_prefetch") {
-      p.forward_prefetch = parse_bool(k, v);
-    } else if (k == "backward_prefetch") {
-      if (v == "BACKWARD_PRE" || v == "backward_pre") {
-        p.backward_prefetch = true;
-      } else if (v == "NONE" || v == "none") {
-        p.backward_prefetch = false;
-      } else {
-        p.backward_prefetch = parse_bool(k, v);
-      }
-    } else {
-      fail("{}: unknown option for fsdp (known: sharding_strategy, forward_prefetch, backward_prefetch, "
-           "limit_all_gathers, max_inflight_reduces, bucket_mb)",
-           key_of(k));
-    }
-  }
+  const OptionReader r(options, "fsdp",
+                       {"sharding_strategy", "forward_prefetch", "backward_prefetch", "limit_all_gathers",
+                        "bucket_mb"});
+  ShardingPolicy p = ShardingPolicy::fsdp(read_sharding(r), nnodes);
+  read_common(r, p);
+  p.forward_prefetch = r.get_bool("forward_prefetch", p.forward_prefetch);
+  p.backward_prefetch = read_backward_prefetch(r, p.backward_prefetch);
   return p;
 }
 

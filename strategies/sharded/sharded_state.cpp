@@ -99,7 +99,6 @@ StateBytes ShardedStrategy::state_bytes() const {
   if (grad_buffer_) {
     for (const auto& t : grad_buffer_->buffers()) b.grads += t.numel() * static_cast<int64_t>(t.element_size());
   }
-  for (const auto& g : grad_shards_) b.grads += g.numel() * static_cast<int64_t>(g.element_size());
   b.optimizer = optimizer_->state_bytes();
   return b;
 }

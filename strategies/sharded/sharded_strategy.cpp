@@ -1,5 +1,5 @@
 // ShardedStrategy: setup, the unit runner, backward hooks and the step.
-// Checkpoint/state code is in zero_state.cpp.
+// Checkpoint/state code is in sharded_state.cpp.
 #include "sharded_strategy.h"
 
 #include <c10/core/GradMode.h>
@@ -76,28 +76,12 @@ class ShardedStrategy::Runner final : public UnitRunner {
   ShardedStrategy* owner_;
 };
 
-// Post-hook of a parameter's AccumulateGrad node: its `.grad` now holds
-// this backward's contribution.
-class ShardedStrategy::GradHook final : public torch::autograd::FunctionPostHook {
- public:
-  GradHook(ShardedStrategy* owner, int unit) : owner_(owner), unit_(unit) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
-    owner_->on_grad_accumulated(unit_);
-    return outputs;
-  }
-
- private:
-  ShardedStrategy* owner_;  // outlives the hook: the destructor removes it
-  int unit_;
-};
-
 // ---------------------------------------------------------------- setup
 
 ShardedStrategy::ShardedStrategy(ShardingPolicy policy) : policy_(std::move(policy)) {}
 
 ShardedStrategy::~ShardedStrategy() {
-  for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+  grad_buffer_.reset();  // its hooks point at this object
   if (model_) model_->set_unit_runner(nullptr);
 }
 
@@ -127,23 +111,7 @@ void ShardedStrategy::setup(std::shared_ptr<BertForSequenceClassification> model
   }
   optimizer_ = std::make_unique<TensorOptimizer>(optimizer, std::move(slots));
 
-  if (policy_.shard_grads) {
-    for (const auto& f : units_) {
-      grad_shards_.push_back(at::zeros({f->layout().shard_numel()}, f->shard().options()));
-    }
-    install_grad_hooks();
-  } else {
-    std::vector<at::Tensor> trainable;
-    for (const auto& f : units_)
-      for (size_t i = 0; i < f->params().size(); ++i)
-        if (f->layout().entries[i].trainable) trainable.push_back(f->params()[i]);
-    if (!trainable.empty()) {
-      GradBufferOptions bo;
-      bo.bucket_bytes = std::max<int64_t>(4, static_cast<int64_t>(policy_.bucket_mb * 1024.0 * 1024.0));
-      bo.trace = ctx.trace;
-      grad_buffer_ = std::make_unique<GradBuffer>(trainable, bo, allreduce_avg_hook(*ctx.comm));
-    }
-  }
+  build_grad_buffer();
   if (policy_.shard_params) {
     runner_ = std::make_unique<Runner>(this);
     model_->set_unit_runner(runner_.get());
@@ -176,7 +144,7 @@ void ShardedStrategy::build_units(const ParamPlan& plan) {
       trainable.push_back(it == plan.end() || it->second.trainable);
     }
     units_.push_back(std::make_unique<FlatParam>(u, params, trainable, shard_world(), shard_rank(),
-                                                 policy_.shard_params));
+                                                 policy_.shard_params, &gather_pool_));
     const FlatParam& f = *units_.back();
     int count = 0;
     for (const FlatPiece& piece : f.layout().pieces(shard_rank())) {
@@ -186,20 +154,62 @@ void ShardedStrategy::build_units(const ParamPlan& plan) {
     trainable_count_.push_back(count);
     has_frozen_.push_back(count < static_cast<int>(f.layout().entries.size()));
   }
-  pending_.assign(static_cast<size_t>(n), 0);
   ready_.assign(static_cast<size_t>(n), false);
   input_grad_done_.assign(static_cast<size_t>(n), false);
   prefetched_unit_.assign(static_cast<size_t>(n), false);
 }
 
-void ShardedStrategy::install_grad_hooks() {
-  for (const auto& f : units_) {
-    for (size_t i = 0; i < f->params().size(); ++i) {
-      if (!f->layout().entries[i].trainable) continue;
-      auto acc = torch::autograd::impl::grad_accumulator(f->params()[i]);
-      hook_keys_.push_back(acc->add_post_hook(std::make_unique<GradHook>(this, f->unit())));
-      accumulators_.push_back(std::move(acc));
+void ShardedStrategy::build_grad_buffer() {
+  // The buffer's params: every trainable weight, unit by unit (model order).
+  std::vector<at::Tensor> trainable;
+  std::vector<std::vector<int>> index(units_.size());  // per unit and entry: buffer param, or -1 if frozen
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const FlatParam& f = *units_[u];
+    for (size_t i = 0; i < f.params().size(); ++i) {
+      const bool t = f.layout().entries[i].trainable;
+      index[u].push_back(t ? static_cast<int>(trainable.size()) : -1);
+      if (t) trainable.push_back(f.params()[i]);
     }
+  }
+  if (trainable.empty()) return;
+  GradBufferOptions bo;
+  bo.trace = ctx_->trace;
+  CommHook hook;
+  std::vector<int> bucket_unit;  // reduce-scattered: bucket b holds unit bucket_unit[b]
+  if (policy_.shard_grads) {
+    // Last unit first: backward fills it first. Units that train nothing get no bucket.
+    for (int u = static_cast<int>(units_.size()) - 1; u >= 0; --u) {
+      const auto uu = static_cast<size_t>(u);
+      if (trainable_count_[uu] == 0) continue;
+      const FlatLayout& l = units_[uu]->layout();
+      GradBufferUnit unit;
+      for (size_t i = 0; i < l.entries.size(); ++i) unit.segments.push_back({index[uu][i], l.entries[i].numel});
+      unit.padded_numel = l.padded_numel;
+      bo.units.push_back(std::move(unit));
+      bucket_unit.push_back(u);
+    }
+    bo.trace_name = "reduce-scatter unit";
+    hook = reduce_scatter_avg_hook(*ctx_->comm);
+  } else {
+    bo.bucket_bytes = std::max<int64_t>(4, static_cast<int64_t>(policy_.bucket_mb * 1024.0 * 1024.0));
+    hook = allreduce_avg_hook(*ctx_->comm);
+  }
+  if (policy_.shard_params) {
+    // A unit whose grads are all accumulated no longer needs its gathered weights.
+    bo.on_bucket_ready = [this, bucket_unit](int b) {
+      const int u = bucket_unit[static_cast<size_t>(b)];
+      ready_[static_cast<size_t>(u)] = true;
+      reshard_if_backward_done(u);
+    };
+  }
+  grad_buffer_ = std::make_unique<GradBuffer>(trainable, bo, std::move(hook));
+  if (!policy_.shard_grads) return;
+  grad_shards_.assign(units_.size(), at::Tensor());
+  for (size_t b = 0; b < bucket_unit.size(); ++b) {
+    const auto u = static_cast<size_t>(bucket_unit[b]);
+    const BucketInfo& info = grad_buffer_->buckets()[b];
+    const FlatLayout& l = units_[u]->layout();
+    grad_shards_[u] = grad_buffer_->buffers()[0].narrow(0, info.offset + l.shard_begin(shard_rank()), l.shard_numel());
   }
 }
 
@@ -210,8 +220,7 @@ at::Tensor ShardedStrategy::forward(const Batch& batch) {
   if (ctx_->device != c10::Device(c10::kCPU)) {
     b.input_ids = batch.input_ids.to(ctx_->device, true);
     b.attention_mask = batch.attention_mask.to(ctx_->device, true);
-    b.token_type_ids = batch.token_type_ids.to(ctx_->device, true);
-    b.labels = batch.labels.to(ctx_->device, true);
+    b.token_type_ids = batch.token_type_ids.to(ctx_->device, true);  // labels: the Trainer's (loss)
   }
   auto autocast = ctx_->precision->autocast();
   return model_->forward(b);
@@ -296,11 +305,8 @@ at::Tensor ShardedStrategy::run_unit(int unit, RunPass pass, const at::Tensor& i
 // ---------------------------------------------------------------- backward
 
 void ShardedStrategy::backward(const at::Tensor& loss, bool sync_grads) {
-  sync_ = sync_grads;
-  pending_ = trainable_count_;
   std::fill(ready_.begin(), ready_.end(), false);
   std::fill(input_grad_done_.begin(), input_grad_done_.end(), false);
-  next_reduce_ = 0;
   callback_queued_ = false;
   if (grad_buffer_) grad_buffer_->start_backward(sync_grads);
   ctx_->precision->scale_loss(loss).backward();
@@ -334,15 +340,6 @@ void ShardedStrategy::pre_backward(int unit) {
   }
 }
 
-void ShardedStrategy::on_grad_accumulated(int unit) {
-  queue_end_callback(callback_queued_, [this] { on_backward_end(); });
-  const auto u = static_cast<size_t>(unit);
-  if (ready_[u] || --pending_[u] > 0) return;
-  ready_[u] = true;
-  reshard_if_backward_done(unit);
-  if (sync_) launch_ready_reduces();
-}
-
 // All trainable grads of a unit have arrived; its frozen weights may still be
 // needed for the grad of its input (a frozen query weight under LoRA), so a
 // unit that has some waits for that too. Units left over go at backward end.
@@ -360,69 +357,6 @@ void ShardedStrategy::on_backward_end() {
     ready_[u] = true;
     reshard_unit(static_cast<int>(u));
   }
-  if (sync_) launch_ready_reduces();
-}
-
-void ShardedStrategy::launch_ready_reduces() {
-  const int n = static_cast<int>(units_.size());
-  while (next_reduce_ < n) {
-    const int u = n - 1 - next_reduce_;
-    if (trainable_count_[static_cast<size_t>(u)] > 0) {
-      if (!ready_[static_cast<size_t>(u)]) return;
-      launch_reduce(u);
-    }
-    ++next_reduce_;
-  }
-}
-
-void ShardedStrategy::launch_reduce(int unit) {
-  const FlatParam& f = *units_[static_cast<size_t>(unit)];
-  const FlatLayout& l = f.layout();
-  c10::NoGradGuard no_grad;
-  // empty, not zeros: every element is written once below (a fresh 20 MB
-  // zero-fill per unit per step shows up on CPU).
-  at::Tensor staging = at::empty({l.padded_numel}, f.shard().options());
-  if (l.padding() > 0) staging.narrow(0, l.numel, l.padding()).zero_();
-  for (size_t i = 0; i < l.entries.size(); ++i) {
-    at::Tensor dst = staging.narrow(0, l.entries[i].offset, l.entries[i].numel);
-    at::Tensor p = f.params()[i];
-    const at::Tensor& g = p.grad();
-    if (!l.entries[i].trainable || !g.defined()) {
-      dst.zero_();
-      continue;
-    }
-    dst.copy_(g.reshape({-1}));
-    p.mutable_grad() = at::Tensor();  // the full grad is not kept (ZeRO-2)
-  }
-  InflightReduce r{unit, Work(), staging, at::empty({l.shard_numel()}, staging.options())};
-  if (ctx_->trace) ctx_->trace->begin_async("reduce-scatter unit", unit);
-  r.work = ctx_->comm->reduce_scatter_flat_async(r.out, r.staging, ReduceOp::Avg);
-  inflight_.push_back(std::move(r));
-  while (static_cast<int>(inflight_.size()) > std::max(1, policy_.max_inflight_reduces)) wait_oldest_reduce();
-}
-
-void ShardedStrategy::wait_oldest_reduce() {
-  InflightReduce& r = inflight_.front();
-  r.work.wait();
-  if (ctx_->trace) ctx_->trace->end_async("reduce-scatter unit", r.unit, r.staging.numel() * static_cast<int64_t>(r.staging.element_size()));
-  grad_shards_[static_cast<size_t>(r.unit)].add_(r.out);
-  inflight_.pop_front();
-}
-
-void ShardedStrategy::finish_grad_sync() {
-  if (grad_buffer_) {
-    grad_buffer_->finish_sync();
-    return;
-  }
-  if (!policy_.shard_grads) return;
-  if (!sync_) {
-    // Only accumulation backwards ran since the last step: reduce their sum now.
-    sync_ = true;
-    std::fill(ready_.begin(), ready_.end(), true);
-    next_reduce_ = 0;
-  }
-  launch_ready_reduces();
-  while (!inflight_.empty()) wait_oldest_reduce();
 }
 
 // ---------------------------------------------------------------- step
@@ -443,7 +377,7 @@ std::vector<at::Tensor> ShardedStrategy::slot_grads() const {
 
 StepResult ShardedStrategy::step(const StepOptions& options) {
   Comm& comm = *ctx_->comm;
-  finish_grad_sync();
+  if (grad_buffer_) grad_buffer_->finish_sync();
   auto grads = slot_grads();
   StepResult result;
   bool found_inf = ctx_->precision->unscale_and_check(grads);
@@ -465,10 +399,8 @@ StepResult ShardedStrategy::step(const StepOptions& options) {
   {
     c10::NoGradGuard no_grad;
     if (grad_buffer_) grad_buffer_->zero();
-    for (auto& g : grad_shards_) g.zero_();
   }
   ctx_->precision->update(found_inf);
-  sync_ = false;
   // Replicated parameters (ZeRO-1/2): every rank re-assembles the full
   // model from the updated shards. Sharded ones gather on next use.
   if (!found_inf && !policy_.shard_params && shard_world() > 1) {
@@ -485,9 +417,6 @@ StepResult ShardedStrategy::step(const StepOptions& options) {
   return result;
 }
 
-void ShardedStrategy::teardown() {
-  while (!inflight_.empty()) wait_oldest_reduce();
-  grad_buffer_.reset();
-}
+void ShardedStrategy::teardown() { grad_buffer_.reset(); }
 
 }  // namespace ft

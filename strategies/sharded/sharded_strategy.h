@@ -16,22 +16,20 @@
 // master shard, so per-parameter weight decay and LR scale (ParamPlan) are
 // honoured without grouping parameters.
 //
-// Gradients:
-//  - all-reduced policies reuse ft::GradBuffer (DDP's bucketed all-reduce,
-//    overlapped with backward): full grads are kept, as ZeRO-1 prescribes.
-//  - reduce-scattered policies do NOT use GradBuffer: it keeps the full
-//    gradient buffer alive as every `.grad`, which is exactly the 4Ψ ZeRO-2
-//    removes, and its buckets (reverse order, by bytes) do not line up with
-//    the shards. Instead a post-accumulate hook per parameter notices when a
-//    whole unit's grads are ready, copies them into a padded staging buffer,
-//    frees the `.grad`s and launches an async reduce-scatter (Avg) into the
-//    unit's persistent grad shard. Units launch strictly last to first, so
-//    every rank issues collectives in the same order.
-//  - Accumulation micro-batches (sync_grads=false) accumulate full local
-//    `.grad`s with no communication (like DDP's no_sync); the sync
-//    micro-batch reduces the sum. This holds for zero3 too: its memory
-//    between accumulation micro-batches includes the full grads.
-//
+// Gradients live in ft::GradBuffer, as for DDP: one persistent buffer whose
+// views are the `.grad`s, filled by autograd, launched bucket by bucket
+// from autograd hooks while backward runs.
+//  - all-reduced policies (zero1, NO_SHARD): DDP's buckets and all-reduce;
+//    full grads are kept, as ZeRO-1 prescribes.
+//  - reduce-scattered policies: one bucket per unit, laid out exactly like
+//    the unit's FlatLayout (frozen weights are zero gaps, padding included),
+//    last unit first, reduced in place by a reduce-scatter (Avg): chunk r of
+//    a unit's bucket then holds the averaged gradient of shard r, which is
+//    what this rank's optimizer reads. This is Megatron's distributed
+//    optimizer: the full gradient buffer stays (4Ψ), nothing is allocated or
+//    copied per step, and no staging buffer exists.
+//  - Accumulation micro-batches (sync_grads=false) accumulate locally with
+//    no communication (DDP's no_sync); the sync micro-batch reduces the sum.
 // Parameters (params_sharded): a UnitRunner wraps each unit's forward:
 // wait_for_unshard(unit), prefetch the next unit(s) (limit_all_gathers),
 // run, reshard if reshard_after_forward; a hook on the unit's output
@@ -46,7 +44,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -59,10 +56,6 @@
 #include "ft/optim.h"
 #include "ft/abilities.h"
 #include "ft/strategy.h"
-
-namespace torch::autograd {
-struct Node;
-}  // namespace torch::autograd
 
 namespace ft {
 
@@ -88,7 +81,6 @@ struct ShardingPolicy {
   /// materialised at a time under FULL_SHARD / zero3.
   int limit_all_gathers = 1;
   double bucket_mb = 25.0;            ///< GradBuffer bucket size for all-reduced grads
-  int max_inflight_reduces = 2;       ///< reduce-scatters in flight before the oldest is waited on
 
   static ShardingPolicy zero(ZeroStage stage);
   /// Throws ft::Error for kHybridShard (needs per-node process groups).
@@ -99,7 +91,6 @@ struct ShardingPolicy {
 ///   bucket_mb          (> 0, default 25)  zero1: GradBuffer bucket size for the all-reduce
 ///   prefetch           (true|false, default true) zero3: gather the next unit ahead (forward and backward)
 ///   limit_all_gathers  (int >= 0, default 1) zero3: prefetched all-gathers in flight at most
-///   max_inflight_reduces (int >= 1, default 2) zero2/3: reduce-scatters in flight before waiting
 /// Errors (ft::Error) name `strategy.options.<key>`; unknown keys list the known ones.
 ShardingPolicy zero_policy_from_options(ZeroStage stage, const std::map<std::string, std::string>& options);
 
@@ -107,7 +98,7 @@ ShardingPolicy zero_policy_from_options(ZeroStage stage, const std::map<std::str
 ///   sharding_strategy  FULL_SHARD (default) | SHARD_GRAD_OP | NO_SHARD | HYBRID_SHARD (refused)
 ///   forward_prefetch   (true|false, default true)
 ///   backward_prefetch  (BACKWARD_PRE (default) | NONE; true/false accepted)
-///   limit_all_gathers  (int >= 0, default 1), max_inflight_reduces, bucket_mb (NO_SHARD) as for zero.
+///   limit_all_gathers  (int >= 0, default 1), bucket_mb (NO_SHARD) as for zero.
 ShardingPolicy fsdp_policy_from_options(const std::map<std::string, std::string>& options, int nnodes);
 
 class ShardedStrategy : public Strategy, public ShardedCheckpointing {
@@ -125,8 +116,8 @@ class ShardedStrategy : public Strategy, public ShardedCheckpointing {
   void load_state(const TensorList& model, const OptimizerState* optimizer) override;
   /// params: persistent flat storage (shards, or full buffers) plus, for
   /// sharded params, the most full-unit bytes held at once so far (the
-  /// "gathered unit in flight"); grads: grad shards or the GradBuffer;
-  /// optimizer: TensorOptimizer state.
+  /// "gathered unit in flight"); grads: the GradBuffer; optimizer:
+  /// TensorOptimizer state.
   StateBytes state_bytes() const override;
   void teardown() override;
   void save_sharded(const std::filesystem::path& dir) override;
@@ -139,7 +130,7 @@ class ShardedStrategy : public Strategy, public ShardedCheckpointing {
   at::Tensor run_unit(int unit, RunPass pass, const at::Tensor& input,
                       const std::function<at::Tensor(const at::Tensor&)>& fn);
   void pre_backward(int unit);
-  void on_grad_accumulated(int unit);
+  void on_unit_grads_ready(int unit);
   void on_backward_end();
 
  protected:
@@ -148,27 +139,17 @@ class ShardedStrategy : public Strategy, public ShardedCheckpointing {
 
  private:
   class Runner;
-  class GradHook;
   struct SlotRef {
     int unit;
     int entry;
     FlatPiece piece;
   };
-  struct InflightReduce {
-    int unit;
-    Work work;
-    at::Tensor staging, out;
-  };
 
   void build_units(const ParamPlan& plan);
-  void install_grad_hooks();
+  void build_grad_buffer();
   void prefetch(int unit);
   void reshard_unit(int unit);
-  void launch_ready_reduces();
   void reshard_if_backward_done(int unit);
-  void launch_reduce(int unit);
-  void wait_oldest_reduce();
-  void finish_grad_sync();
   std::vector<at::Tensor> slot_grads() const;
   void note_gathered_bytes();
   int shard_world() const;
@@ -176,25 +157,20 @@ class ShardedStrategy : public Strategy, public ShardedCheckpointing {
 
   ShardingPolicy policy_;
   StrategyContext* ctx_ = nullptr;
+  GatherPool gather_pool_;  // before units_: they hand storage back to it
   std::vector<std::unique_ptr<FlatParam>> units_;
   std::unique_ptr<TensorOptimizer> optimizer_;
   std::vector<SlotRef> slots_;          // slots_[i] describes optimizer slot i
   std::unique_ptr<Runner> runner_;
-  std::unique_ptr<GradBuffer> grad_buffer_;  // all-reduced policies
-  std::vector<at::Tensor> grad_shards_;      // reduce-scattered policies: one per unit
+  std::unique_ptr<GradBuffer> grad_buffer_;  // every trainable gradient; null when nothing trains
+  std::vector<at::Tensor> grad_shards_;      // reduce-scattered policies: per unit, this rank's chunk of its bucket
 
-  // Backward bookkeeping (reduce-scattered and/or sharded-params policies).
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
-  std::vector<uintptr_t> hook_keys_;
+  // Backward bookkeeping (sharded-params policies).
   std::vector<int> trainable_count_;  // per unit
-  std::vector<int> pending_;          // per unit: grads not yet accumulated in this backward
   std::vector<bool> ready_;           // per unit: all grads accumulated in this backward
   std::vector<bool> has_frozen_;      // per unit: some weight needs no grad but backward still reads it
   std::vector<bool> input_grad_done_; // per unit: the grad of its input is complete in this backward
-  int next_reduce_ = 0;               // index into reduce order (last unit first)
-  bool sync_ = true;                  // this backward reduces
   bool callback_queued_ = false;
-  std::deque<InflightReduce> inflight_;
   int prefetched_ = 0;                // gathers issued ahead of use, not yet consumed
   std::vector<bool> prefetched_unit_;
   int64_t peak_full_bytes_ = 0;

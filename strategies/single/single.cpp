@@ -2,6 +2,7 @@
 // the timing table and the reference every other strategy must match.
 #include "ft/comm.h"
 #include "ft/error.h"
+#include "ft/options.h"
 #include "ft/plugin.h"
 #include "ft/replicated_strategy.h"
 
@@ -10,6 +11,8 @@ namespace {
 class SingleStrategy final : public ft::ReplicatedStrategy {
  protected:
   void on_setup() override {
+    // No options: a key set for another strategy is a mistake worth naming.
+    const ft::OptionReader no_options(ctx_->options, "single", {});
     // Without gradient sync, N ranks would silently train N different models.
     if (ctx_->comm->world_size() > 1) {
       ft::fail("strategy 'single' runs one process but the job has {} ranks; use --strategy ddp (or another distributed strategy) with --nproc",

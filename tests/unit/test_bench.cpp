@@ -125,8 +125,8 @@ TEST_CASE("markdown, CSV, JSON and SVG carry every row, the theory and the failu
   };
   CHECK(field(z, "speedup_vs_single") == "2.5000");
   CHECK(field(z, "peak_rss_mb_per_rank") == "200.0;210.0");
-  CHECK(field(z, "theory_formula") == "4Ψ+12Ψ/N");
-  CHECK(field(z, "theory_bytes_per_rank") == "10000");  // 4·1000 + 12·1000/2
+  CHECK(field(z, "theory_formula") == "8Ψ+8Ψ/N");
+  CHECK(field(z, "theory_bytes_per_rank") == "12000");  // 8·1000 + 8·1000/2
   const auto bad = csv_fields(csv[3]);
   CHECK(field(bad, "status") == "failed");
   CHECK(field(bad, "error") == "ft: error: unknown strategy 'nope'");
@@ -134,7 +134,7 @@ TEST_CASE("markdown, CSV, JSON and SVG carry every row, the theory and the failu
 
   const auto json = nlohmann::json::parse(ft::bench_json(rep));
   REQUIRE(json.at("rows").size() == 3);
-  CHECK(json["rows"][1]["theory_bytes"] == 10000);
+  CHECK(json["rows"][1]["theory_bytes"] == 12000);
   CHECK(json["rows"][2]["ok"] == false);
   CHECK(json["rows"][2].contains("train_seconds") == false);
 

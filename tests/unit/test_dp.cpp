@@ -62,7 +62,7 @@ TEST_CASE("dp reproduces the PyTorch reference losses and holds one full copy pe
 TEST_CASE("dp option errors name the key") {
   FT_REQUIRE_SHARED("fixtures/parity-tiny");
   const std::pair<const char*, const char*> cases[] = {
-      {"replicas=0", "strategy.options.replicas: '0' is not a whole number >= 1 (model replicas, e.g. 2)"},
+      {"replicas=0", "strategy.options.replicas: '0' is not an integer from 1 to 1024 (model replicas, e.g. 2)"},
       {"gpus=2", "strategy.options.gpus: unknown option for dp (known: replicas)"},
   };
   for (const auto& [opt, msg] : cases) {

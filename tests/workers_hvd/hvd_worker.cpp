@@ -207,7 +207,7 @@ void check_options() {
       {{{"compression", "bf16"}}, "strategy.options.compression: 'bf16' is not one of none, fp16"},
       {{{"fusion_mb", "-1"}}, "strategy.options.fusion_mb: '-1' is not a number >= 0 (fusion threshold in MiB, e.g. 64; 0 = no fusion)"},
       {{{"cycle_ms", "soon"}}, "strategy.options.cycle_ms: 'soon' is not a number >= 0 (cycle time in milliseconds, e.g. 5)"},
-      {{{"overlap", "yes"}}, "strategy.options.overlap: 'yes' is not true or false"},
+      {{{"overlap", "maybe"}}, "strategy.options.overlap: 'maybe' is not a boolean (true/false, yes/no, on/off, 1/0)"},
       {{{"fuse", "1"}}, "strategy.options.fuse: unknown option for horovod (known: fusion_mb, cycle_ms, compression, overlap)"},
   };
   for (const auto& [opts, msg] : bad) {

@@ -57,6 +57,11 @@ struct CommOptions {
 struct CommHealth;
 /// The rendezvous store and c10d groups of one Comm (defined in comm_internal.h).
 struct CommGroups;
+/// The thread that runs ring operations of one Comm (comm_ring.cpp).
+class RingWorker;
+struct RingWorkerDeleter {
+  void operator()(RingWorker* w) const;
+};
 
 /// Handle of one async collective (c10d's Work with ft's post-processing).
 ///
@@ -128,6 +133,18 @@ class Comm {
   /// Equal-split all-to-all over flat tensors: chunk j of `in` goes to rank j,
   /// chunk i of `out` comes from rank i (both world_size * n elements).
   Work all_to_all_async(at::Tensor& out, const at::Tensor& in);
+  /// In-place reduce-scatter (the gradient buffer's): `flat` (contiguous
+  /// 1-D, floating, length a multiple of world_size) is cut into world_size
+  /// equal chunks; afterwards chunk rank() holds the reduced chunk and the
+  /// others hold partial sums (unspecified). Sum or Avg. Gloo: a ring over
+  /// send/recv on this Comm's ring thread, nothing allocated after the first
+  /// call; NCCL: reduce_scatter into the input's own chunk.
+  Work reduce_scatter_inplace_async(at::Tensor& flat, ReduceOp op = ReduceOp::Sum);
+  /// In-place all-gather: chunk rank() of `flat` (contiguous 1-D, length a
+  /// multiple of world_size) is this rank's part; afterwards every chunk
+  /// holds its rank's part. Gloo: the ring thread, no staging copy; NCCL:
+  /// all-gather from the tensor's own chunk.
+  Work all_gather_inplace_async(at::Tensor& flat);
   /// Point to point: `t` to rank `dst`; matched by a recv on dst with the same tag.
   Work send_async(const at::Tensor& t, int dst, int tag = 0);
   /// Point to point: fills `t` (shape and dtype agreed with the sender) from rank `src`.
@@ -154,11 +171,13 @@ class Comm {
 
  private:
   Comm(DistEnv env, CommOptions options);
+  RingWorker& ring_worker();  // started by the first ring operation
 
   DistEnv env_;
   CommOptions options_;
   std::shared_ptr<CommHealth> health_;
   std::unique_ptr<CommGroups> groups_;  // null at world size 1
+  std::unique_ptr<RingWorker, RingWorkerDeleter> ring_;  // started by the first ring operation
 };
 
 }  // namespace ft

@@ -7,9 +7,13 @@
 //
 // Byte counting (BENCHMARK.md "Memory"): fp32 AdamW, Ψ trainable
 // parameters, N ranks: 4 B param + 4 B grad + 8 B Adam moments = 16Ψ per
-// full replica. DDP 16Ψ; ZeRO-1 8Ψ + 8Ψ/N; ZeRO-2 4Ψ + 12Ψ/N; ZeRO-3 and
-// FSDP full shard 16Ψ/N (plus the gathered unit in flight). Mixed precision
-// adds the 16-bit weight copies autocast makes (2Ψ, or 2Ψ/N when sharded).
+// full replica. DDP 16Ψ; ZeRO-1 8Ψ + 8Ψ/N. ZeRO-2, ZeRO-3 and FSDP keep
+// ft's one gradient buffer whole (Megatron-core's distributed optimizer:
+// reduce-scatter in place, no per-step allocation) where DeepSpeed frees
+// it bucket by bucket: ZeRO-2 8Ψ + 8Ψ/N (DeepSpeed: 4Ψ + 12Ψ/N), ZeRO-3
+// and FSDP full shard 4Ψ + 12Ψ/N (DeepSpeed: 16Ψ/N), plus the gathered
+// unit in flight. Mixed precision adds the 16-bit weight copies autocast
+// makes (2Ψ, or 2Ψ/N when sharded).
 #pragma once
 
 #include <cstdint>

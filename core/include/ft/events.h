@@ -57,6 +57,8 @@ class EventLog {
   ~EventLog();
 
   void info(const std::string& line);
+  // "ft: warning: <line>" on stderr, as the launcher's own warnings.
+  void warn(const std::string& line);
   void step(const StepEvent& e, bool print_line);
   // Progress bar tick (no JSONL); `loss` is the latest known.
   void progress(int64_t step, int64_t total, double loss);

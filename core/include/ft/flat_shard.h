@@ -16,10 +16,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Allocator.h>
 
 #include "ft/comm.h"
 #include "ft/types.h"
@@ -86,6 +88,25 @@ enum class ShardedState {
   kUnsharded,   ///< full parameters valid; module parameters usable
 };
 
+/// Storage for gathered units, kept for reuse instead of freed: ZeRO-3 /
+/// FULL_SHARD gather and free every unit twice a step, and handing the same
+/// blocks back (keyed by exact size, so equal layers share them) means no
+/// allocation after the first step and no allocator churn in RSS. Holds at
+/// most the peak set of units gathered at once. Not thread-safe (see FlatParam).
+class GatherPool {
+ public:
+  /// A block of exactly `nbytes` on `device` from the pool, or an empty
+  /// DataPtr when there is none (the caller allocates; it counts as held).
+  at::DataPtr take(size_t nbytes, c10::Device device);
+  void give(at::DataPtr ptr, size_t nbytes);
+  /// Bytes ever handed out for allocation: the pool's footprint.
+  int64_t held_bytes() const { return held_bytes_; }
+
+ private:
+  std::multimap<size_t, at::DataPtr> free_;
+  int64_t held_bytes_ = 0;
+};
+
 /// One unit's parameters as a flat buffer plus this rank's shard.
 ///
 /// Invariants (fixed at construction):
@@ -102,8 +123,9 @@ class FlatParam {
  public:
   /// `params` are the unit's module parameters (model order). Their current
   /// values become the flat buffer; this rank keeps chunk `rank` of it.
+  /// `pool` (may be null; must outlive this) recycles gathered storage.
   FlatParam(int unit, const TensorList& params, const std::vector<bool>& trainable, int world, int rank,
-            bool params_sharded);
+            bool params_sharded, GatherPool* pool = nullptr);
 
   int unit() const { return unit_; }
   const FlatLayout& layout() const { return layout_; }
@@ -149,7 +171,7 @@ class FlatParam {
   std::vector<at::Tensor> params_;
   at::Tensor full_;
   at::Tensor shard_;
-  at::Tensor send_;  // replicated mode: copy of shard_ (which aliases full_) on the wire
+  GatherPool* pool_;
   Work gather_;
   ShardedState state_ = ShardedState::kUnsharded;
 };

@@ -70,11 +70,29 @@ using CommHook = std::function<BucketComm(GradBucket& bucket)>;
 /// Default DDP hook: in-place all-reduce Avg of the bucket.
 CommHook allreduce_avg_hook(Comm& comm);
 
+/// Sharded-gradient hook (ZeRO-2/3, FSDP): in-place reduce-scatter Avg of
+/// the bucket (Comm::reduce_scatter_inplace_async). Afterwards this rank's
+/// chunk of the bucket (bucket.data.numel() / world elements at rank *
+/// that) holds the averaged gradient; the other chunks are unspecified
+/// until zero(). Needs buckets padded to a multiple of the world size.
+CommHook reduce_scatter_avg_hook(Comm& comm);
+
 /// Gradient compression (c10d's FP16CompressCommHook): pre-divides by the
 /// world size, casts to `wire` (kHalf or kBFloat16), all-reduces Sum and
 /// casts back. Halves the bytes on NCCL; on Gloo ft::Comm widens 16-bit
-/// tensors to fp32 on the wire, so there it only costs precision.
+/// tensors to fp32 on the wire, so there it only costs precision. The
+/// low-precision copy of each bucket is kept from one step to the next.
 CommHook compressed_allreduce_hook(Comm& comm, at::ScalarType wire);
+
+/// One model unit's place in a unit-aligned layout (GradBufferOptions::units).
+struct GradBufferSegment {
+  int param = -1;     ///< index into the constructor's params; -1: a gap (e.g. a frozen weight), kept zero
+  int64_t numel = 0;  ///< elements (the parameter's numel when param >= 0)
+};
+struct GradBufferUnit {
+  std::vector<GradBufferSegment> segments;  ///< laid out end to end from offset 0
+  int64_t padded_numel = 0;                 ///< >= the segments' sum; the rest is zero padding
+};
 
 /// How to lay out the buffer; every field has a usable default.
 struct GradBufferOptions {
@@ -82,6 +100,10 @@ struct GradBufferOptions {
   /// before the parameter that would make it exceed this; a parameter never
   /// straddles two buckets, so one larger than this gets a bucket of its own.
   int64_t bucket_bytes = 25LL * 1024 * 1024;
+  /// Size cap of the first bucket to fill (c10d's 1 MiB): backward's first
+  /// gradients then go on the wire while most of backward is still ahead.
+  /// 0: the same as bucket_bytes.
+  int64_t first_bucket_bytes = 1024 * 1024;
   /// Each bucket's element count is rounded up to a multiple of this
   /// (e.g. the world size, so a reduce-scatter splits it evenly). >= 1.
   int64_t align_elements = 1;
@@ -94,12 +116,25 @@ struct GradBufferOptions {
   /// inside start_backward) so every rank lays out alike. Leave null when
   /// others depend on a fixed layout (e.g. shards cut from buffers()).
   Comm* rebuild_with = nullptr;
+  /// Unit-aligned layout (sharded strategies): one bucket per entry, in this
+  /// order (the first is launched first, so list the last model unit first),
+  /// each exactly as described, so that chunk r of a bucket lines up with
+  /// shard r of the unit's flat parameters. Replaces bucket_bytes,
+  /// first_bucket_bytes and align_elements; no rebuild. Every constructor
+  /// param must appear in exactly one segment.
+  std::vector<GradBufferUnit> units;
+  /// Called (under the buffer's lock; must not call back into it) in every
+  /// backward, synchronised or not, once all params of a bucket have
+  /// accumulated their gradient: e.g. to free a unit's gathered weights.
+  std::function<void(int bucket)> on_bucket_ready;
   /// Records each bucket's communication ("allreduce bucket k", launch to
   /// completion) on the trace's comm track while it is active, from
   /// finish_sync(). A watcher thread, started the first time a synced
   /// backward runs with the trace active, notes completions as they happen
   /// rather than when next looked at; it never calls the Tracer.
   Tracer* trace = nullptr;
+  /// The name of a bucket's communication on the trace's comm track.
+  const char* trace_name = "allreduce bucket";
 };
 
 /// Where one bucket lives; fixed at construction.
@@ -180,6 +215,7 @@ class GradBuffer {
   };
 
   void layout(const std::vector<int>& order);  // fills buckets_, slots_, buffers_
+  void layout_units();                          // the same, from options_.units
   void reset_bucket_state();                   // sizes the per-bucket vectors
   void rebuild();                              // re-layout in ready_order_
   void attach_views();

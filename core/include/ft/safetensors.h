@@ -23,7 +23,7 @@
 
 namespace ft::safetensors {
 
-/// Named tensors in a stable order; the same type as ft::TensorList (ft/strategy.h).
+/// Named tensors in a stable order; the same type as ft::TensorList (ft/types.h).
 using TensorList = std::vector<std::pair<std::string, at::Tensor>>;
 
 /// One tensor's header entry. Offsets are relative to the buffer start.

@@ -15,7 +15,7 @@
 
 namespace ft {
 
-/// Named tensors in a stable order (same type as in ft/strategy.h).
+/// Named tensors in a stable order (same type as ft::TensorList, ft/types.h).
 using TensorList = std::vector<std::pair<std::string, at::Tensor>>;
 
 /// Tensors of a torch.save zip file holding a flat {str: tensor} dict, in the

@@ -32,6 +32,7 @@ Work& Work::operator=(Work&&) noexcept = default;
 
 bool Work::completed() const {
   if (!state_ || state_->done) return true;
+  if (state_->job.valid() && state_->job.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
   for (const auto& w : state_->works) {
     if (!w->isCompleted()) return false;
   }
@@ -47,6 +48,7 @@ void Work::wait() {
   }
   s.done = true;
   try {
+    if (s.job.valid()) s.job.get();
     for (auto& w : s.works) {
       try {
         wait_sliced(s, *w);
@@ -175,6 +177,7 @@ Comm::~Comm() {
   (void)groups_->gloo.release();
   (void)groups_->nccl.release();
   (void)groups_.release();
+  (void)ring_.release();  // its thread may be blocked on the same dead peer
 }
 
 std::string Comm::failure() const { return health_->get(); }

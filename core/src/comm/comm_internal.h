@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -59,6 +60,9 @@ struct Work::State {
   bool posted = false;     // this rank's position was posted to the store
   std::vector<c10::intrusive_ptr<compat::Work>> works;
   std::function<void()> finish;
+  // Set instead of `works` for an operation run on the Comm's ring thread
+  // (comm_ring.cpp); ready when it is done, get() rethrows its ft::Error.
+  std::shared_future<void> job;
   bool done = false;
   std::exception_ptr error;
 };

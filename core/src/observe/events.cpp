@@ -67,6 +67,13 @@ void EventLog::info(const std::string& line) {
   std::fflush(stdout);
 }
 
+void EventLog::warn(const std::string& line) {
+  if (!rank0_) return;
+  end_progress_line();
+  std::fputs(("ft: warning: " + line + "\n").c_str(), stderr);
+  std::fflush(stderr);
+}
+
 void EventLog::progress(int64_t step, int64_t total, double loss) {
   if (!rank0_ || !tty_ || !progress_enabled_ || total <= 0) return;
   constexpr int kWidth = 30;

@@ -138,8 +138,8 @@ int64_t theory_state_bytes(const std::string& strategy, int64_t params, int worl
   if (strategy == "single" || strategy == "ddp" || strategy == "ddp_amp" || strategy == "horovod") return 16 * p;
   if (strategy == "dp") return 16 * p + 8 * p * (std::max(1, replicas) - 1);
   if (strategy == "zero1") return 8 * p + 8 * p / n;
-  if (strategy == "zero2") return 4 * p + 12 * p / n;
-  if (strategy == "zero3" || strategy == "fsdp") return 16 * p / n;
+  if (strategy == "zero2") return 8 * p + 8 * p / n;
+  if (strategy == "zero3" || strategy == "fsdp") return 4 * p + 12 * p / n;
   return -1;
 }
 
@@ -147,8 +147,8 @@ std::string theory_formula(const std::string& strategy) {
   if (strategy == "single" || strategy == "ddp" || strategy == "ddp_amp" || strategy == "horovod") return "16Ψ";
   if (strategy == "dp") return "16Ψ+8Ψ(R-1)";
   if (strategy == "zero1") return "8Ψ+8Ψ/N";
-  if (strategy == "zero2") return "4Ψ+12Ψ/N";
-  if (strategy == "zero3" || strategy == "fsdp") return "16Ψ/N";
+  if (strategy == "zero2") return "8Ψ+8Ψ/N";
+  if (strategy == "zero3" || strategy == "fsdp") return "4Ψ+12Ψ/N";
   return "";
 }
 

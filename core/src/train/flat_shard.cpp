@@ -16,17 +16,21 @@ namespace {
 // FSDP's trick: a view keeps its sizes while the storage under it is
 // emptied and later refilled, so module parameters (and the tensors autograd
 // saved from them in forward) stay valid handles across reshard/unshard.
-void free_storage(const at::Tensor& t) {
+void free_storage(const at::Tensor& t, GatherPool* pool) {
   c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
-  if (impl->nbytes() == 0) return;
-  impl->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  const size_t nbytes = impl->nbytes();
+  if (nbytes == 0) return;
+  at::DataPtr old = impl->set_data_ptr(at::DataPtr(nullptr, t.device()));
   impl->set_nbytes(0);
+  if (pool) pool->give(std::move(old), nbytes);
 }
 
-void alloc_storage(const at::Tensor& t, int64_t nbytes) {
+void alloc_storage(const at::Tensor& t, int64_t nbytes, GatherPool* pool) {
   c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
   if (static_cast<int64_t>(impl->nbytes()) == nbytes) return;
-  impl->set_data_ptr_noswap(impl->allocator()->allocate(static_cast<size_t>(nbytes)));
+  at::DataPtr ptr = pool ? pool->take(static_cast<size_t>(nbytes), t.device()) : at::DataPtr(nullptr, t.device());
+  if (!ptr) ptr = impl->allocator()->allocate(static_cast<size_t>(nbytes));
+  impl->set_data_ptr_noswap(std::move(ptr));
   impl->set_nbytes(static_cast<size_t>(nbytes));
 }
 
@@ -134,11 +138,27 @@ FlatLayout FlatLayout::from_json(const std::string& json, const std::string& sou
   return l;
 }
 
+// ---------------------------------------------------------------- GatherPool
+
+at::DataPtr GatherPool::take(size_t nbytes, c10::Device device) {
+  for (auto it = free_.lower_bound(nbytes); it != free_.end() && it->first == nbytes; ++it) {
+    if (it->second.device() != device) continue;
+    at::DataPtr ptr = std::move(it->second);
+    free_.erase(it);
+    return ptr;
+  }
+  held_bytes_ += static_cast<int64_t>(nbytes);
+  return at::DataPtr(nullptr, device);
+}
+
+void GatherPool::give(at::DataPtr ptr, size_t nbytes) { free_.emplace(nbytes, std::move(ptr)); }
+
 // ---------------------------------------------------------------- FlatParam
 
 FlatParam::FlatParam(int unit, const TensorList& params, const std::vector<bool>& trainable, int world, int rank,
-                     bool params_sharded)
-    : unit_(unit), layout_(FlatLayout::build(params, world, trainable)), rank_(rank), sharded_(params_sharded) {
+                     bool params_sharded, GatherPool* pool)
+    : unit_(unit), layout_(FlatLayout::build(params, world, trainable)), rank_(rank), sharded_(params_sharded),
+      pool_(pool) {
   c10::NoGradGuard no_grad;
   const auto device = params.empty() ? c10::Device(c10::kCPU) : params.front().second.device();
   full_ = at::zeros({layout_.padded_numel}, at::TensorOptions().dtype(at::kFloat).device(device));
@@ -162,10 +182,9 @@ FlatParam::FlatParam(int unit, const TensorList& params, const std::vector<bool>
 
 void FlatParam::unshard(Comm& comm) {
   if (state_ != ShardedState::kSharded) return;
-  alloc_storage(full_, layout_.padded_numel * 4);
-  // shard_ is separate memory here (params_sharded), so it can go on the
-  // wire as is; it must not change until wait_for_unshard().
-  gather_ = comm.all_gather_flat_async(full_, shard_);
+  alloc_storage(full_, layout_.padded_numel * 4, pool_);
+  full_.narrow(0, layout_.shard_begin(rank_), layout_.shard_numel()).copy_(shard_);
+  gather_ = comm.all_gather_inplace_async(full_);
   state_ = ShardedState::kUnsharding;
 }
 
@@ -173,26 +192,26 @@ void FlatParam::wait_for_unshard(Comm& comm) {
   if (state_ == ShardedState::kSharded) unshard(comm);
   if (state_ != ShardedState::kUnsharding) return;
   gather_.wait();
-  send_ = at::Tensor();
   state_ = ShardedState::kUnsharded;
 }
 
 void FlatParam::reshard() {
   if (!sharded_) return;
-  free_storage(full_);
+  free_storage(full_, pool_);
   state_ = ShardedState::kSharded;
 }
 
 Work FlatParam::gather_from_shards_async(Comm& comm) {
   if (sharded_) fail("flat param {}: gather_from_shards_async is for replicated parameters", unit_);
-  send_ = shard_.clone();
-  return comm.all_gather_flat_async(full_, send_);
+  // shard_ is full_'s own chunk: the optimizer's update is already in place.
+  return comm.all_gather_inplace_async(full_);
 }
 
 at::Tensor FlatParam::gather_copy(Comm& comm) const {
   if (!sharded_) return full_.clone();
   at::Tensor out = at::empty({layout_.padded_numel}, shard_.options());
-  comm.all_gather_flat(out, shard_);
+  out.narrow(0, layout_.shard_begin(rank_), layout_.shard_numel()).copy_(shard_);
+  comm.all_gather_inplace_async(out).wait();
   return out;
 }
 

@@ -22,14 +22,28 @@ CommHook allreduce_avg_hook(Comm& comm) {
   return [c](GradBucket& bucket) { return BucketComm{c->all_reduce_async(bucket.data, ReduceOp::Avg), {}}; };
 }
 
+CommHook reduce_scatter_avg_hook(Comm& comm) {
+  Comm* c = &comm;
+  return [c](GradBucket& bucket) { return BucketComm{c->reduce_scatter_inplace_async(bucket.data, ReduceOp::Avg), {}}; };
+}
+
 CommHook compressed_allreduce_hook(Comm& comm, at::ScalarType wire) {
   if (wire != at::kHalf && wire != at::kBFloat16) {
     fail("gradient compression: wire dtype must be fp16 or bf16, got {}", c10::toString(wire));
   }
   Comm* c = &comm;
-  return [c, wire](GradBucket& bucket) {
-    // Pre-divide in fp32 so the 16-bit sum cannot overflow where fp32's would not.
-    auto low = bucket.data.div(static_cast<double>(c->world_size())).to(wire);
+  // One wire copy per bucket, made at its first launch and kept: a bucket's
+  // size never changes after the first step (a rebuild happens before it).
+  auto wires = std::make_shared<std::vector<at::Tensor>>();
+  return [c, wire, wires](GradBucket& bucket) {
+    auto& w = *wires;
+    if (w.size() <= static_cast<size_t>(bucket.index)) w.resize(static_cast<size_t>(bucket.index) + 1);
+    at::Tensor& low = w[static_cast<size_t>(bucket.index)];
+    if (!low.defined() || low.numel() != bucket.data.numel()) low = at::empty_like(bucket.data, bucket.data.options().dtype(wire));
+    // Pre-divide in fp32 (in place: the bucket is overwritten by the result
+    // anyway) so the 16-bit sum cannot overflow where fp32's would not.
+    bucket.data.div_(static_cast<double>(c->world_size()));
+    low.copy_(bucket.data);
     Work work = c->all_reduce_async(low, ReduceOp::Sum);
     at::Tensor target = bucket.data;
     return BucketComm{std::move(work), [low, target]() mutable { target.copy_(low); }};
@@ -67,11 +81,15 @@ GradBuffer::GradBuffer(const std::vector<at::Tensor>& params, GradBufferOptions 
       fail("GradBuffer: parameter {} is not a leaf tensor that requires grad", i);
     }
   }
-  std::vector<int> order;
-  for (int i = static_cast<int>(params_.size()) - 1; i >= 0; --i) order.push_back(i);
-  layout(order);
+  if (options_.units.empty()) {
+    std::vector<int> order;
+    for (int i = static_cast<int>(params_.size()) - 1; i >= 0; --i) order.push_back(i);
+    layout(order);
+  } else {
+    layout_units();
+  }
   attach_views();
-  rebuilt_ = options_.rebuild_with == nullptr;
+  rebuilt_ = options_.rebuild_with == nullptr || !options_.units.empty();
   for (size_t i = 0; i < params_.size(); ++i) {
     auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
     hook_keys_.push_back(acc->add_post_hook(std::make_unique<Hook>(this, static_cast<int>(i))));
@@ -137,7 +155,9 @@ void GradBuffer::layout(const std::vector<int>& order) {
     const int64_t elem = static_cast<int64_t>(p.element_size());
     if (g.open >= 0) {
       const BucketInfo& b = buckets_[static_cast<size_t>(g.open)];
-      if (b.numel > 0 && (b.numel + p.numel()) * elem > options_.bucket_bytes) close(g);
+      const bool first = g.open == 0 && options_.first_bucket_bytes > 0;
+      const int64_t cap = first ? std::min(options_.first_bucket_bytes, options_.bucket_bytes) : options_.bucket_bytes;
+      if (b.numel > 0 && (b.numel + p.numel()) * elem > cap) close(g);
     }
     if (g.open < 0) {
       BucketInfo b;
@@ -155,6 +175,40 @@ void GradBuffer::layout(const std::vector<int>& order) {
     close(g);
     buffers_.push_back(at::zeros({g.cursor}, at::TensorOptions().dtype(g.dtype).device(g.device)));
   }
+}
+
+void GradBuffer::layout_units() {
+  buckets_.clear();
+  buffers_.clear();
+  slots_.assign(params_.size(), ParamSlot{-1, 0, 0, 0});
+  const at::Tensor& first = params_.front();
+  int64_t cursor = 0;
+  for (const GradBufferUnit& unit : options_.units) {
+    BucketInfo b;
+    b.offset = cursor;
+    int64_t used = 0;
+    for (const GradBufferSegment& seg : unit.segments) {
+      if (seg.param >= 0) {
+        const auto i = static_cast<size_t>(seg.param);
+        if (i >= params_.size() || slots_[i].bucket >= 0 || params_[i].numel() != seg.numel ||
+            params_[i].scalar_type() != first.scalar_type() || params_[i].device() != first.device()) {
+          fail("GradBuffer: unit layout segment for parameter {} does not match the parameters", seg.param);
+        }
+        slots_[i] = ParamSlot{static_cast<int>(buckets_.size()), 0, cursor + used, seg.numel};
+        b.params.push_back(seg.param);
+        b.numel += seg.numel;
+      }
+      used += seg.numel;
+    }
+    if (unit.padded_numel < used) fail("GradBuffer: unit padded to {} elements holds {}", unit.padded_numel, used);
+    b.padded_numel = unit.padded_numel;
+    cursor += unit.padded_numel;
+    buckets_.push_back(std::move(b));
+  }
+  for (const ParamSlot& slot : slots_) {
+    if (slot.bucket < 0) fail("GradBuffer: a parameter is in no unit of the unit layout");
+  }
+  buffers_.push_back(at::zeros({cursor}, first.options().requires_grad(false)));
 }
 
 void GradBuffer::attach_views() {
@@ -191,6 +245,7 @@ void GradBuffer::start_backward(bool sync) {
     }
   }
   callback_queued_ = false;
+  for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = static_cast<int>(buckets_[b].params.size());
   if (!sync) {
     state_ = State::kNoSync;
     return;
@@ -198,7 +253,6 @@ void GradBuffer::start_backward(bool sync) {
   state_ = State::kSyncing;
   tracing_ = options_.trace && options_.trace->active();
   if (tracing_ && !watcher_.joinable()) watcher_ = std::thread([this] { watch_completions(); });
-  for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = static_cast<int>(buckets_[b].params.size());
   std::fill(param_ready_.begin(), param_ready_.end(), false);
   std::fill(seen_done_.begin(), seen_done_.end(), false);
   next_launch_ = 0;
@@ -206,8 +260,12 @@ void GradBuffer::start_backward(bool sync) {
 
 void GradBuffer::on_grad_ready(int param) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (state_ != State::kSyncing) return;
   const int b = slots_[static_cast<size_t>(param)].bucket;
+  if (state_ == State::kNoSync) {
+    if (--pending_[static_cast<size_t>(b)] == 0 && options_.on_bucket_ready) options_.on_bucket_ready(b);
+    return;
+  }
+  if (state_ != State::kSyncing) return;
   if (param_ready_[static_cast<size_t>(param)] || b < next_launch_) {
     fail("GradBuffer: parameter {} got a gradient after its bucket {} was launched (a second backward "
          "before finish_sync()?)",
@@ -221,7 +279,10 @@ void GradBuffer::on_grad_ready(int param) {
     torch::autograd::Engine::get_default_engine().queue_callback([this] { on_backward_end(); });
     callback_queued_ = true;
   }
-  if (--pending_[static_cast<size_t>(b)] == 0) launch_ready_in_order();
+  if (--pending_[static_cast<size_t>(b)] == 0) {
+    if (options_.on_bucket_ready) options_.on_bucket_ready(b);
+    launch_ready_in_order();
+  }
   observe_completions();
 }
 
@@ -331,7 +392,7 @@ void GradBuffer::finish_sync() {
     for (size_t b = 0; b < buckets_.size(); ++b) {
       const BucketInfo& info = buckets_[b];
       const auto bytes = info.padded_numel * static_cast<int64_t>(buffers_[static_cast<size_t>(info.buffer)].element_size());
-      options_.trace->complete("allreduce bucket", "comm", TraceTrack::Comm, launched_at_[b], done_at_[b],
+      options_.trace->complete(options_.trace_name, "comm", TraceTrack::Comm, launched_at_[b], done_at_[b],
                                static_cast<int64_t>(b), bytes);
     }
     tracing_ = false;

@@ -36,7 +36,8 @@ at::Tensor ReplicatedStrategy::forward(const Batch& batch) {
     on_device.input_ids = batch.input_ids.to(ctx_->device, /*non_blocking=*/true);
     on_device.attention_mask = batch.attention_mask.to(ctx_->device, true);
     on_device.token_type_ids = batch.token_type_ids.to(ctx_->device, true);
-    on_device.labels = batch.labels.to(ctx_->device, true);
+    // Labels stay where they are: the model never reads them; the Trainer
+    // moves them next to the logits for the loss.
   }
   auto autocast = ctx_->precision->autocast();
   return model_->forward(on_device);

@@ -268,9 +268,54 @@ struct Trainer::Impl {
 
   TrainResult fit();
   bool pending_best_ = false;
+
+ private:
+  struct Schedule;
+  struct FitProgress;
+  Schedule make_schedule() const;
+  void begin_fit(const Schedule& plan);
+  void run_step(const Schedule& plan, FitProgress& p);
+  StepResult train_step(const Schedule& plan, int64_t epoch, double lr, double& step_loss);
+  void log_step(const Schedule& plan, FitProgress& p, const StepResult& r, int64_t epoch, double lr);
+  void after_step(FitProgress& p, int64_t epoch, bool last);
+  void end_epoch(FitProgress& p);
+  TrainResult finish_fit(FitProgress& p);
+  void gather_memory_facts(SummaryEvent& s);
+
+  // Runs `f` and adds its wall time to `seconds`.
+  template <typename F>
+  static void timed(double& seconds, F&& f) {
+    const auto t0 = Clock::now();
+    f();
+    seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
 };
 
-TrainResult Trainer::Impl::fit() {
+// ---------------------------------------------------------------- fit
+
+// The sampler and step counts of one fit() call, fixed before the loop.
+struct Trainer::Impl::Schedule {
+  DistributedSampler sampler;
+  int64_t per_epoch = 0;
+  int64_t total = 0;
+  int64_t warmup = 0;
+};
+
+// What the loop accumulates: throughput after warm-up, the current log
+// window, and time spent evaluating or saving (left out of train_seconds).
+struct Trainer::Impl::FitProgress {
+  int64_t warm_steps = 0;  // first steps left out of samples_per_s
+  int64_t steps_run = 0, samples = 0;
+  int64_t timed_samples = 0;
+  double timed_seconds = 0.0;
+  double side_seconds = 0.0;  // evaluation and checkpoints
+  double loss_since_log = 0.0, last_loss = std::nan("");
+  int64_t steps_since_log = 0, samples_since_log = 0;
+  double log_window_seconds = 0.0;
+  Clock::time_point start = Clock::now();
+};
+
+Trainer::Impl::Schedule Trainer::Impl::make_schedule() const {
   const auto& t = config.train;
   SamplerOptions so;
   so.dataset_size = inputs.train->size();
@@ -282,12 +327,19 @@ TrainResult Trainer::Impl::fit() {
   so.drop_last = t.drop_last;
   so.seed = static_cast<uint64_t>(t.seed);
   if (config.data.group_by_length) so.lengths = inputs.train->lengths();
-  DistributedSampler sampler(so);
-  const int64_t per_epoch = sampler.steps_per_epoch();
-  const int64_t total = t.max_steps > 0 ? t.max_steps : t.epochs * per_epoch;
-  const int64_t warmup = t.warmup_steps > 0 ? t.warmup_steps
-                                            : static_cast<int64_t>(std::ceil(t.warmup_ratio * static_cast<double>(total)));
-  state.total_steps = total;
+  Schedule plan{DistributedSampler(so)};
+  plan.per_epoch = plan.sampler.steps_per_epoch();
+  plan.total = t.max_steps > 0 ? t.max_steps : t.epochs * plan.per_epoch;
+  plan.warmup = t.warmup_steps > 0 ? t.warmup_steps
+                                   : static_cast<int64_t>(std::ceil(t.warmup_ratio * static_cast<double>(plan.total)));
+  return plan;
+}
+
+// Everything before the first step: leftovers of an interrupted save,
+// resume, train mode, and the lines that say what is about to run.
+void Trainer::Impl::begin_fit(const Schedule& plan) {
+  const auto& t = config.train;
+  state.total_steps = plan.total;
   // A run killed while saving leaves hidden temp directories; nothing else
   // writes here before this run's first save.
   if (is_rank0() && !t.output_dir.empty()) {
@@ -297,98 +349,112 @@ TrainResult Trainer::Impl::fit() {
   strategy->set_training(true);
   events.info(fmt::format("training BERT ({} layers) with {} on {} rank(s), precision {}, {} steps ({} per epoch), global batch {}",
                           inputs.model_config.num_hidden_layers, strategy_name, comm.world_size(),
-                          to_string(precision->mode()), total, per_epoch, sampler.global_batch_size()));
-
-  // Throughput leaves out the first steps (allocator and thread-pool warm-up).
-  const int64_t warm_steps = total - state.global_step > 6 ? 2 : 0;
-  int64_t timed_samples = 0;
-  double timed_seconds = 0.0, eval_seconds = 0.0;
-  double loss_since_log = 0.0, last_loss = std::nan("");
-  int64_t steps_since_log = 0, samples_since_log = 0, steps_run = 0, samples = 0;
-  double log_window_seconds = 0.0;
-  const auto loop_start = Clock::now();
-
-  while (state.global_step < total) {
-    const int64_t epoch = state.epoch;
-    if (state.step_in_epoch >= per_epoch) {
-      if (!t.eval_every && inputs.dev) {
-        const auto e0 = Clock::now();
-        run_eval(epoch);
-        eval_seconds += std::chrono::duration<double>(Clock::now() - e0).count();
-      }
-      state.epoch += 1;
-      state.step_in_epoch = 0;
-      continue;
-    }
-    const auto s0 = Clock::now();
-    tracer.begin_step(state.global_step + 1);
-    const double lr = scheduled_lr(t, state.global_step, total, warmup);
-    double step_loss = 0.0;
-    for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
-      TraceRange data_range(&tracer, "data", "data");
-      Batch batch = inputs.train->collate(sampler.micro_batch(epoch, state.step_in_epoch, micro));
-      data_range.end();
-      TraceRange forward_range(&tracer, "forward");
-      auto logits = strategy->forward(batch);
-      auto loss = at::cross_entropy_loss(logits, batch.labels.to(logits.device())) / static_cast<double>(t.grad_accum);
-      forward_range.end();
-      TraceRange backward_range(&tracer, "backward");
-      strategy->backward(loss, micro == t.grad_accum - 1);
-      backward_range.end();
-      step_loss += loss.item<double>();
-    }
-    TraceRange optimizer_range(&tracer, "optimizer", "optimizer");
-    StepResult r = strategy->step({lr, t.max_grad_norm});
-    optimizer_range.end();
-    if (auto note = tracer.end_step(state.global_step + 1)) events.info(*note);
-    const int64_t rows = sampler.step_rows(state.step_in_epoch);
-    state.global_step += 1;
-    state.step_in_epoch += 1;
-    ++steps_run;
-    samples += rows;
-    const double dt = std::chrono::duration<double>(Clock::now() - s0).count();
-    if (steps_run > warm_steps) {
-      timed_seconds += dt;
-      timed_samples += rows;
-    }
-    loss_since_log += step_loss;
-    ++steps_since_log;
-    samples_since_log += rows;
-    log_window_seconds += dt;
-    const bool last = state.global_step == total;
-    if (state.global_step % std::max<int64_t>(1, t.log_every) == 0 || last) {
-      auto l = at::tensor({loss_since_log / static_cast<double>(steps_since_log)}, at::kDouble);
-      comm.all_reduce(l, ReduceOp::Avg);
-      last_loss = l.item<double>();
-      StepEvent ev{state.global_step, total, epoch, last_loss, lr, r.grad_norm,
-                   static_cast<double>(samples_since_log) / std::max(1e-9, log_window_seconds),
-                   precision->loss_scale(), r.skipped};
-      events.step(ev, true);
-      loss_since_log = 0.0;
-      steps_since_log = samples_since_log = 0;
-      log_window_seconds = 0.0;
-    } else {
-      events.progress(state.global_step, total, last_loss);
-    }
-    if (t.eval_every > 0 && inputs.dev && (state.global_step % t.eval_every == 0 || last)) {
-      const auto e0 = Clock::now();
-      run_eval(epoch);
-      eval_seconds += std::chrono::duration<double>(Clock::now() - e0).count();
-    }
-    if (!t.output_dir.empty() && t.save_every > 0 && state.global_step % t.save_every == 0 && !last) {
-      const auto e0 = Clock::now();
-      save_step_checkpoint();
-      eval_seconds += std::chrono::duration<double>(Clock::now() - e0).count();
-    }
+                          to_string(precision->mode()), plan.total, plan.per_epoch, plan.sampler.global_batch_size()));
+  // Asked after setup(): `auto` only knows its strategy (and abilities) then.
+  if (t.save_sharded && !strategy->ability<ShardedCheckpointing>()) {
+    events.warn(fmt::format("train.save_sharded=true, but sharded checkpoints are not written by strategy '{}'; "
+                            "only the consolidated checkpoint is saved",
+                            strategy_name));
   }
+}
+
+// One optimizer step: grad_accum micro-batches of forward and backward,
+// then the strategy's step. Adds the step's loss to `step_loss`.
+StepResult Trainer::Impl::train_step(const Schedule& plan, int64_t epoch, double lr, double& step_loss) {
+  const auto& t = config.train;
+  for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
+    TraceRange data_range(&tracer, "data", "data");
+    Batch batch = inputs.train->collate(plan.sampler.micro_batch(epoch, state.step_in_epoch, micro));
+    data_range.end();
+    TraceRange forward_range(&tracer, "forward");
+    auto logits = strategy->forward(batch);
+    // The loss is taken here, next to the logits: strategies move the
+    // model inputs, never the caller's batch, so its labels are still on
+    // the CPU (a no-op copy there; dp gathers its logits on ctx.device).
+    auto loss = at::cross_entropy_loss(logits, batch.labels.to(logits.device())) / static_cast<double>(t.grad_accum);
+    forward_range.end();
+    TraceRange backward_range(&tracer, "backward");
+    strategy->backward(loss, micro == t.grad_accum - 1);
+    backward_range.end();
+    step_loss += loss.item<double>();
+  }
+  TraceRange optimizer_range(&tracer, "optimizer", "optimizer");  // ends on return
+  return strategy->step({lr, t.max_grad_norm});
+}
+
+// Rank 0 logs the loss averaged over the window and over ranks every
+// log_every steps and at the last one; a progress tick otherwise.
+void Trainer::Impl::log_step(const Schedule& plan, FitProgress& p, const StepResult& r, int64_t epoch, double lr) {
+  const bool last = state.global_step == plan.total;
+  if (state.global_step % std::max<int64_t>(1, config.train.log_every) != 0 && !last) {
+    events.progress(state.global_step, plan.total, p.last_loss);
+    return;
+  }
+  auto l = at::tensor({p.loss_since_log / static_cast<double>(p.steps_since_log)}, at::kDouble);
+  comm.all_reduce(l, ReduceOp::Avg);
+  p.last_loss = l.item<double>();
+  StepEvent ev{state.global_step, plan.total, epoch, p.last_loss, lr, r.grad_norm,
+               static_cast<double>(p.samples_since_log) / std::max(1e-9, p.log_window_seconds),
+               precision->loss_scale(), r.skipped};
+  events.step(ev, true);
+  p.loss_since_log = 0.0;
+  p.steps_since_log = p.samples_since_log = 0;
+  p.log_window_seconds = 0.0;
+}
+
+// eval_every and save_every after a step. The final checkpoint is written
+// by finish_fit, so the last step never saves here.
+void Trainer::Impl::after_step(FitProgress& p, int64_t epoch, bool last) {
+  const auto& t = config.train;
+  if (t.eval_every > 0 && inputs.dev && (state.global_step % t.eval_every == 0 || last)) {
+    timed(p.side_seconds, [&] { run_eval(epoch); });
+  }
+  if (!t.output_dir.empty() && t.save_every > 0 && state.global_step % t.save_every == 0 && !last) {
+    timed(p.side_seconds, [&] { save_step_checkpoint(); });
+  }
+}
+
+void Trainer::Impl::run_step(const Schedule& plan, FitProgress& p) {
+  const int64_t epoch = state.epoch;
+  const auto s0 = Clock::now();
+  tracer.begin_step(state.global_step + 1);
+  const double lr = scheduled_lr(config.train, state.global_step, plan.total, plan.warmup);
+  double step_loss = 0.0;
+  const StepResult r = train_step(plan, epoch, lr, step_loss);
+  if (auto note = tracer.end_step(state.global_step + 1)) events.info(*note);
+  const int64_t rows = plan.sampler.step_rows(state.step_in_epoch);
+  state.global_step += 1;
+  state.step_in_epoch += 1;
+  ++p.steps_run;
+  p.samples += rows;
+  const double dt = std::chrono::duration<double>(Clock::now() - s0).count();
+  if (p.steps_run > p.warm_steps) {
+    p.timed_seconds += dt;
+    p.timed_samples += rows;
+  }
+  p.loss_since_log += step_loss;
+  ++p.steps_since_log;
+  p.samples_since_log += rows;
+  p.log_window_seconds += dt;
+  log_step(plan, p, r, epoch, lr);
+  after_step(p, epoch, state.global_step == plan.total);
+}
+
+// Per-epoch evaluation (when eval_every is 0) and the move to the next epoch.
+void Trainer::Impl::end_epoch(FitProgress& p) {
+  if (!config.train.eval_every && inputs.dev) timed(p.side_seconds, [&] { run_eval(state.epoch); });
+  state.epoch += 1;
+  state.step_in_epoch = 0;
+}
+
+// After the loop: the trace file, the closing evaluation, the summary
+// (gathered from every rank) and the final checkpoint.
+TrainResult Trainer::Impl::finish_fit(FitProgress& p) {
+  const auto& t = config.train;
   if (auto note = tracer.finish(state.global_step)) events.info(*note);
   // The per-epoch cadence also evaluates where training stops.
-  if (!t.eval_every && inputs.dev) {
-    const auto e0 = Clock::now();
-    run_eval(state.epoch);
-    eval_seconds += std::chrono::duration<double>(Clock::now() - e0).count();
-  }
-  const double loop_seconds = std::chrono::duration<double>(Clock::now() - loop_start).count() - eval_seconds;
+  if (!t.eval_every && inputs.dev) timed(p.side_seconds, [&] { run_eval(state.epoch); });
+  const double loop_seconds = std::chrono::duration<double>(Clock::now() - p.start).count() - p.side_seconds;
 
   TrainResult result;
   SummaryEvent& s = result.summary;
@@ -396,12 +462,33 @@ TrainResult Trainer::Impl::fit() {
   s.precision = to_string(precision->mode());
   s.world_size = comm.world_size();
   s.threads_per_rank = ctx.threads;
-  s.steps = steps_run;
-  s.samples = samples;
+  s.steps = p.steps_run;
+  s.samples = p.samples;
   s.train_seconds = loop_seconds;
-  s.samples_per_s = timed_seconds > 0 ? static_cast<double>(timed_samples) / timed_seconds
-                                      : static_cast<double>(samples) / std::max(1e-9, loop_seconds);
-  s.final_loss = last_loss;
+  s.samples_per_s = p.timed_seconds > 0 ? static_cast<double>(p.timed_samples) / p.timed_seconds
+                                        : static_cast<double>(p.samples) / std::max(1e-9, loop_seconds);
+  s.final_loss = p.last_loss;
+  gather_memory_facts(s);
+  for (const auto& param : model->parameters())
+    if (param.requires_grad()) s.trainable_params += param.numel();
+  if (last_eval) {
+    s.has_eval = true;
+    s.eval = *last_eval;
+  }
+  if (!t.output_dir.empty()) {
+    const fsys::path final_dir = fsys::path(t.output_dir) / "final";
+    if (pending_best_) state.best_checkpoint = final_dir.string();
+    pending_best_ = false;
+    write_checkpoint(final_dir);
+    s.checkpoint = final_dir.string();
+  }
+  events.summary(s);
+  result.last_eval = last_eval;
+  return result;
+}
+
+// Collective: every rank's peak memory and state bytes, for the summary.
+void Trainer::Impl::gather_memory_facts(SummaryEvent& s) {
   StateBytes bytes = strategy->state_bytes();
   auto facts = at::tensor({peak_rss_mb(), static_cast<double>(bytes.params), static_cast<double>(bytes.grads),
                            static_cast<double>(bytes.optimizer), peak_device_memory_mb(ctx.device)},
@@ -418,22 +505,22 @@ TrainResult Trainer::Impl::fit() {
     s.optimizer_bytes.push_back(static_cast<int64_t>(d[3]));
     s.model_state_bytes.push_back(static_cast<int64_t>(d[1] + d[2] + d[3]));
   }
-  for (const auto& p : model->parameters())
-    if (p.requires_grad()) s.trainable_params += p.numel();
-  if (last_eval) {
-    s.has_eval = true;
-    s.eval = *last_eval;
+}
+
+TrainResult Trainer::Impl::fit() {
+  const Schedule plan = make_schedule();
+  begin_fit(plan);
+  FitProgress progress;
+  // Throughput leaves out the first steps (allocator and thread-pool warm-up).
+  progress.warm_steps = plan.total - state.global_step > 6 ? 2 : 0;
+  while (state.global_step < plan.total) {
+    if (state.step_in_epoch >= plan.per_epoch) {
+      end_epoch(progress);
+    } else {
+      run_step(plan, progress);
+    }
   }
-  if (!t.output_dir.empty()) {
-    const fsys::path final_dir = fsys::path(t.output_dir) / "final";
-    if (pending_best_) state.best_checkpoint = final_dir.string();
-    pending_best_ = false;
-    write_checkpoint(final_dir);
-    s.checkpoint = final_dir.string();
-  }
-  events.summary(s);
-  result.last_eval = last_eval;
-  return result;
+  return finish_fit(progress);
 }
 
 Trainer::Trainer(RunConfig config, RunInputs inputs, std::shared_ptr<Strategy> strategy, std::string strategy_name,

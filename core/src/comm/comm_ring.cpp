@@ -1,0 +1,198 @@
+// Comm::reduce_scatter_inplace_async and all_gather_inplace_async: the
+// collectives of the gradient buffer and of flat parameters.
+//
+// Gloo in LibTorch 1.13 has no reduce-scatter; the general
+// reduce_scatter_flat_async emulates one with alltoall, which stages the
+// whole input and a received copy of every chunk. The gradient buffer needs
+// less: its buckets are padded to a multiple of the world size and only this
+// rank's chunk must end up reduced, so a ring over send/recv does it in
+// place with one chunk of scratch: at step s (0 .. N-2) rank r sends chunk
+// (r - s - 1) mod N to its right neighbour and adds what its left one sends
+// into chunk (r - s - 2) mod N; after N-1 steps chunk r holds the sum of
+// every rank's chunk r. Each rank sends (N-1)/N of the bucket, the
+// bandwidth-optimal amount, and allocates nothing after the first call.
+//
+// The all-gather is the same ring's second half: at step s rank r sends
+// chunk (r - s) and receives chunk (r - s - 1) straight into place. c10d's
+// Gloo allgather would instead stage a world-sized flat copy per call.
+//
+// The steps depend on each other, so they run on one thread per Comm (the
+// ring thread), in submission order; that order is the collective order, the
+// same on every rank. On NCCL the c10d primitive exists and is used.
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include "comm_internal.h"
+#include "ft/error.h"
+
+namespace ft {
+
+// Point-to-point tag of the gradient ring (Horovod's ring uses its own).
+constexpr int kReduceScatterTag = 0x5253;  // "RS"
+constexpr int kAllGatherTag = 0x4147;      // "AG"
+
+class RingWorker {
+ public:
+  RingWorker() : thread_([this] { loop(); }) {}
+  ~RingWorker() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  RingWorker(const RingWorker&) = delete;
+  RingWorker& operator=(const RingWorker&) = delete;
+
+  std::shared_future<void> submit(std::function<void()> job) {
+    std::packaged_task<void()> task(std::move(job));
+    std::shared_future<void> done = task.get_future().share();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      jobs_.push_back(std::move(task));
+    }
+    wake_.notify_one();
+    return done;
+  }
+
+  // One chunk of receive space; only the ring thread touches it.
+  at::Tensor scratch(int64_t numel, const at::TensorOptions& options) {
+    if (!scratch_.defined() || scratch_.numel() < numel || scratch_.scalar_type() != options.dtype()) {
+      scratch_ = at::empty({numel}, options);
+    }
+    return scratch_.narrow(0, 0, numel);
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::packaged_task<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;  // stopping, and drained
+        task = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      task();  // a throwing job stores its ft::Error in the future
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::packaged_task<void()>> jobs_;
+  bool stop_ = false;
+  at::Tensor scratch_;
+  std::thread thread_;  // last: starts after the members it uses exist
+};
+
+void RingWorkerDeleter::operator()(RingWorker* w) const { delete w; }
+
+namespace {
+
+void check_ring_flat(const char* what, const at::Tensor& flat, int world) {
+  if (!flat.defined() || flat.dim() != 1 || !flat.is_contiguous() || flat.numel() % world != 0) {
+    fail("{}: needs a contiguous 1-D tensor whose length is a multiple of the world size {}", what, world);
+  }
+}
+
+compat::Backend& nccl_of(CommGroups* groups, int rank, const char* what) {
+  if (!groups || !groups->nccl) fail("rank {}: {}: no NCCL group for CUDA tensors", rank, what);
+  return *groups->nccl;
+}
+
+std::shared_ptr<Work::State> ring_state(const char* what, const std::shared_ptr<CommHealth>& health,
+                                        std::chrono::milliseconds timeout) {
+  auto state = std::make_shared<Work::State>();
+  state->what = what;
+  state->health = health;
+  state->timeout = timeout;
+  state->seq = ++health->issued;
+  state->issued_at = std::chrono::steady_clock::now();
+  return state;
+}
+
+}  // namespace
+
+RingWorker& Comm::ring_worker() {
+  if (!ring_) ring_.reset(new RingWorker());
+  return *ring_;
+}
+
+Work Comm::reduce_scatter_inplace_async(at::Tensor& flat, ReduceOp op) {
+  const char* what = "reduce_scatter_inplace";
+  const int world = world_size();
+  check_ring_flat(what, flat, world);
+  if (op != ReduceOp::Sum && op != ReduceOp::Avg) fail("{}: only Sum and Avg are supported", what);
+  if (!at::isFloatingType(flat.scalar_type())) {
+    fail("{}: needs a floating-point tensor, got {}", what, c10::toString(flat.scalar_type()));
+  }
+  if (world == 1) return Work();
+  const int64_t n = flat.numel() / world;
+  const int r = rank();
+  auto state = ring_state(what, health_, options_.timeout);
+  if (flat.is_cuda()) {
+    at::Tensor mine = flat.narrow(0, n * r, n);
+    at::Tensor in = flat;
+    state->works.push_back(nccl_of(groups_.get(), r, what)._reduce_scatter_base(mine, in));
+    if (op == ReduceOp::Avg) state->finish = [mine, world]() mutable { mine.div_(static_cast<double>(world)); };
+    return Work(state);
+  }
+  RingWorker* worker = &ring_worker();
+  at::Tensor data = flat;
+  state->job = worker->submit([this, worker, data, n, r, world, op]() {
+    c10::NoGradGuard no_grad;
+    auto chunk = [&](int i) { return data.narrow(0, n * (((i % world) + world) % world), n); };
+    at::Tensor in = worker->scratch(n, data.options());
+    const int right = (r + 1) % world;
+    const int left = (r + world - 1) % world;
+    for (int s = 0; s < world - 1; ++s) {
+      Work recv = recv_async(in, left, kReduceScatterTag);
+      Work send = send_async(chunk(r - s - 1), right, kReduceScatterTag);
+      send.wait();
+      recv.wait();
+      chunk(r - s - 2).add_(in);
+    }
+    if (op == ReduceOp::Avg) chunk(r).div_(static_cast<double>(world));
+  });
+  return Work(state);
+}
+
+Work Comm::all_gather_inplace_async(at::Tensor& flat) {
+  const char* what = "all_gather_inplace";
+  const int world = world_size();
+  check_ring_flat(what, flat, world);
+  if (world == 1) return Work();
+  const int64_t n = flat.numel() / world;
+  const int r = rank();
+  auto state = ring_state(what, health_, options_.timeout);
+  if (flat.is_cuda()) {
+    at::Tensor mine = flat.narrow(0, n * r, n);
+    at::Tensor out = flat;
+    state->works.push_back(nccl_of(groups_.get(), r, what)._allgather_base(out, mine));
+    return Work(state);
+  }
+  at::Tensor data = flat;
+  state->job = ring_worker().submit([this, data, n, r, world]() {
+    auto chunk = [&](int i) { return data.narrow(0, n * (((i % world) + world) % world), n); };
+    const int right = (r + 1) % world;
+    const int left = (r + world - 1) % world;
+    for (int s = 0; s < world - 1; ++s) {
+      at::Tensor dst = chunk(r - s - 1);
+      Work recv = recv_async(dst, left, kAllGatherTag);
+      Work send = send_async(chunk(r - s), right, kAllGatherTag);
+      send.wait();
+      recv.wait();
+    }
+  });
+  return Work(state);
+}
+
+}  // namespace ft
