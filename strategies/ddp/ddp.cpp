@@ -62,6 +62,15 @@ class DdpStrategy final : public ft::ReplicatedStrategy {
       case Compression::FP16: hook = ft::compressed_allreduce_hook(comm, at::kHalf); break;
       case Compression::BF16: hook = ft::compressed_allreduce_hook(comm, at::kBFloat16); break;
     }
+    if (options.sparse_embedding) {
+      const auto named = model_->named_parameters();
+      if (const at::Tensor* table = named.find("bert.embeddings.word_embeddings.weight")) {
+        for (size_t i = 0; i < trainable().size(); ++i) {
+          if (trainable()[i].is_same(*table)) bo.row_sparse.push_back(static_cast<int>(i));
+        }
+      }
+      if (!bo.row_sparse.empty()) hook = ft::row_sparse_allreduce_hook(comm, std::move(hook));
+    }
     buffer_ = std::make_unique<ft::GradBuffer>(trainable(), bo, std::move(hook));
   }
 

@@ -19,6 +19,11 @@ struct DdpOptions {
   /// 16 bits for the all-reduce; saves bandwidth on NCCL only (ft::Comm
   /// widens 16-bit tensors to fp32 for Gloo), always costs precision.
   Compression compression = Compression::None;
+  /// strategy.options.sparse_embedding: average the word-embedding gradient
+  /// over the rows some rank looked up only (ft::row_sparse_allreduce_hook;
+  /// exact). Its bucket fills last in backward, so it is the communication
+  /// backward cannot hide; the rows a step touches are a small part of it.
+  bool sparse_embedding = true;
 
   /// Throws ft::Error naming `strategy.options.<key>` and the allowed values
   /// for a bad value, or naming an unknown key and listing the known ones.

@@ -112,6 +112,7 @@ void ShardedStrategy::setup(std::shared_ptr<BertForSequenceClassification> model
   optimizer_ = std::make_unique<TensorOptimizer>(optimizer, std::move(slots));
 
   build_grad_buffer();
+  norm_buf_ = at::zeros({1}, at::kDouble);
   if (policy_.shard_params) {
     runner_ = std::make_unique<Runner>(this);
     model_->set_unit_runner(runner_.get());
@@ -388,9 +389,13 @@ StepResult ShardedStrategy::step(const StepOptions& options) {
   }
   result.skipped = found_inf;
   if (!found_inf) {
-    at::Tensor sq = at::full({1}, grad_norm_squared(grads), at::kDouble);
-    if (shard_world() > 1) comm.all_reduce(sq, ReduceOp::Sum);
-    result.grad_norm = std::sqrt(sq.item<double>());
+    double sq = grad_norm_squared(grads);
+    if (shard_world() > 1) {
+      norm_buf_.fill_(sq);  // kept from step to step: the step allocates nothing
+      comm.all_reduce(norm_buf_, ReduceOp::Sum);
+      sq = norm_buf_.item<double>();
+    }
+    result.grad_norm = std::sqrt(sq);
     clip_grads(grads, result.grad_norm, options.max_grad_norm);
     optimizer_->step(options.lr, grads);
   } else {

@@ -174,6 +174,7 @@ class ShardedStrategy : public Strategy, public ShardedCheckpointing {
   int prefetched_ = 0;                // gathers issued ahead of use, not yet consumed
   std::vector<bool> prefetched_unit_;
   int64_t peak_full_bytes_ = 0;
+  at::Tensor norm_buf_;  // the squared grad norm's all-reduce
 };
 
 }  // namespace ft

@@ -296,9 +296,10 @@ TEST_CASE("ddp on 2 and 4 ranks reproduces the PyTorch reference losses") {
     auto r = run_parity("--strategy ddp --nproc 2 --threads 1 --set train.batch_size=16", "x2");
     check_close(r.losses, ref, 1e-4);
     CHECK(r.summary.at("world_size") == 2);
-    // The tiny model (~13 MB of fp32 grads): the 1 MiB first bucket, then
-    // the rest in one default 25 MiB bucket.
-    CHECK(overlap_line(r.out.output) == std::pair{2, 8});
+    // The tiny model (~13 MB of fp32 grads): the 1 MiB first bucket, the
+    // rest of the encoder in one default 25 MiB bucket, the word embeddings
+    // alone (row-sparse), then the other embeddings.
+    CHECK(overlap_line(r.out.output) == std::pair{4, 8});
   }
   SUBCASE("4 ranks x 8") {
     auto r = run_parity("--strategy ddp --nproc 4 --threads 1 --set train.batch_size=8", "x4");
@@ -313,6 +314,21 @@ TEST_CASE("ddp on 2 and 4 ranks reproduces the PyTorch reference losses") {
     CHECK(buckets > 20);
     CHECK(syncs == 8);
   }
+}
+
+TEST_CASE("ddp: the row-sparse word-embedding all-reduce gives exactly the dense result on 2 ranks") {
+  FT_REQUIRE_SHARED("fixtures/parity-tiny");
+  // Two ranks: each touched row's average is (a + b) / 2 either way, so the
+  // losses and the final weights are bit-identical, not merely close.
+  const std::string base = "--strategy ddp --nproc 2 --threads 1 --set train.batch_size=16";
+  auto sparse = run_parity(base, "sparse");
+  auto dense = run_parity(base + " --set strategy.options.sparse_embedding=false", "dense");
+  REQUIRE(sparse.losses.size() == 8);
+  CHECK(sparse.losses == dense.losses);
+  // The sparse run gives the word embeddings a bucket of their own (which
+  // splits the bucket they shared); the dense one does not.
+  CHECK(overlap_line(sparse.out.output).first == 4);
+  CHECK(overlap_line(dense.out.output).first == 2);
 }
 
 TEST_CASE("gradient accumulation 2 x 16 equals one batch of 32") {
@@ -343,7 +359,7 @@ TEST_CASE("bad ddp options stop the run with a message naming the key") {
   const Bad cases[] = {
       {"strategy.options.bucket_mb=-1", "strategy.options.bucket_mb: '-1' is not a number > 0"},
       {"strategy.options.compression=zip", "strategy.options.compression: 'zip' is not one of none, fp16, bf16"},
-      {"strategy.options.bucketmb=5", "strategy.options.bucketmb: unknown option for ddp/ddp_amp (known: bucket_mb, compression)"},
+      {"strategy.options.bucketmb=5", "strategy.options.bucketmb: unknown option for ddp/ddp_amp (known: bucket_mb, compression, sparse_embedding)"},
   };
   for (const auto& c : cases) {
     auto out = ft_test::run_ft(fmt::format("run --config configs/parity-tiny.yaml --strategy ddp --max-steps 1 --set {}", c.set));

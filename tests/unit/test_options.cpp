@@ -137,7 +137,7 @@ TEST_CASE("ddp options through the reader") {
   CHECK(error_of([] { DdpOptions::parse({{"compression", "zip"}}); }) ==
         "strategy.options.compression: 'zip' is not one of none, fp16, bf16");
   CHECK(error_of([] { DdpOptions::parse({{"bucketmb", "5"}}); }) ==
-        "strategy.options.bucketmb: unknown option for ddp/ddp_amp (known: bucket_mb, compression)");
+        "strategy.options.bucketmb: unknown option for ddp/ddp_amp (known: bucket_mb, compression, sparse_embedding)");
 }
 
 TEST_CASE("horovod options through the reader") {

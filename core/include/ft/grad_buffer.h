@@ -53,6 +53,9 @@ class Tracer;
 struct GradBucket {
   int index = 0;    ///< launch order (0 = first to fill in backward)
   at::Tensor data;  ///< 1-D view of the buffer: the bucket's params, then padding (zeros)
+  /// > 0: the bucket holds one row-sparse parameter (GradBufferOptions::
+  /// row_sparse) of rows this many elements wide.
+  int64_t row_width = 0;
 };
 
 /// A launched bucket communication: wait on `work`, then run `after_wait`
@@ -69,6 +72,18 @@ using CommHook = std::function<BucketComm(GradBucket& bucket)>;
 
 /// Default DDP hook: in-place all-reduce Avg of the bucket.
 CommHook allreduce_avg_hook(Comm& comm);
+
+/// Row-sparse all-reduce for embedding tables (PyTorch's sparse embedding
+/// gradients, without sparse tensors): a row-sparse bucket's gradient is
+/// zero outside the rows the ranks' batches looked up, so only the union of
+/// the touched rows is averaged (a byte mask all-reduced with Max, then the
+/// rows gathered, all-reduced Avg and put back). Exactly the dense result:
+/// untouched rows are zero on every rank. On BERT's 21 128-row vocabulary a
+/// step touches a few thousand rows: the bucket that backward fills last,
+/// and so cannot hide, shrinks several-fold. Buckets that are not row-sparse,
+/// and CUDA tensors, go to `dense`. Staging (mask, indices, rows) is kept
+/// and only grows.
+CommHook row_sparse_allreduce_hook(Comm& comm, CommHook dense);
 
 /// Sharded-gradient hook (ZeRO-2/3, FSDP): in-place reduce-scatter Avg of
 /// the bucket (Comm::reduce_scatter_inplace_async). Afterwards this rank's
@@ -127,6 +142,10 @@ struct GradBufferOptions {
   /// backward, synchronised or not, once all params of a bucket have
   /// accumulated their gradient: e.g. to free a unit's gathered weights.
   std::function<void(int bucket)> on_bucket_ready;
+  /// 2-D params whose gradient is row-sparse (an embedding table): each gets
+  /// a bucket of its own, marked with its row width (GradBucket::row_width)
+  /// for row_sparse_allreduce_hook. Ignored with `units`.
+  std::vector<int> row_sparse;
   /// Records each bucket's communication ("allreduce bucket k", launch to
   /// completion) on the trace's comm track while it is active, from
   /// finish_sync(). A watcher thread, started the first time a synced
@@ -144,6 +163,7 @@ struct BucketInfo {
   int64_t numel = 0;                ///< elements of its params (no padding)
   int64_t padded_numel = 0;         ///< numel rounded up to align_elements
   std::vector<int> params;          ///< indices into the constructor's params, in layout order
+  int64_t row_width = 0;            ///< > 0: one row-sparse param (GradBufferOptions::row_sparse)
 };
 
 /// Where one parameter's gradient lives.

@@ -9,6 +9,7 @@
 
 #include "comm_internal.h"
 #include "ft/error.h"
+#include "inplace_scale.h"
 
 namespace ft {
 namespace {
@@ -145,7 +146,7 @@ Work Comm::all_reduce_async(at::Tensor& t, ReduceOp op) {
         return group.allreduce(ts, opts);
       },
       [w, op, world] {
-        if (op == ReduceOp::Avg) w->wire.div_(world);
+        if (op == ReduceOp::Avg) scale_inplace(w->wire, world, ScaleOp::kDiv);
         w->copy_back();
       });
 }

@@ -30,6 +30,7 @@
 
 #include "comm_internal.h"
 #include "ft/error.h"
+#include "inplace_scale.h"
 
 namespace ft {
 
@@ -142,7 +143,7 @@ Work Comm::reduce_scatter_inplace_async(at::Tensor& flat, ReduceOp op) {
     at::Tensor mine = flat.narrow(0, n * r, n);
     at::Tensor in = flat;
     state->works.push_back(nccl_of(groups_.get(), r, what)._reduce_scatter_base(mine, in));
-    if (op == ReduceOp::Avg) state->finish = [mine, world]() mutable { mine.div_(static_cast<double>(world)); };
+    if (op == ReduceOp::Avg) state->finish = [mine, world] { scale_inplace(mine, world, ScaleOp::kDiv); };
     return Work(state);
   }
   RingWorker* worker = &ring_worker();
@@ -160,7 +161,7 @@ Work Comm::reduce_scatter_inplace_async(at::Tensor& flat, ReduceOp op) {
       recv.wait();
       chunk(r - s - 2).add_(in);
     }
-    if (op == ReduceOp::Avg) chunk(r).div_(static_cast<double>(world));
+    if (op == ReduceOp::Avg) scale_inplace(chunk(r), world, ScaleOp::kDiv);
   });
   return Work(state);
 }

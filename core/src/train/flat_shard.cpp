@@ -174,7 +174,10 @@ FlatParam::FlatParam(int unit, const TensorList& params, const std::vector<bool>
   at::Tensor chunk = full_.narrow(0, layout_.shard_begin(rank_), layout_.shard_numel());
   if (sharded_) {
     shard_ = chunk.clone();
-    reshard();
+    // Freed outright, not pooled: the pool is for the blocks that training
+    // gathers, and would otherwise keep every unit's construction copy.
+    free_storage(full_, nullptr);
+    state_ = ShardedState::kSharded;
   } else {
     shard_ = chunk;
   }

@@ -11,6 +11,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "ft/error.h"
+#include "inplace_scale.h"
 #include "ft/trace.h"
 
 namespace ft {
@@ -42,7 +43,7 @@ CommHook compressed_allreduce_hook(Comm& comm, at::ScalarType wire) {
     if (!low.defined() || low.numel() != bucket.data.numel()) low = at::empty_like(bucket.data, bucket.data.options().dtype(wire));
     // Pre-divide in fp32 (in place: the bucket is overwritten by the result
     // anyway) so the 16-bit sum cannot overflow where fp32's would not.
-    bucket.data.div_(static_cast<double>(c->world_size()));
+    scale_inplace(bucket.data, c->world_size(), ScaleOp::kDiv);
     low.copy_(bucket.data);
     Work work = c->all_reduce_async(low, ReduceOp::Sum);
     at::Tensor target = bucket.data;
@@ -153,11 +154,12 @@ void GradBuffer::layout(const std::vector<int>& order) {
     if (gi == static_cast<int>(groups.size())) groups.push_back(Group{p.scalar_type(), p.device()});
     Group& g = groups[static_cast<size_t>(gi)];
     const int64_t elem = static_cast<int64_t>(p.element_size());
+    const bool sparse = std::find(options_.row_sparse.begin(), options_.row_sparse.end(), i) != options_.row_sparse.end();
     if (g.open >= 0) {
       const BucketInfo& b = buckets_[static_cast<size_t>(g.open)];
       const bool first = g.open == 0 && options_.first_bucket_bytes > 0;
       const int64_t cap = first ? std::min(options_.first_bucket_bytes, options_.bucket_bytes) : options_.bucket_bytes;
-      if (b.numel > 0 && (b.numel + p.numel()) * elem > cap) close(g);
+      if (b.numel > 0 && (sparse || (b.numel + p.numel()) * elem > cap)) close(g);
     }
     if (g.open < 0) {
       BucketInfo b;
@@ -170,6 +172,11 @@ void GradBuffer::layout(const std::vector<int>& order) {
     slots_[static_cast<size_t>(i)] = ParamSlot{g.open, gi, b.offset + b.numel, p.numel()};
     b.numel += p.numel();
     b.params.push_back(i);
+    if (sparse) {
+      if (p.dim() != 2) fail("GradBuffer: row-sparse parameter {} is not 2-D", i);
+      b.row_width = p.size(1);
+      close(g);  // alone in its bucket
+    }
   }
   for (auto& g : groups) {
     close(g);
@@ -323,7 +330,8 @@ void GradBuffer::launch_ready_in_order() {
 
 void GradBuffer::launch(int b) {
   const BucketInfo& info = buckets_[static_cast<size_t>(b)];
-  GradBucket bucket{b, buffers_[static_cast<size_t>(info.buffer)].narrow(0, info.offset, info.padded_numel)};
+  GradBucket bucket{b, buffers_[static_cast<size_t>(info.buffer)].narrow(0, info.offset, info.padded_numel),
+                    info.row_width};
   launched_at_[static_cast<size_t>(b)] = Clock::now();
   seen_done_[static_cast<size_t>(b)] = false;
   ++next_launch_;

@@ -1,12 +1,14 @@
 #include "ft/optim.h"
 
 #include <c10/core/GradMode.h>
+#include <algorithm>
 #include <cmath>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
 #include "ft/error.h"
+#include "inplace_scale.h"
 
 namespace ft {
 namespace {
@@ -24,25 +26,43 @@ bool fusable(const at::Tensor& p, const at::Tensor& g, const at::Tensor& m, cons
   return true;
 }
 
-// One pass per element instead of nine tensor ops (each a sweep over
-// memory, two of them allocating): the same operations in the same order as
-// the op-by-op path below, each rounded to fp32 as ATen does.
-void adamw_fused(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq,
-                 const AdamWScalars& k) {
-  float* p = param.data_ptr<float>();
-  const float* g = grad.data_ptr<float>();
-  float* m = exp_avg.data_ptr<float>();
-  float* v = exp_avg_sq.data_ptr<float>();
-  at::parallel_for(0, param.numel(), 16384, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const float gi = g[i];
-      const float pi = p[i] * k.decay;
-      const float mi = m[i] * k.beta1 + k.one_minus_beta1 * gi;
-      const float vi = v[i] * k.beta2 + k.one_minus_beta2 * gi * gi;
-      const float denom = std::sqrt(vi) / k.bc2_sqrt + k.eps;
-      m[i] = mi;
-      v[i] = vi;
-      p[i] = pi + k.step_size * mi / denom;
+// One parameter's (or shard piece's) share of the fused AdamW pass.
+struct AdamWSegment {
+  float* p;
+  const float* g;
+  float* m;
+  float* v;
+  int64_t begin;  // first element in the pass's concatenated index space
+  float decay, step_size;  // the per-slot scalars: weight decay and LR scale
+};
+
+// ONE pass over every fusable slot, as if their storage were one flat
+// buffer (which it is for GradBuffer / flat-shard users): a single
+// parallel region per step instead of nine tensor ops per parameter. Each
+// element gets the same operations in the same order as the op-by-op path
+// below, each rounded to fp32 as ATen does; per-slot weight decay and LR
+// scale are per-segment scalars, so parameter groups stay exact.
+void adamw_fused(const std::vector<AdamWSegment>& segs, int64_t total, const AdamWScalars& k) {
+  at::parallel_for(0, total, 16384, [&](int64_t begin, int64_t end) {
+    auto it = std::upper_bound(segs.begin(), segs.end(), begin,
+                               [](int64_t i, const AdamWSegment& s) { return i < s.begin; });
+    size_t si = static_cast<size_t>(it - segs.begin()) - 1;
+    for (int64_t i = begin; i < end;) {
+      const AdamWSegment& s = segs[si];
+      const int64_t seg_end = si + 1 < segs.size() ? segs[si + 1].begin : total;
+      const int64_t stop = std::min(end, seg_end);
+      for (int64_t j = i - s.begin, e = stop - s.begin; j < e; ++j) {
+        const float gi = s.g[j];
+        const float pi = s.p[j] * s.decay;
+        const float mi = s.m[j] * k.beta1 + k.one_minus_beta1 * gi;
+        const float vi = s.v[j] * k.beta2 + k.one_minus_beta2 * gi * gi;
+        const float denom = std::sqrt(vi) / k.bc2_sqrt + k.eps;
+        s.m[j] = mi;
+        s.v[j] = vi;
+        s.p[j] = pi + s.step_size * mi / denom;
+      }
+      i = stop;
+      ++si;
     }
   });
 }
@@ -76,6 +96,12 @@ void TensorOptimizer::step(double lr, const std::vector<at::Tensor>& grads) {
   if (spec_.kind == OptimizerKind::AdamW) {
     const double bc1 = 1.0 - std::pow(spec_.beta1, static_cast<double>(step_));
     const double bc2_sqrt = std::sqrt(1.0 - std::pow(spec_.beta2, static_cast<double>(step_)));
+    const AdamWScalars k{0.0f, static_cast<float>(spec_.beta1), static_cast<float>(1.0 - spec_.beta1),
+                         static_cast<float>(spec_.beta2), static_cast<float>(1.0 - spec_.beta2),
+                         static_cast<float>(bc2_sqrt), static_cast<float>(spec_.eps), 0.0f};
+    std::vector<AdamWSegment> segs;
+    segs.reserve(slots_.size());
+    int64_t total = 0;
     for (size_t i = 0; i < slots_.size(); ++i) {
       const auto& g = grads[i];
       if (!g.defined()) continue;
@@ -84,11 +110,11 @@ void TensorOptimizer::step(double lr, const std::vector<at::Tensor>& grads) {
       auto& exp_avg = buffers_[i][0];
       auto& exp_avg_sq = buffers_[i][1];
       if (fusable(p, g, exp_avg, exp_avg_sq)) {
-        const AdamWScalars k{static_cast<float>(1.0 - slot_lr * slots_[i].weight_decay), static_cast<float>(spec_.beta1),
-                             static_cast<float>(1.0 - spec_.beta1), static_cast<float>(spec_.beta2),
-                             static_cast<float>(1.0 - spec_.beta2), static_cast<float>(bc2_sqrt),
-                             static_cast<float>(spec_.eps), static_cast<float>(-slot_lr / bc1)};
-        adamw_fused(p, g, exp_avg, exp_avg_sq, k);
+        if (p.numel() == 0) continue;
+        segs.push_back({p.data_ptr<float>(), g.data_ptr<float>(), exp_avg.data_ptr<float>(), exp_avg_sq.data_ptr<float>(),
+                        total, static_cast<float>(1.0 - slot_lr * slots_[i].weight_decay),
+                        static_cast<float>(-slot_lr / bc1)});
+        total += p.numel();
         continue;
       }
       p.mul_(1.0 - slot_lr * slots_[i].weight_decay);
@@ -97,6 +123,7 @@ void TensorOptimizer::step(double lr, const std::vector<at::Tensor>& grads) {
       auto denom = (exp_avg_sq.sqrt() / bc2_sqrt).add_(spec_.eps);
       p.addcdiv_(exp_avg, denom, -slot_lr / bc1);
     }
+    if (total > 0) adamw_fused(segs, total, k);
     return;
   }
   for (size_t i = 0; i < slots_.size(); ++i) {
@@ -159,6 +186,19 @@ double grad_norm_squared(const std::vector<at::Tensor>& grads) {
   double total = 0.0;
   for (const auto& g : grads) {
     if (!g.defined()) continue;
+    if (g.device().is_cpu() && g.scalar_type() == at::kFloat && g.is_contiguous()) {
+      // A plain loop, accumulated in double: g.norm() would allocate a result
+      // tensor per parameter on every step (~200 per BERT step).
+      const float* x = g.data_ptr<float>();
+      total += at::parallel_reduce(
+          0, g.numel(), 32768, 0.0,
+          [x](int64_t begin, int64_t end, double acc) {
+            for (int64_t i = begin; i < end; ++i) acc += static_cast<double>(x[i]) * x[i];
+            return acc;
+          },
+          [](double a, double b) { return a + b; });
+      continue;
+    }
     const double n = g.norm(2).item<double>();
     total += n * n;
   }
@@ -171,7 +211,7 @@ void clip_grads(const std::vector<at::Tensor>& grads, double total_norm, double 
   if (coef >= 1.0) return;
   c10::NoGradGuard no_grad;
   for (const auto& g : grads)
-    if (g.defined()) g.mul_(coef);
+    if (g.defined()) scale_inplace(g, coef, ScaleOp::kMul);
 }
 
 ParamPlan default_param_plan(const TensorList& params, double weight_decay, bool decay_all) {
