@@ -260,15 +260,24 @@ void ShardedStrategy::prefetch(int unit) {
   note_gathered_bytes();
 }
 
+void ShardedStrategy::release_prefetch(int unit) {
+  if (!prefetched_unit_[static_cast<size_t>(unit)]) return;
+  prefetched_unit_[static_cast<size_t>(unit)] = false;
+  --prefetched_;
+}
+
+void ShardedStrategy::gather_for_use(int unit) {
+  release_prefetch(unit);
+  traced_wait_for_unshard(*units_[static_cast<size_t>(unit)], unit, *ctx_->comm, ctx_->trace);
+  note_gathered_bytes();
+}
+
 void ShardedStrategy::reshard_unit(int unit) {
   FlatParam& f = *units_[static_cast<size_t>(unit)];
   if (!f.params_sharded()) return;
   // An all-gather still writing into the storage must finish before it goes.
   if (f.state() == ShardedState::kUnsharding) traced_wait_for_unshard(f, unit, *ctx_->comm, ctx_->trace);
-  if (prefetched_unit_[static_cast<size_t>(unit)]) {
-    prefetched_unit_[static_cast<size_t>(unit)] = false;
-    --prefetched_;
-  }
+  release_prefetch(unit);
   f.reshard();
 }
 
@@ -280,13 +289,7 @@ void ShardedStrategy::reshard_unit(int unit) {
 // from inside backward.
 at::Tensor ShardedStrategy::run_unit(int unit, RunPass pass, const at::Tensor& input,
                                      const std::function<at::Tensor(const at::Tensor&)>& fn) {
-  FlatParam& f = *units_[static_cast<size_t>(unit)];
-  if (prefetched_unit_[static_cast<size_t>(unit)]) {
-    prefetched_unit_[static_cast<size_t>(unit)] = false;
-    --prefetched_;
-  }
-  traced_wait_for_unshard(f, unit, *ctx_->comm, ctx_->trace);
-  note_gathered_bytes();
+  gather_for_use(unit);
   if (policy_.forward_prefetch && pass != RunPass::kRecompute) {
     for (int k = 1; k <= policy_.limit_all_gathers; ++k) prefetch(unit + k);
   }
@@ -329,13 +332,7 @@ void ShardedStrategy::pre_backward(int unit) {
     input_grad_done_[static_cast<size_t>(unit) + 1] = true;
     reshard_if_backward_done(unit + 1);
   }
-  FlatParam& f = *units_[static_cast<size_t>(unit)];
-  if (prefetched_unit_[static_cast<size_t>(unit)]) {
-    prefetched_unit_[static_cast<size_t>(unit)] = false;
-    --prefetched_;
-  }
-  traced_wait_for_unshard(f, unit, *ctx_->comm, ctx_->trace);
-  note_gathered_bytes();
+  gather_for_use(unit);
   if (policy_.backward_prefetch) {
     for (int k = 1; k <= policy_.limit_all_gathers; ++k) prefetch(unit - k);
   }

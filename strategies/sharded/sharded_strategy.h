@@ -148,6 +148,8 @@ class ShardedStrategy : public Strategy, public ShardedCheckpointing {
   void build_units(const ParamPlan& plan);
   void build_grad_buffer();
   void prefetch(int unit);
+  void release_prefetch(int unit);  // a prefetched unit is used or freed: no longer counts as ahead
+  void gather_for_use(int unit);    // the unit's weights are needed now
   void reshard_unit(int unit);
   void reshard_if_backward_done(int unit);
   std::vector<at::Tensor> slot_grads() const;

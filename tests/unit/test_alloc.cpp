@@ -18,6 +18,7 @@
 
 #include "ft/alloc_counter.h"
 #include "ft/comm.h"
+#include "ft_two_ranks.h"
 #include "ft/launcher.h"
 #include "ft/model.h"
 #include "ft/optim.h"
@@ -28,18 +29,6 @@
 
 namespace {
 
-ft::BertConfig tiny_config() {
-  ft::BertConfig c;
-  c.vocab_size = 41;  // units do not divide evenly by 2: padding is exercised
-  c.hidden_size = 8;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 2;
-  c.intermediate_size = 12;
-  c.max_position_embeddings = 16;
-  c.num_labels = 3;
-  c.id2label = {"a", "b", "c"};
-  return c;
-}
 
 // Both threads reach the same point before either goes on.
 class Rendezvous {
@@ -74,16 +63,9 @@ std::vector<int64_t> step_allocations(const std::function<std::shared_ptr<ft::St
   const int port = ft::pick_free_port("127.0.0.1");
   auto rank_main = [&](int rank) {
     try {
-      ft::DistEnv env;
-      env.rank = rank;
-      env.world_size = 2;
-      env.local_rank = rank;
-      env.local_world_size = 2;
-      env.master_port = port;
-      env.source = "torchrun";
-      auto comm = ft::Comm::create(env);
+      auto comm = ft_test::connect_rank(rank, 2, port);
       at::manual_seed(3);
-      auto model = std::make_shared<ft::BertForSequenceClassification>(tiny_config());
+      auto model = std::make_shared<ft::BertForSequenceClassification>(ft_test::two_rank_config());
       ft::Precision precision(ft::PrecisionMode::FP32, c10::kCPU);
       ft::StrategyContext ctx;
       ctx.comm = comm.get();

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "ft/comm.h"
+#include "ft_two_ranks.h"
 #include "ft/consolidate.h"
 #include "ft/launcher.h"
 #include "ft/error.h"
@@ -28,20 +29,6 @@
 
 namespace {
 
-ft::BertConfig tiny_config() {
-  ft::BertConfig c;
-  c.vocab_size = 41;  // units do not divide evenly by 2: padding is exercised
-  c.hidden_size = 8;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 2;
-  c.intermediate_size = 12;
-  c.max_position_embeddings = 16;
-  c.hidden_dropout_prob = 0.0;
-  c.attention_probs_dropout_prob = 0.0;
-  c.num_labels = 3;
-  c.id2label = {"a", "b", "c"};
-  return c;
-}
 
 // Global batch of 4 rows; rank r of `world` takes rows [r*4/world, ...).
 ft::Batch batch(int step, int rank, int world) {
@@ -68,14 +55,7 @@ RankResult run_rank(std::shared_ptr<ft::Strategy> strategy, int rank, int world,
                     const std::filesystem::path& dir, const std::shared_ptr<ft::BertForSequenceClassification>& model) {
   RankResult r;
   try {
-    ft::DistEnv env;
-    env.rank = rank;
-    env.world_size = world;
-    env.local_rank = rank;
-    env.local_world_size = world;
-    env.master_port = port;
-    env.source = "torchrun";
-    auto comm = ft::Comm::create(env);
+    auto comm = ft_test::connect_rank(rank, world, port);
     ft::Precision precision(ft::PrecisionMode::FP32, c10::kCPU);
     ft::StrategyContext ctx;
     ctx.comm = comm.get();
@@ -122,7 +102,7 @@ TEST_CASE("zero3 on 2 ranks writes equal shards; consolidating them gives the fu
   std::vector<std::shared_ptr<ft::BertForSequenceClassification>> models;
   for (int r = 0; r < 2; ++r) {
     at::manual_seed(3);
-    models.push_back(std::make_shared<ft::BertForSequenceClassification>(tiny_config()));
+    models.push_back(std::make_shared<ft::BertForSequenceClassification>(ft_test::two_rank_config()));
   }
   RankResult results[2];
   {
@@ -140,7 +120,7 @@ TEST_CASE("zero3 on 2 ranks writes equal shards; consolidating them gives the fu
 
   // The same 2 steps on one rank, replicated: the reference.
   at::manual_seed(3);
-  auto ref_model = std::make_shared<ft::BertForSequenceClassification>(tiny_config());
+  auto ref_model = std::make_shared<ft::BertForSequenceClassification>(ft_test::two_rank_config());
   RankResult ref = run_rank(std::make_shared<ft::ReplicatedStrategy>(), 0, 1, 0, tmp.path() / "unused", ref_model);
   REQUIRE(ref.error.empty());
   CHECK(max_diff(results[0].model, ref.model) < 1e-5);
@@ -177,7 +157,7 @@ TEST_CASE("zero3 on 2 ranks writes equal shards; consolidating them gives the fu
   CHECK(run.output.find("consolidated 2 shard(s) saved by zero3") != std::string::npos);
   CHECK(max_diff(ft::safetensors::load((out / "model.safetensors").string()), ref.model) < 1e-5);
   CHECK(ft::safetensors::metadata((out / "training_state" / "optimizer.safetensors").string()).at("step") == "2");
-  ft::BertForSequenceClassification loaded(tiny_config());
+  ft::BertForSequenceClassification loaded(ft_test::two_rank_config());
   loaded.load_weights(ft::read_model_weights((out / "model.safetensors").string()), "consolidated");
 
   // A missing shard is named.

@@ -109,6 +109,16 @@ compat::Backend& nccl_of(CommGroups* groups, int rank, const char* what) {
   return *groups->nccl;
 }
 
+// A flat tensor cut into world equal chunks, seen from rank r of the ring.
+struct RingPlan {
+  at::Tensor data;
+  int64_t n;
+  int r, world;
+  at::Tensor chunk(int i) const { return data.narrow(0, n * (((i % world) + world) % world), n); }
+  int right() const { return (r + 1) % world; }
+  int left() const { return (r + world - 1) % world; }
+};
+
 std::shared_ptr<Work::State> ring_state(const char* what, const std::shared_ptr<CommHealth>& health,
                                         std::chrono::milliseconds timeout) {
   auto state = std::make_shared<Work::State>();
@@ -136,32 +146,27 @@ Work Comm::reduce_scatter_inplace_async(at::Tensor& flat, ReduceOp op) {
     fail("{}: needs a floating-point tensor, got {}", what, c10::toString(flat.scalar_type()));
   }
   if (world == 1) return Work();
-  const int64_t n = flat.numel() / world;
-  const int r = rank();
+  const RingPlan ring{flat, flat.numel() / world, rank(), world};
   auto state = ring_state(what, health_, options_.timeout);
   if (flat.is_cuda()) {
-    at::Tensor mine = flat.narrow(0, n * r, n);
+    at::Tensor mine = ring.chunk(ring.r);
     at::Tensor in = flat;
-    state->works.push_back(nccl_of(groups_.get(), r, what)._reduce_scatter_base(mine, in));
+    state->works.push_back(nccl_of(groups_.get(), ring.r, what)._reduce_scatter_base(mine, in));
     if (op == ReduceOp::Avg) state->finish = [mine, world] { scale_inplace(mine, world, ScaleOp::kDiv); };
     return Work(state);
   }
   RingWorker* worker = &ring_worker();
-  at::Tensor data = flat;
-  state->job = worker->submit([this, worker, data, n, r, world, op]() {
+  state->job = worker->submit([this, worker, ring, op]() {
     c10::NoGradGuard no_grad;
-    auto chunk = [&](int i) { return data.narrow(0, n * (((i % world) + world) % world), n); };
-    at::Tensor in = worker->scratch(n, data.options());
-    const int right = (r + 1) % world;
-    const int left = (r + world - 1) % world;
-    for (int s = 0; s < world - 1; ++s) {
-      Work recv = recv_async(in, left, kReduceScatterTag);
-      Work send = send_async(chunk(r - s - 1), right, kReduceScatterTag);
+    at::Tensor in = worker->scratch(ring.n, ring.data.options());
+    for (int s = 0; s < ring.world - 1; ++s) {
+      Work recv = recv_async(in, ring.left(), kReduceScatterTag);
+      Work send = send_async(ring.chunk(ring.r - s - 1), ring.right(), kReduceScatterTag);
       send.wait();
       recv.wait();
-      chunk(r - s - 2).add_(in);
+      ring.chunk(ring.r - s - 2).add_(in);
     }
-    if (op == ReduceOp::Avg) scale_inplace(chunk(r), world, ScaleOp::kDiv);
+    if (op == ReduceOp::Avg) scale_inplace(ring.chunk(ring.r), ring.world, ScaleOp::kDiv);
   });
   return Work(state);
 }
@@ -171,24 +176,19 @@ Work Comm::all_gather_inplace_async(at::Tensor& flat) {
   const int world = world_size();
   check_ring_flat(what, flat, world);
   if (world == 1) return Work();
-  const int64_t n = flat.numel() / world;
-  const int r = rank();
+  const RingPlan ring{flat, flat.numel() / world, rank(), world};
   auto state = ring_state(what, health_, options_.timeout);
   if (flat.is_cuda()) {
-    at::Tensor mine = flat.narrow(0, n * r, n);
+    at::Tensor mine = ring.chunk(ring.r);
     at::Tensor out = flat;
-    state->works.push_back(nccl_of(groups_.get(), r, what)._allgather_base(out, mine));
+    state->works.push_back(nccl_of(groups_.get(), ring.r, what)._allgather_base(out, mine));
     return Work(state);
   }
-  at::Tensor data = flat;
-  state->job = ring_worker().submit([this, data, n, r, world]() {
-    auto chunk = [&](int i) { return data.narrow(0, n * (((i % world) + world) % world), n); };
-    const int right = (r + 1) % world;
-    const int left = (r + world - 1) % world;
-    for (int s = 0; s < world - 1; ++s) {
-      at::Tensor dst = chunk(r - s - 1);
-      Work recv = recv_async(dst, left, kAllGatherTag);
-      Work send = send_async(chunk(r - s), right, kAllGatherTag);
+  state->job = ring_worker().submit([this, ring]() {
+    for (int s = 0; s < ring.world - 1; ++s) {
+      at::Tensor dst = ring.chunk(ring.r - s - 1);
+      Work recv = recv_async(dst, ring.left(), kAllGatherTag);
+      Work send = send_async(ring.chunk(ring.r - s), ring.right(), kAllGatherTag);
       send.wait();
       recv.wait();
     }
