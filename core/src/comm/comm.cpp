@@ -39,6 +39,22 @@ bool Work::completed() const {
   return true;
 }
 
+namespace {
+
+// A collective that failed in wait(): named after the rank that kept it from
+// completing when the stall report can tell, else after the cause.
+[[noreturn]] void fail_collective(Work::State& s, const std::exception& e) {
+  std::string why = stall_message(s);
+  if (why.empty()) {
+    why = fmt::format("rank {}: {} failed (a peer exited or the {} s timeout passed): {}", s.health->rank, s.what,
+                      s.timeout.count() / 1000.0, first_line(e.what()));
+  }
+  s.health->set(why);
+  throw Error(why);
+}
+
+}  // namespace
+
 void Work::wait() {
   if (!state_) return;
   State& s = *state_;
@@ -48,18 +64,19 @@ void Work::wait() {
   }
   s.done = true;
   try {
-    if (s.job.valid()) s.job.get();
+    if (s.job.valid()) {
+      try {
+        wait_job_sliced(s);
+        s.job.get();
+      } catch (const std::exception& e) {
+        fail_collective(s, e);
+      }
+    }
     for (auto& w : s.works) {
       try {
         wait_sliced(s, *w);
       } catch (const std::exception& e) {
-        std::string why = stall_message(s);
-        if (why.empty()) {
-          why = fmt::format("rank {}: {} failed (a peer exited or the {} s timeout passed): {}", s.health->rank,
-                            s.what, s.timeout.count() / 1000.0, first_line(e.what()));
-        }
-        s.health->set(why);
-        throw Error(why);
+        fail_collective(s, e);
       }
     }
     if (s.finish) s.finish();
@@ -177,7 +194,9 @@ Comm::~Comm() {
   (void)groups_->gloo.release();
   (void)groups_->nccl.release();
   (void)groups_.release();
-  (void)ring_.release();  // its thread may be blocked on the same dead peer
+  // The ring thread may be blocked on the same dead peer, and its queued
+  // jobs would use this Comm: they are dropped and the thread left to end.
+  abandon_ring_worker(ring_.release());
 }
 
 std::string Comm::failure() const { return health_->get(); }

@@ -70,9 +70,15 @@ struct Work::State {
 /// First line of a (c10d, often multi-line) exception message.
 std::string first_line(const std::string& text);
 
+// For ~Comm on a failed group (comm_ring.cpp): drops the ring thread's
+// queued jobs and detaches it; `w` is leaked on purpose (the thread may
+// still be inside it). Null is fine.
+void abandon_ring_worker(RingWorker* w);
+
 /// w.wait(s.timeout), but a Gloo collective still running after a slice of
 /// the timeout posts this rank's position for stall_message() (comm_stall.cpp).
 void wait_sliced(Work::State& s, compat::Work& w);
+void wait_job_sliced(Work::State& s);
 
 /// For a collective that failed on the timeout: one line naming the rank(s)
 /// that never joined it; empty when none can be named.

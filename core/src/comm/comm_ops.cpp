@@ -96,8 +96,14 @@ class CommCall {
     state_->sliceable = !t.is_cuda();
     return *g;
   }
-  // Gloo's send/recv wait() gives up the pending operation on a timeout.
-  void not_sliceable() { state_->sliceable = false; }
+  // Point to point: Gloo's send/recv wait() gives up the pending operation
+  // on a timeout, so no waiting in slices; and not a collective, so it takes
+  // no number in the collective order the stall report relies on (a ring
+  // thread's sends would make the ranks' numbering differ).
+  void point_to_point() {
+    state_->sliceable = false;
+    counted_ = false;
+  }
   void sliceable_if_gloo(bool gloo) { state_->sliceable = gloo; }
   bool is_gloo(const at::Tensor& t) const { return !t.is_cuda(); }
 
@@ -105,7 +111,7 @@ class CommCall {
   // caller's (shapes, ranks) and do not poison the group.
   template <typename F>
   Work issue(F&& call, std::function<void()> finish) {
-    state_->seq = ++state_->health->issued;
+    if (counted_) state_->seq = ++state_->health->issued;
     state_->issued_at = std::chrono::steady_clock::now();
     try {
       state_->works.push_back(call());
@@ -128,6 +134,7 @@ class CommCall {
  private:
   std::shared_ptr<Work::State> state_;
   CommGroups* groups_;
+  bool counted_ = true;
 };
 
 Work Comm::all_reduce_async(at::Tensor& t, ReduceOp op) {
@@ -301,7 +308,7 @@ Work Comm::send_async(const at::Tensor& t, int dst, int tag) {
     fail("send: rank {} cannot send to rank {} in a world of {}", rank(), dst, world_size());
   }
   auto& group = c.group_for(t);
-  c.not_sliceable();
+  c.point_to_point();
   auto w = std::make_shared<Wire>(to_wire(t, c.is_gloo(t), true));
   return c.issue(
       [&] {
@@ -318,7 +325,7 @@ Work Comm::recv_async(at::Tensor& t, int src, int tag) {
     fail("recv: rank {} cannot receive from rank {} in a world of {}", rank(), src, world_size());
   }
   auto& group = c.group_for(t);
-  c.not_sliceable();
+  c.point_to_point();
   auto w = std::make_shared<Wire>(to_wire(t, c.is_gloo(t), false));
   return c.issue(
       [&] {

@@ -42,6 +42,7 @@ class RingWorker {
  public:
   RingWorker() : thread_([this] { loop(); }) {}
   ~RingWorker() {
+    if (!thread_.joinable()) return;  // abandoned
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stop_ = true;
@@ -51,6 +52,19 @@ class RingWorker {
   }
   RingWorker(const RingWorker&) = delete;
   RingWorker& operator=(const RingWorker&) = delete;
+
+  // The Comm failed and is going away without waiting for us: drop the
+  // queued jobs (they would use it) and let the thread end on its own once
+  // the one in flight gives up (its send/recv time out).
+  void abandon() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      abandoned_ = true;
+      jobs_.clear();
+    }
+    wake_.notify_all();
+    thread_.detach();
+  }
 
   std::shared_future<void> submit(std::function<void()> job) {
     std::packaged_task<void()> task(std::move(job));
@@ -77,8 +91,8 @@ class RingWorker {
       std::packaged_task<void()> task;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
-        if (jobs_.empty()) return;  // stopping, and drained
+        wake_.wait(lock, [this] { return stop_ || abandoned_ || !jobs_.empty(); });
+        if (abandoned_ || jobs_.empty()) return;  // abandoned, or stopping and drained
         task = std::move(jobs_.front());
         jobs_.pop_front();
       }
@@ -90,11 +104,16 @@ class RingWorker {
   std::condition_variable wake_;
   std::deque<std::packaged_task<void()>> jobs_;
   bool stop_ = false;
+  bool abandoned_ = false;
   at::Tensor scratch_;
   std::thread thread_;  // last: starts after the members it uses exist
 };
 
 void RingWorkerDeleter::operator()(RingWorker* w) const { delete w; }
+
+void abandon_ring_worker(RingWorker* w) {
+  if (w) w->abandon();
+}
 
 namespace {
 

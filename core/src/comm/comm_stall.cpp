@@ -4,10 +4,11 @@
 // A rank that a collective keeps waiting for a slice of the timeout posts
 // "ft/at/<rank>" = the collective's number to the rendezvous store (only slow
 // collectives post, from a helper thread). The rank that times out in
-// collective #N reads its peers' posts: a peer whose last post is older than
-// #N never arrived, so it stalled. If every peer posted #N (the stalled one
-// froze inside it), the peers that time out as well post "ft/timeout/<rank>",
-// and those silent after a grace period are the stalled ones. Rank 0 hosts
+// collective #N posts "ft/timeout/<rank>" and reads its peers' posts: a peer
+// that neither posted #N (it never arrived) nor a timeout of its own within
+// a grace period is the stalled one; so is one that posted #N (it froze
+// inside it) but no timeout. A peer that is behind but timed out itself was
+// held up by the stalled rank (a ring neighbour), and is not blamed. Rank 0 hosts
 // the store: when rank 0 is the one frozen, its store does not answer either,
 // which names it too. Nothing but the post of a slow collective runs unless
 // a collective timed out.
@@ -67,19 +68,25 @@ void search_stalled(StallSearch& out, c10d::Store& store, int me, int world, uin
     out.cv.notify_all();
   };
   post(store, timeout_key(me), seq);
-  std::vector<int> behind;
-  for (int r = 0; r < world; ++r) {
-    if (r != me && posted(store, at_key(r)) < seq) behind.push_back(r);
-  }
   advance(1);
-  if (!behind.empty()) return advance(2, behind);
+  // A peer is to blame if it neither reached this collective nor timed out
+  // itself. One that is behind may be a healthy rank held up by the stalled
+  // one (a ring's neighbour, or a rank still in an earlier collective): it
+  // times out too, and posts so, within the grace period.
+  auto suspects = [&] {
+    std::vector<int> out;
+    for (int r = 0; r < world; ++r) {
+      if (r == me) continue;
+      const uint64_t timed_out = posted(store, timeout_key(r));
+      const bool behind = posted(store, at_key(r)) < seq;
+      if (behind ? timed_out == 0 : timed_out < seq) out.push_back(r);
+    }
+    return out;
+  };
   const auto deadline = Clock::now() + grace;
   for (;;) {
-    std::vector<int> silent;
-    for (int r = 0; r < world; ++r) {
-      if (r != me && posted(store, timeout_key(r)) < seq) silent.push_back(r);
-    }
-    if (silent.empty() || Clock::now() >= deadline) return advance(2, silent);
+    std::vector<int> stalled = suspects();
+    if (stalled.empty() || Clock::now() >= deadline) return advance(2, stalled);
     std::this_thread::sleep_for(milliseconds(50));
   }
 }
@@ -150,6 +157,25 @@ void wait_sliced(Work::State& s, compat::Work& w) {
     }).detach();
   }
   w.wait(s.timeout - slice);
+}
+
+// The same for an operation on the ring thread (a std::shared_future): its
+// send/recv cannot be waited on in slices, so the caller's wait on the
+// whole operation is what posts this rank's position.
+void wait_job_sliced(Work::State& s) {
+  const milliseconds slice = stall_slice(s.timeout);
+  if (s.health->store && slice.count() >= 1 && s.timeout > slice &&
+      s.job.wait_for(slice) != std::future_status::ready && !s.posted) {
+    s.posted = true;
+    std::thread([store = s.health->store, key = at_key(s.health->rank), seq = s.seq] {
+      try {
+        post(*store, key, seq);
+      } catch (const std::exception&) {
+        // Only diagnostics: the stall report then finds the store silent.
+      }
+    }).detach();
+  }
+  s.job.wait();  // the operation ends on its own: its send/recv time out
 }
 
 // For a collective that ran into the timeout: "rank 0: all_reduce failed:

@@ -26,46 +26,37 @@ bool fusable(const at::Tensor& p, const at::Tensor& g, const at::Tensor& m, cons
   return true;
 }
 
-// One parameter's (or shard piece's) share of the fused AdamW pass.
-struct AdamWSegment {
-  float* p;
-  const float* g;
-  float* m;
-  float* v;
-  int64_t begin;  // first element in the pass's concatenated index space
-  float decay, step_size;  // the per-slot scalars: weight decay and LR scale
-};
-
 // ONE pass over every fusable slot, as if their storage were one flat
-// buffer (which it is for GradBuffer / flat-shard users): a single
-// parallel region per step instead of nine tensor ops per parameter. Each
-// element gets the same operations in the same order as the op-by-op path
-// below, each rounded to fp32 as ATen does; per-slot weight decay and LR
-// scale are per-segment scalars, so parameter groups stay exact.
-void adamw_fused(const std::vector<AdamWSegment>& segs, int64_t total, const AdamWScalars& k) {
+// buffer (which it is for GradBuffer / flat-shard users): a single parallel
+// region per step instead of several tensor ops per parameter. `Segment`s
+// are sorted by `begin`, their index in the concatenated element space;
+// `f(segment, j)` updates element j of one segment. Per-slot weight decay
+// and LR scale live in the segments, so parameter groups stay exact.
+template <typename Segment, typename F>
+void segmented_for(const std::vector<Segment>& segs, int64_t total, const F& f) {
   at::parallel_for(0, total, 16384, [&](int64_t begin, int64_t end) {
     auto it = std::upper_bound(segs.begin(), segs.end(), begin,
-                               [](int64_t i, const AdamWSegment& s) { return i < s.begin; });
+                               [](int64_t i, const Segment& s) { return i < s.begin; });
     size_t si = static_cast<size_t>(it - segs.begin()) - 1;
-    for (int64_t i = begin; i < end;) {
-      const AdamWSegment& s = segs[si];
-      const int64_t seg_end = si + 1 < segs.size() ? segs[si + 1].begin : total;
-      const int64_t stop = std::min(end, seg_end);
-      for (int64_t j = i - s.begin, e = stop - s.begin; j < e; ++j) {
-        const float gi = s.g[j];
-        const float pi = s.p[j] * s.decay;
-        const float mi = s.m[j] * k.beta1 + k.one_minus_beta1 * gi;
-        const float vi = s.v[j] * k.beta2 + k.one_minus_beta2 * gi * gi;
-        const float denom = std::sqrt(vi) / k.bc2_sqrt + k.eps;
-        s.m[j] = mi;
-        s.v[j] = vi;
-        s.p[j] = pi + s.step_size * mi / denom;
-      }
+    for (int64_t i = begin; i < end; ++si) {
+      const Segment& s = segs[si];
+      const int64_t stop = std::min(end, si + 1 < segs.size() ? segs[si + 1].begin : total);
+      for (int64_t j = i - s.begin, e = stop - s.begin; j < e; ++j) f(s, j);
       i = stop;
-      ++si;
     }
   });
 }
+
+// One slot's share of the fused pass; the same operations in the same order
+// as the op-by-op paths below, each rounded to fp32 as ATen does.
+struct FusedSegment {
+  float* p;
+  const float* g;
+  float* m;  // AdamW exp_avg, SGD momentum buffer (null without momentum)
+  float* v;  // AdamW exp_avg_sq
+  int64_t begin;
+  float decay, step_size;  // AdamW: 1 - lr·wd and -lr/bc1; SGD: wd and -lr
+};
 
 }  // namespace
 
@@ -99,7 +90,7 @@ void TensorOptimizer::step(double lr, const std::vector<at::Tensor>& grads) {
     const AdamWScalars k{0.0f, static_cast<float>(spec_.beta1), static_cast<float>(1.0 - spec_.beta1),
                          static_cast<float>(spec_.beta2), static_cast<float>(1.0 - spec_.beta2),
                          static_cast<float>(bc2_sqrt), static_cast<float>(spec_.eps), 0.0f};
-    std::vector<AdamWSegment> segs;
+    std::vector<FusedSegment> segs;
     segs.reserve(slots_.size());
     int64_t total = 0;
     for (size_t i = 0; i < slots_.size(); ++i) {
@@ -123,16 +114,36 @@ void TensorOptimizer::step(double lr, const std::vector<at::Tensor>& grads) {
       auto denom = (exp_avg_sq.sqrt() / bc2_sqrt).add_(spec_.eps);
       p.addcdiv_(exp_avg, denom, -slot_lr / bc1);
     }
-    if (total > 0) adamw_fused(segs, total, k);
+    segmented_for(segs, total, [&k](const FusedSegment& s, int64_t j) {
+      const float gi = s.g[j];
+      const float pi = s.p[j] * s.decay;
+      const float mi = s.m[j] * k.beta1 + k.one_minus_beta1 * gi;
+      const float vi = s.v[j] * k.beta2 + k.one_minus_beta2 * gi * gi;
+      const float denom = std::sqrt(vi) / k.bc2_sqrt + k.eps;
+      s.m[j] = mi;
+      s.v[j] = vi;
+      s.p[j] = pi + s.step_size * mi / denom;
+    });
     return;
   }
+  const bool momentum = spec_.momentum != 0.0;
+  std::vector<FusedSegment> segs;
+  int64_t total = 0;
   for (size_t i = 0; i < slots_.size(); ++i) {
     at::Tensor d = grads[i];
     if (!d.defined()) continue;
     auto& p = slots_[i].param;
+    at::Tensor buf = momentum ? buffers_[i][0] : p;
+    if (fusable(p, d, buf, p)) {
+      if (p.numel() == 0) continue;
+      segs.push_back({p.data_ptr<float>(), d.data_ptr<float>(), momentum ? buf.data_ptr<float>() : nullptr, nullptr,
+                      total, static_cast<float>(slots_[i].weight_decay),
+                      static_cast<float>(-lr * slots_[i].lr_scale)});
+      total += p.numel();
+      continue;
+    }
     if (slots_[i].weight_decay != 0.0) d = d.add(p, slots_[i].weight_decay);
-    if (spec_.momentum != 0.0) {
-      auto& buf = buffers_[i][0];
+    if (momentum) {
       // torch.optim.SGD: the first step copies the gradient into the buffer.
       if (step_ == 1) {
         buf.copy_(d);
@@ -143,6 +154,16 @@ void TensorOptimizer::step(double lr, const std::vector<at::Tensor>& grads) {
     }
     p.add_(d, -lr * slots_[i].lr_scale);
   }
+  const float mu = static_cast<float>(spec_.momentum);
+  const bool first = step_ == 1;
+  segmented_for(segs, total, [mu, first](const FusedSegment& s, int64_t j) {
+    float d = s.decay != 0.0f ? s.g[j] + s.decay * s.p[j] : s.g[j];
+    if (s.m) {
+      s.m[j] = first ? d : s.m[j] * mu + d;
+      d = s.m[j];
+    }
+    s.p[j] = s.p[j] + s.step_size * d;
+  });
 }
 
 OptimizerState TensorOptimizer::state() const {
