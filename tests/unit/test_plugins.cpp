@@ -226,6 +226,17 @@ TEST_CASE("a text file named like a plugin is refused as not a shared library") 
   CHECK(host.warnings()[0].find('\n') == std::string::npos);
 }
 
+TEST_CASE("a library not named libft_strategy_<name>.so is never loaded, but named when its strategy is asked for") {
+  const auto host = discover_dirs({case_dir("misnamed")});
+  CHECK(host.list().empty());
+  CHECK(host.warnings().empty());
+  const auto file = fs::canonical(case_dir("misnamed") / "libft_bogus.so");
+  CHECK(create_error(host, "bogus") ==
+        "unknown strategy 'bogus'; known strategies: (none); " + file.string() +
+            " was not loaded: plugin files are named libft_strategy_<name>.so (rename it libft_strategy_bogus.so)");
+  CHECK(create_error(host, "other") == "unknown strategy 'other'; known strategies: (none)");
+}
+
 TEST_CASE("a plugin with a malformed entry is refused as a whole") {
   const auto host = discover_dirs({case_dir("malformed")});
   CHECK(host.list().empty());  // test_fine_1 / test_fine_2 are not registered either

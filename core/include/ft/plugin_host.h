@@ -95,6 +95,9 @@ class PluginHost {
   // (other LibTorch); create() reports why they are missing.
   std::map<std::string, std::string> incompatible_;
   std::vector<std::string> warnings_;
+  // Libraries in --plugin-dir / FT_PLUGIN_PATH dirs not named
+  // libft_strategy_<name>.so: never loaded, named by create()'s error.
+  std::vector<std::filesystem::path> misnamed_;
   std::vector<std::filesystem::path> seen_files_;  // canonical paths already scanned
 };
 

@@ -134,7 +134,17 @@ void PluginHost::scan_dir(const fs::path& given, const std::string& origin) {
   }
   std::vector<fs::path> files;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (!is_plugin_file_name(it->path().filename().string())) continue;
+    const std::string file_name = it->path().filename().string();
+    if (!is_plugin_file_name(file_name)) {
+      // A library in a directory the user named is likely meant as a plugin:
+      // create() mentions it when its name holds the strategy asked for.
+      const std::size_t suffix = std::strlen(kFileSuffix);
+      if (origin != "built-in" && file_name.size() > suffix &&
+          file_name.compare(file_name.size() - suffix, suffix, kFileSuffix) == 0) {
+        misnamed_.push_back(it->path());
+      }
+      continue;
+    }
     std::error_code type_ec;
     if (fs::is_regular_file(it->path(), type_ec)) files.push_back(it->path());
   }
@@ -294,6 +304,12 @@ std::shared_ptr<Strategy> PluginHost::create(const std::string& name) const {
       if (example == warnings_.end()) example = warnings_.begin();
       refusals = fmt::format(" ({} plugin problem(s) found while scanning, e.g. {}; see `ft strategies --verbose`)",
                              warnings_.size(), *example);
+    }
+    for (const auto& file : misnamed_) {
+      if (file.filename().string().find(name) == std::string::npos) continue;
+      refusals += fmt::format("; {} was not loaded: plugin files are named {}<name>{} (rename it {}{}{})",
+                              file.string(), kFilePrefix, kFileSuffix, kFilePrefix, name, kFileSuffix);
+      break;
     }
     fail("unknown strategy '{}'; known strategies: {}{}", name, known, refusals);
   }
