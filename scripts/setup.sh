@@ -4,7 +4,8 @@
 # Idempotent: packages already installed are not fetched again, and the
 # build is incremental.
 #
-#   scripts/setup.sh            install packages + build
+#   scripts/setup.sh            install packages + build everything
+#   scripts/setup.sh ft_runtime install packages + build only what `ft run` needs
 #   FT_SKIP_APT=1 scripts/setup.sh   build only
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -49,5 +50,5 @@ jobs="${FT_BUILD_JOBS:-$(nproc)}"
 # (CI) still hits the cache.
 export CCACHE_BASEDIR="$repo"
 cmake -S "$repo" -B "$repo/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-ninja -C "$repo/build" -j "$jobs"
+ninja -C "$repo/build" -j "$jobs" "$@"
 echo "setup: built $repo/build/bin/ft"
