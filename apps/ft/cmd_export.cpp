@@ -51,7 +51,9 @@ int export_checkpoint(const fsys::path& dir, const fsys::path& out, bool merge) 
   fs::AtomicDir target(out);
   fs::write_file_atomic(target.path() / "config.json", c.config.to_json() + "\n");
   safetensors::save((target.path() / "model.safetensors").string(), weights, {{"format", "pt"}});
-  if (fsys::exists(dir / "vocab.txt")) fs::write_file_atomic(target.path() / "vocab.txt", fs::read_file(dir / "vocab.txt"));
+  for (const char* file : {"vocab.txt", "tokenizer_config.json", "special_tokens_map.json"}) {
+    if (fsys::exists(dir / file)) fs::write_file_atomic(target.path() / file, fs::read_file(dir / file));
+  }
   target.commit();
   int64_t params = 0;
   for (const auto& [name, t] : weights) params += t.numel();

@@ -89,6 +89,8 @@ int predict(const std::string& checkpoint, std::vector<std::string> texts, int m
   const auto vocab = std::filesystem::path(checkpoint) / "vocab.txt";
   if (!std::filesystem::exists(vocab)) fail("checkpoint {}: vocab.txt is missing; predict needs the tokenizer", checkpoint);
   auto tok = WordPieceTokenizer::from_file(vocab.string());
+  // Tokenise as training did: the checkpoint's model_max_length unless --max-length says otherwise.
+  if (max_length <= 0) max_length = static_cast<int>(read_model_max_length(checkpoint).value_or(128));
   BertForSequenceClassification model(ckpt.config);
   if (ckpt.lora) apply_lora(model, *ckpt.lora, 0);  // adapter weights come with ckpt.model
   model.load_weights(ckpt.model, checkpoint + "/model.safetensors");
@@ -145,12 +147,12 @@ void add_eval_predict_commands(CLI::App& app, int& exit_code) {
   struct PredictFlags {
     std::string checkpoint;
     std::vector<std::string> texts;
-    int max_length = 128;
+    int max_length = 0;  // 0: the checkpoint's tokenizer_config.json, else 128
   };
   auto pf = std::make_shared<PredictFlags>();
   auto* pred = app.add_subcommand("predict", "text in, label + probabilities out (JSON Lines)");
   pred->add_option("--checkpoint", pf->checkpoint, "checkpoint directory")->required();
-  pred->add_option("--max-length", pf->max_length, "truncate inputs to this many tokens");
+  pred->add_option("--max-length", pf->max_length, "truncate inputs to this many tokens (default: the checkpoint's model_max_length, else 128)");
   pred->add_option("texts", pf->texts, "texts to classify (default: one per line on stdin)");
   pred->callback([pf, &exit_code] { exit_code = predict(pf->checkpoint, pf->texts, pf->max_length); });
 }

@@ -51,6 +51,9 @@ struct CheckpointData {
   BertConfig config;
   TensorList model;
   const WordPieceTokenizer* tokenizer = nullptr;
+  // The longest input the run tokenised to (data.max_seq_len): recorded as
+  // tokenizer_config.json's model_max_length. 0: the model's position limit.
+  int64_t model_max_length = 0;
   // Present only for resumable checkpoints.
   std::optional<OptimizerState> optimizer;
   std::optional<TrainerState> state;
@@ -64,7 +67,19 @@ struct CheckpointData {
 };
 
 // Writes atomically: `dir` either keeps its old content or holds all of this.
+// With a tokenizer: vocab.txt, and HF's tokenizer_config.json and
+// special_tokens_map.json, so AutoTokenizer / pipeline() load the tokenizer
+// as trained (case handling, maximum length) instead of guessing.
 void save_checkpoint(const std::filesystem::path& dir, const CheckpointData& data);
+
+// The tokenizer_config.json and special_tokens_map.json texts for a
+// BertTokenizer (what save_checkpoint writes).
+std::string tokenizer_config_json(bool lowercase, int64_t model_max_length);
+std::string special_tokens_map_json();
+
+// model_max_length from `dir`/tokenizer_config.json; nullopt when the file
+// or the key is absent (checkpoints from before it was written).
+std::optional<int64_t> read_model_max_length(const std::filesystem::path& dir);
 
 struct LoadedCheckpoint {
   BertConfig config;

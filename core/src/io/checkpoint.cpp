@@ -45,6 +45,42 @@ TrainerState state_from_json(const std::string& text, const std::string& source)
 
 }  // namespace
 
+namespace {
+const char* const kSpecialTokens[][2] = {
+    {"unk_token", "[UNK]"}, {"sep_token", "[SEP]"}, {"pad_token", "[PAD]"}, {"cls_token", "[CLS]"}, {"mask_token", "[MASK]"}};
+}  // namespace
+
+std::string special_tokens_map_json() {
+  json j = json::object();
+  for (const auto& [key, token] : kSpecialTokens) j[key] = token;
+  return j.dump(2) + "\n";
+}
+
+std::string tokenizer_config_json(bool lowercase, int64_t model_max_length) {
+  json j = json::object();
+  j["tokenizer_class"] = "BertTokenizer";
+  j["do_lower_case"] = lowercase;
+  // ft strips accents exactly when it lower-cases: HF's `null` (follow do_lower_case).
+  j["strip_accents"] = nullptr;
+  j["tokenize_chinese_chars"] = true;
+  j["model_max_length"] = model_max_length;
+  j["clean_up_tokenization_spaces"] = true;
+  for (const auto& [key, token] : kSpecialTokens) j[key] = token;
+  return j.dump(2) + "\n";
+}
+
+std::optional<int64_t> read_model_max_length(const fsys::path& dir) {
+  const fsys::path file = dir / "tokenizer_config.json";
+  if (!fsys::exists(file)) return std::nullopt;
+  try {
+    const json j = json::parse(fs::read_file(file));
+    if (!j.contains("model_max_length") || !j["model_max_length"].is_number_integer()) return std::nullopt;
+    return j["model_max_length"].get<int64_t>();
+  } catch (const json::exception& e) {
+    fail("{}: malformed JSON ({})", file.string(), e.what());
+  }
+}
+
 void save_checkpoint(const fsys::path& dir, const CheckpointData& data) {
   fs::AtomicDir out(dir);
   const fsys::path& tmp = out.path();
@@ -55,7 +91,12 @@ void save_checkpoint(const fsys::path& dir, const CheckpointData& data) {
   } else {
     safetensors::save((tmp / "model.safetensors").string(), data.model, {{"format", "pt"}});
   }
-  if (data.tokenizer) data.tokenizer->save((tmp / "vocab.txt").string());
+  if (data.tokenizer) {
+    data.tokenizer->save((tmp / "vocab.txt").string());
+    const int64_t max_length = data.model_max_length > 0 ? data.model_max_length : data.config.max_position_embeddings;
+    fs::write_file_atomic(tmp / "tokenizer_config.json", tokenizer_config_json(data.tokenizer->lowercase(), max_length));
+    fs::write_file_atomic(tmp / "special_tokens_map.json", special_tokens_map_json());
+  }
   if (data.optimizer && data.state) {
     const fsys::path ts = tmp / "training_state";
     fsys::create_directories(ts);

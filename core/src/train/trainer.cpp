@@ -204,6 +204,7 @@ struct Trainer::Impl {
     data.config = inputs.model_config;
     data.model = strategy->model_state();
     data.tokenizer = inputs.tokenizer.get();
+    data.model_max_length = config.data.max_seq_len;
     if (config.lora.rank > 0) {
       data.lora = config.lora;
       data.base_model = inputs.weights_source.empty() ? config.model.config : inputs.weights_source;
