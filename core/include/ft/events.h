@@ -4,6 +4,7 @@
 // (`runtime.tensorboard_dir`, docs/observability.md).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -27,6 +28,22 @@ struct StepEvent {
   double loss_scale = 1.0;
   bool skipped = false;
 };
+
+/// One redraw of the terminal progress bar.
+struct ProgressLine {
+  int64_t step = 0;
+  int64_t total = 0;
+  double loss = 0.0;
+  double samples_per_s = 0.0;  ///< <= 0: not known yet (left out)
+  double elapsed_s = 0.0;      ///< since the bar's first step
+  double eta_s = -1.0;         ///< < 0: not known yet (left out)
+};
+/// "[#########.....] 37/200 loss 0.7173 | 45.3 samples/s | 0:41 elapsed, ETA 3:01"
+std::string format_progress(const ProgressLine& p);
+/// "[eval] 12/40 batches" (the evaluation's own line)
+std::string format_eval_progress(int64_t done, int64_t total);
+/// Seconds as m:ss, or h:mm:ss from an hour on.
+std::string format_duration(double seconds);
 
 struct SummaryEvent {
   std::string strategy;
@@ -61,7 +78,11 @@ class EventLog {
   void warn(const std::string& line);
   void step(const StepEvent& e, bool print_line);
   // Progress bar tick (no JSONL); `loss` is the latest known.
-  void progress(int64_t step, int64_t total, double loss);
+  /// Redraws the bar (rank 0, a terminal, progress on); `samples_per_s`
+  /// <= 0 when not known. Elapsed time and ETA count from the first call.
+  void progress(int64_t step, int64_t total, double loss, double samples_per_s);
+  /// During evaluation: a line of its own, "[eval] done/total batches".
+  void eval_progress(int64_t done, int64_t total);
   void eval(int64_t step, int64_t epoch, const ClassificationReport& r,
             const std::vector<std::string>& label_names);
   void summary(const SummaryEvent& s);
@@ -73,6 +94,9 @@ class EventLog {
   bool tty_;
   bool progress_enabled_;
   bool progress_drawn_ = false;
+  bool progress_started_ = false;  // first_step_ / first_time_ are set
+  int64_t first_step_ = 0;
+  std::chrono::steady_clock::time_point first_time_{};
   std::FILE* metrics_ = nullptr;  // opened at the first event
   std::string metrics_path_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -74,13 +75,49 @@ void EventLog::warn(const std::string& line) {
   std::fflush(stderr);
 }
 
-void EventLog::progress(int64_t step, int64_t total, double loss) {
-  if (!rank0_ || !tty_ || !progress_enabled_ || total <= 0) return;
+std::string format_duration(double seconds) {
+  const auto total = static_cast<int64_t>(std::max(0.0, seconds) + 0.5);
+  const int64_t h = total / 3600, m = (total % 3600) / 60, sec = total % 60;
+  return h > 0 ? fmt::format("{}:{:02d}:{:02d}", h, m, sec) : fmt::format("{}:{:02d}", m, sec);
+}
+
+std::string format_progress(const ProgressLine& p) {
   constexpr int kWidth = 30;
-  const int filled = static_cast<int>(kWidth * step / total);
-  std::string bar(filled, '#');
+  const int filled = p.total > 0 ? static_cast<int>(kWidth * std::min(p.step, p.total) / p.total) : 0;
+  std::string bar(static_cast<size_t>(filled), '#');
   bar.resize(kWidth, '.');
-  std::fputs(fmt::format("\r[{}] {}/{} loss {:.4f}", bar, step, total, loss).c_str(), stdout);
+  std::string line = fmt::format("[{}] {}/{}", bar, p.step, p.total);
+  if (std::isfinite(p.loss)) line += fmt::format(" loss {:.4f}", p.loss);  // none logged yet: left out
+  if (p.samples_per_s > 0) line += fmt::format(" | {:.1f} samples/s", p.samples_per_s);
+  line += " | " + format_duration(p.elapsed_s) + " elapsed";
+  if (p.eta_s >= 0) line += ", ETA " + format_duration(p.eta_s);
+  return line;
+}
+
+std::string format_eval_progress(int64_t done, int64_t total) {
+  return fmt::format("[eval] {}/{} batches", done, total);
+}
+
+void EventLog::progress(int64_t step, int64_t total, double loss, double samples_per_s) {
+  if (!rank0_ || !tty_ || !progress_enabled_ || total <= 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (!progress_started_) {
+    progress_started_ = true;
+    first_step_ = step;
+    first_time_ = now;
+  }
+  ProgressLine p{step, total, loss, samples_per_s, std::chrono::duration<double>(now - first_time_).count(), -1.0};
+  if (step > first_step_) p.eta_s = p.elapsed_s / static_cast<double>(step - first_step_) * static_cast<double>(total - step);
+  // "\r" redraws; the trailing clear wipes what a longer previous line left.
+  std::fputs(("\r" + format_progress(p) + "\033[K").c_str(), stdout);
+  std::fflush(stdout);
+  progress_drawn_ = true;
+}
+
+void EventLog::eval_progress(int64_t done, int64_t total) {
+  if (!rank0_ || !tty_ || !progress_enabled_ || total <= 0) return;
+  if (done == 0) end_progress_line();  // the training bar keeps its line
+  std::fputs(("\r" + format_eval_progress(done, total) + "\033[K").c_str(), stdout);
   std::fflush(stdout);
   progress_drawn_ = true;
 }
@@ -104,7 +141,7 @@ void EventLog::step(const StepEvent& e, bool print_line) {
                      e.total_steps, e.epoch, e.loss, e.lr, e.grad_norm, e.samples_per_s,
                      e.skipped ? " (skipped: fp16 overflow)" : ""));
   } else {
-    progress(e.step, e.total_steps, e.loss);
+    progress(e.step, e.total_steps, e.loss, e.samples_per_s);
   }
 }
 

@@ -151,7 +151,10 @@ struct Trainer::Impl {
     auto batches = eval_batches(dev.size(), config.train.batch_size, comm.world_size(), comm.rank());
     std::vector<int64_t> preds, labels;
     double loss_sum = 0.0;
+    const auto total = static_cast<int64_t>(batches.size());
+    int64_t done = 0;
     for (const auto& b : batches) {
+      events.eval_progress(done++, total);
       Batch batch = dev.collate(b.rows);
       auto logits = strategy->forward(batch);
       auto n = b.num_valid;
@@ -164,6 +167,7 @@ struct Trainer::Impl {
       auto l = valid_labels.contiguous();
       labels.insert(labels.end(), l.data_ptr<int64_t>(), l.data_ptr<int64_t>() + n);
     }
+    events.eval_progress(total, total);
     strategy->set_training(true);
     auto both = at::cat({at::tensor(preds, at::kLong), at::tensor(labels, at::kLong)});
     auto gathered = comm.all_gather_varlen(both);
@@ -388,7 +392,8 @@ StepResult Trainer::Impl::train_step(const Schedule& plan, int64_t epoch, double
 void Trainer::Impl::log_step(const Schedule& plan, FitProgress& p, const StepResult& r, int64_t epoch, double lr) {
   const bool last = state.global_step == plan.total;
   if (state.global_step % std::max<int64_t>(1, config.train.log_every) != 0 && !last) {
-    events.progress(state.global_step, plan.total, p.last_loss);
+    events.progress(state.global_step, plan.total, p.last_loss,
+                    p.timed_seconds > 0 ? static_cast<double>(p.timed_samples) / p.timed_seconds : 0.0);
     return;
   }
   auto l = at::tensor({p.loss_since_log / static_cast<double>(p.steps_since_log)}, at::kDouble);
