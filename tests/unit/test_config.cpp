@@ -86,6 +86,7 @@ TEST_CASE("configs/default.yaml: tiny BERT on 10000 IMDB rows") {
   CHECK(c.data.dev_fraction == 0.1);
   CHECK(c.data.max_seq_len == 128);
   CHECK(c.data.padding == "longest");
+  CHECK(c.data.pair_truncation == "fast");
   CHECK(c.train.batch_size == 32);
   CHECK(c.train.lr == 1e-3);
   CHECK(c.train.weight_decay == 0.01);
@@ -254,6 +255,8 @@ TEST_CASE("validation: ranges, enums and cross-field rules") {
         "cfg.yaml: strategy.precision: unknown value 'fp8' (allowed: auto, fp32, bf16, fp16)");
   CHECK(err_data("  padding: max\n") ==
         "cfg.yaml: data.padding: unknown value 'max' (allowed: longest, max_length)");
+  CHECK(err_data("  pair_truncation: rust\n") ==
+        "cfg.yaml: data.pair_truncation: unknown value 'rust' (allowed: fast, slow)");
   CHECK(err("runtime:\n  device: tpu\n") ==
         "cfg.yaml: runtime.device: unknown value 'tpu' (allowed: cpu, cuda)");
   CHECK(err("train:\n  best_metric: f1\n") ==

@@ -235,20 +235,42 @@ TEST_CASE("encode: single, pair, truncation, padding") {
     CHECK(e.token_type_ids == Ids{0, 0, 0, 1, 1, 1, 0, 0});
     CHECK(tok.encode("hello", std::string_view("world !"), 8, false).input_ids.size() == 6);
   }
-  SUBCASE("pair, longest_first truncation") {
-    // a = 5 tokens, b = 2 tokens, budget 9-3 = 6: one off a.
-    auto e = tok.encode("hello world hello world hello", std::string_view("low lowest"), 9, true);
-    CHECK(e.input_ids == Ids{2, 17, 18, 17, 18, 3, 15, 16, 3});
-    CHECK(e.token_type_ids == Ids{0, 0, 0, 0, 0, 0, 1, 1, 1});
-    // a = 3, b = 3, budget 7-3 = 4: b, a, b lose one each in turn (ties cut b).
-    e = tok.encode("hello world low", std::string_view("want runn a"), 7, false);
-    CHECK(e.input_ids == Ids{2, 17, 18, 3, 8, 12, 3});
-    e = tok.encode("hello world low", std::string_view("want runn a"), 8, false);
-    CHECK(e.input_ids == Ids{2, 17, 18, 15, 3, 8, 12, 3});
-    // Empty pair side stays empty; a absorbs all cuts.
-    e = tok.encode("hello world low", std::string_view(""), 5, true);
-    CHECK(e.input_ids == Ids{2, 17, 18, 3, 3});
-    CHECK(e.token_type_ids == Ids{0, 0, 0, 0, 1});
+  SUBCASE("pair, longest_first truncation: where the fast and slow rules agree") {
+    for (const auto rule : {ft::PairTruncation::kFast, ft::PairTruncation::kSlow}) {
+      CAPTURE(static_cast<int>(rule));
+      // a = 5 tokens, b = 2 tokens, budget 9-3 = 6: one off a (b fits in half).
+      auto e = tok.encode("hello world hello world hello", std::string_view("low lowest"), 9, true, rule);
+      CHECK(e.input_ids == Ids{2, 17, 18, 17, 18, 3, 15, 16, 3});
+      CHECK(e.token_type_ids == Ids{0, 0, 0, 0, 0, 0, 1, 1, 1});
+      // a = 3, b = 3, even budget 7-3 = 4: two each.
+      e = tok.encode("hello world low", std::string_view("want runn a"), 7, false, rule);
+      CHECK(e.input_ids == Ids{2, 17, 18, 3, 8, 12, 3});
+      // a = 5 longer than b = 3, odd budget 8-3 = 5: the longer a keeps the spare token (3 + 2).
+      e = tok.encode("hello world hello world hello", std::string_view("want runn a"), 8, false, rule);
+      CHECK(e.input_ids == Ids{2, 17, 18, 17, 3, 8, 12, 3});
+      // Empty pair side stays empty; a absorbs all cuts.
+      e = tok.encode("hello world low", std::string_view(""), 5, true, rule);
+      CHECK(e.input_ids == Ids{2, 17, 18, 3, 3});
+      CHECK(e.token_type_ids == Ids{0, 0, 0, 0, 1});
+    }
+  }
+  SUBCASE("pair truncation: where they differ (both over half an odd budget, b not the shorter)") {
+    const auto fast = ft::PairTruncation::kFast, slow = ft::PairTruncation::kSlow;
+    // a = 3, b = 3, budget 8-3 = 5. slow: b loses one on the tie and the sum fits: a 3, b 2.
+    // fast: on equal lengths a counts as the shorter and gets floor(5/2): a 2, b 3.
+    CHECK(tok.encode("hello world low", std::string_view("want runn a"), 8, false, slow).input_ids ==
+          Ids{2, 17, 18, 15, 3, 8, 12, 3});
+    CHECK(tok.encode("hello world low", std::string_view("want runn a"), 8, false, fast).input_ids ==
+          Ids{2, 17, 18, 3, 8, 12, 26, 3});
+    // a = 3 shorter than b = 5, budget 5. slow: b down to 3, then the tie cuts b again: a 3, b 2.
+    // fast: the shorter a gets floor(5/2) = 2, the longer b the other 3.
+    CHECK(tok.encode("hello world low", std::string_view("want runn a a a"), 8, false, slow).input_ids ==
+          Ids{2, 17, 18, 15, 3, 8, 12, 3});
+    CHECK(tok.encode("hello world low", std::string_view("want runn a a a"), 8, false, fast).input_ids ==
+          Ids{2, 17, 18, 3, 8, 12, 26, 3});
+    // The default is the fast rule (AutoTokenizer, transformers v5).
+    CHECK(tok.encode("hello world low", std::string_view("want runn a"), 8, false).input_ids ==
+          Ids{2, 17, 18, 3, 8, 12, 26, 3});
   }
   SUBCASE("max_length too small") {
     CHECK_THROWS_AS(tok.encode("hello", std::nullopt, 1, true), ft::Error);

@@ -90,6 +90,10 @@ struct DataConfig {
   /// longest (pad each batch to its longest row) | max_length (always pad to
   /// max_seq_len, as the seeds).
   std::string padding = "longest";
+  /// fast | slow: how a text pair too long for max_seq_len is cut
+  /// (ft::PairTruncation): `fast` as AutoTokenizer and transformers v5,
+  /// `slow` as transformers' Python BertTokenizer.
+  std::string pair_truncation = "fast";
   /// Hugging Face Trainer's group_by_length: each epoch's shuffled rows are
   /// cut into mega-batches of 50 global batches, each sorted by length
   /// (longest first), so a batch holds rows of similar length; the batches

@@ -14,11 +14,11 @@
 #include <utility>
 #include <vector>
 
+#include "ft/tokenizer.h"  // PairTruncation
 #include "ft/types.h"
 
 namespace ft {
 
-class WordPieceTokenizer;
 
 /// File formats. Auto picks by extension: .json -> JsonList, .jsonl/.ndjson
 /// -> JsonLines, .csv -> Csv, .tsv/.tab -> Tsv, .safetensors -> Safetensors;
@@ -124,10 +124,12 @@ class Dataset {
   virtual std::vector<int64_t> lengths() const = 0;
 };
 
-/// Text rows tokenized in collate with `tok` (truncated to max_length).
+/// Text rows tokenized in collate with `tok` (truncated to max_length; pairs
+/// by `pair_rule`).
 std::unique_ptr<Dataset> make_text_dataset(TextData data,
                                            std::shared_ptr<const WordPieceTokenizer> tok,
-                                           int max_length, Padding padding);
+                                           int max_length, Padding padding,
+                                           PairTruncation pair_rule = PairTruncation::kFast);
 
 /// Pre-tokenized rows: a safetensors file with I64 input_ids,
 /// attention_mask, token_type_ids [N, L] and labels [N]. Names, dtypes,

@@ -1,8 +1,9 @@
-// BERT WordPiece tokenizer, behaving like Hugging Face's (slow) BertTokenizer.
+// BERT WordPiece tokenizer, behaving like Hugging Face's BertTokenizer.
 //
 // Same ids as `BertTokenizer(vocab.txt)(text, pair, max_length=L, truncation=True,
 // padding="max_length")`, so a model trained by ft and one trained by the HF stack
-// see identical inputs. The pipeline, in HF's order:
+// see identical inputs; a pair too long is cut by the fast tokenizer's rule
+// (AutoTokenizer) or the Python one's (PairTruncation). The pipeline, in HF's order:
 //   1. split the raw text on the special tokens [PAD] [UNK] [CLS] [SEP] [MASK]
 //      (exact, case-sensitive, anywhere in the text) — those are never split;
 //   2. BasicTokenizer on each remaining piece: drop U+0000, U+FFFD and category C*
@@ -58,6 +59,17 @@ struct TokenizerOptions {
 std::vector<std::string> basic_tokenize(std::string_view text, bool lowercase,
                                         bool split_cjk = true);
 
+/// How "longest_first" shares a pair's token budget B (max_length minus the
+/// 3 special tokens) when a and b do not both fit. They differ only when both
+/// sides exceed half of an odd budget:
+///  - kFast (the `tokenizers` library: AutoTokenizer, transformers v5): the
+///    shorter side keeps everything if the longer can take the rest;
+///    otherwise the shorter gets floor(B/2) and the longer the rest. Equal
+///    lengths count a as the shorter: b gets the spare token.
+///  - kSlow (transformers' Python BertTokenizer): one token at a time off the
+///    longer side, off b on ties: a gets the spare token.
+enum class PairTruncation { kFast, kSlow };
+
 class WordPieceTokenizer {
  public:
   /// Reads `vocab_path` (one token per line, id = line index, "\n", "\r\n" or
@@ -86,12 +98,13 @@ class WordPieceTokenizer {
 
   /// "[CLS] a [SEP]" or "[CLS] a [SEP] b [SEP]". When max_length > 0 the result
   /// is truncated to max_length tokens (single: a is cut at the end; pair: HF's
-  /// "longest_first" — one token at a time from the longer of a and b, from b
-  /// when they are equal) and, if pad_to_max_length, padded with [PAD] (mask 0,
-  /// type 0) to exactly max_length. max_length <= 0: no truncation, no padding.
+  /// "longest_first" under `rule`, see PairTruncation) and, if
+  /// pad_to_max_length, padded with [PAD] (mask 0, type 0) to exactly
+  /// max_length. max_length <= 0: no truncation, no padding.
   /// Throws ft::Error if 0 < max_length < the number of special tokens (2 or 3).
   Encoding encode(std::string_view text, std::optional<std::string_view> pair,
-                  int max_length, bool pad_to_max_length) const;
+                  int max_length, bool pad_to_max_length,
+                  PairTruncation rule = PairTruncation::kFast) const;
 
   int64_t pad_id() const;
   int64_t cls_id() const;

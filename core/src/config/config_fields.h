@@ -37,6 +37,7 @@ void for_each_field(Config& c, F&& f) {
   f("data", "lowercase", c.data.lowercase);
   f("data", "max_seq_len", c.data.max_seq_len);
   f("data", "padding", c.data.padding);
+  f("data", "pair_truncation", c.data.pair_truncation);
   f("data", "group_by_length", c.data.group_by_length);
 
   f("train", "epochs", c.train.epochs);

@@ -92,6 +92,7 @@ void check_data(const Checker& ck, const RunConfig& c) {
   ck.one_of("data.lowercase", d.lowercase, {"auto", "true", "false"});
   ck.at_least("data.max_seq_len", d.max_seq_len, 3);  // [CLS] + one token + [SEP]
   ck.one_of("data.padding", d.padding, {"longest", "max_length"});
+  ck.one_of("data.pair_truncation", d.pair_truncation, {"fast", "slow"});
 
   // A checkpoint directory carries its vocab.txt; anything else needs one
   // named, and the usual fix is to build it from the data.

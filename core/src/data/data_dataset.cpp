@@ -30,8 +30,9 @@ void check_rows(const std::vector<int64_t>& rows, int64_t size, const std::strin
 class TextDataset final : public Dataset {
  public:
   TextDataset(TextData data, std::shared_ptr<const WordPieceTokenizer> tok, int max_length,
-              Padding padding)
-      : data_(std::move(data)), tok_(std::move(tok)), max_length_(max_length), padding_(padding) {
+              Padding padding, PairTruncation pair_rule)
+      : data_(std::move(data)), tok_(std::move(tok)), max_length_(max_length), padding_(padding),
+        pair_rule_(pair_rule) {
     if (!tok_) fail("{}: text data needs a tokenizer (none was given)", data_.source);
     has_pairs_ = std::any_of(data_.rows.begin(), data_.rows.end(),
                              [](const TextExample& r) { return !r.pair.empty(); });
@@ -102,7 +103,7 @@ class TextDataset final : public Dataset {
     // as HF does when given a pair list.
     if (has_pairs_) pair = ex.pair;
     try {
-      return tok_->encode(ex.text, pair, max_length_, false);
+      return tok_->encode(ex.text, pair, max_length_, false, pair_rule_);
     } catch (const Error& e) {
       fail("{}: row {}: {}", data_.source, row + 1, e.what());
     }
@@ -112,6 +113,7 @@ class TextDataset final : public Dataset {
   std::shared_ptr<const WordPieceTokenizer> tok_;
   int max_length_;
   Padding padding_;
+  PairTruncation pair_rule_;
   bool has_pairs_ = false;
 };
 
@@ -202,8 +204,8 @@ std::string shape_string(const at::Tensor& t) {
 
 std::unique_ptr<Dataset> make_text_dataset(TextData data,
                                            std::shared_ptr<const WordPieceTokenizer> tok,
-                                           int max_length, Padding padding) {
-  return std::make_unique<TextDataset>(std::move(data), std::move(tok), max_length, padding);
+                                           int max_length, Padding padding, PairTruncation pair_rule) {
+  return std::make_unique<TextDataset>(std::move(data), std::move(tok), max_length, padding, pair_rule);
 }
 
 std::unique_ptr<Dataset> load_tensor_dataset(const std::string& path, int64_t num_labels,

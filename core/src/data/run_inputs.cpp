@@ -180,8 +180,9 @@ void prepare_text_inputs(const RunConfig& config, RunInputs& in) {
   in.model_config.id2label = in.label_names;
   const Padding padding = parse_padding(d.padding);
   const int max_len = static_cast<int>(d.max_seq_len);
-  in.train = make_text_dataset(std::move(train), in.tokenizer, max_len, padding);
-  if (!dev.rows.empty()) in.dev = make_text_dataset(std::move(dev), in.tokenizer, max_len, padding);
+  const PairTruncation pair_rule = d.pair_truncation == "slow" ? PairTruncation::kSlow : PairTruncation::kFast;
+  in.train = make_text_dataset(std::move(train), in.tokenizer, max_len, padding, pair_rule);
+  if (!dev.rows.empty()) in.dev = make_text_dataset(std::move(dev), in.tokenizer, max_len, padding, pair_rule);
 }
 
 }  // namespace

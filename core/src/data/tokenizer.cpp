@@ -283,7 +283,7 @@ std::optional<int64_t> WordPieceTokenizer::token_to_id(std::string_view token) c
 }
 
 Encoding WordPieceTokenizer::encode(std::string_view text, std::optional<std::string_view> pair,
-                                    int max_length, bool pad_to_max_length) const {
+                                    int max_length, bool pad_to_max_length, PairTruncation rule) const {
   std::vector<int64_t> a = tokenize_to_ids(text);
   std::vector<int64_t> b;
   if (pair) b = tokenize_to_ids(*pair);
@@ -296,12 +296,30 @@ Encoding WordPieceTokenizer::encode(std::string_view text, std::optional<std::st
     const std::size_t budget = static_cast<std::size_t>(max_length) - specials;
     std::size_t na = a.size();
     std::size_t nb = b.size();
-    // HF's longest_first: one token at a time off the longer side, b on ties.
-    while (na + nb > budget) {
-      if (!pair || na > nb) {
-        --na;
+    if (na + nb > budget) {
+      if (!pair) {
+        na = budget;
+      } else if (rule == PairTruncation::kFast) {
+        // tokenizers' LongestFirst: the shorter side (a on ties) keeps what
+        // it has when the longer can take the rest, else each gets half and
+        // the longer one the odd token.
+        std::size_t& shorter = na <= nb ? na : nb;
+        std::size_t& longer = na <= nb ? nb : na;
+        if (shorter <= budget / 2) {
+          longer = budget - shorter;
+        } else {
+          shorter = budget / 2;
+          longer = budget / 2 + budget % 2;
+        }
       } else {
-        --nb;
+        // transformers' Python BertTokenizer: one token at a time off the longer side, b on ties.
+        while (na + nb > budget) {
+          if (na > nb) {
+            --na;
+          } else {
+            --nb;
+          }
+        }
       }
     }
     a.resize(na);
