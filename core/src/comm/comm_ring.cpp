@@ -138,6 +138,15 @@ struct RingPlan {
   int left() const { return (r + world - 1) % world; }
 };
 
+// One ring hop: `out` to the right neighbour while `in` is filled from the
+// left one. Runs on the ring thread.
+void exchange(Comm& comm, const RingPlan& ring, const at::Tensor& out, at::Tensor& in, int tag) {
+  Work recv = comm.recv_async(in, ring.left(), tag);
+  Work send = comm.send_async(out, ring.right(), tag);
+  send.wait();
+  recv.wait();
+}
+
 std::shared_ptr<Work::State> ring_state(const char* what, const std::shared_ptr<CommHealth>& health,
                                         std::chrono::milliseconds timeout) {
   auto state = std::make_shared<Work::State>();
@@ -179,10 +188,7 @@ Work Comm::reduce_scatter_inplace_async(at::Tensor& flat, ReduceOp op) {
     c10::NoGradGuard no_grad;
     at::Tensor in = worker->scratch(ring.n, ring.data.options());
     for (int s = 0; s < ring.world - 1; ++s) {
-      Work recv = recv_async(in, ring.left(), kReduceScatterTag);
-      Work send = send_async(ring.chunk(ring.r - s - 1), ring.right(), kReduceScatterTag);
-      send.wait();
-      recv.wait();
+      exchange(*this, ring, ring.chunk(ring.r - s - 1), in, kReduceScatterTag);
       ring.chunk(ring.r - s - 2).add_(in);
     }
     if (op == ReduceOp::Avg) scale_inplace(ring.chunk(ring.r), ring.world, ScaleOp::kDiv);
@@ -206,10 +212,7 @@ Work Comm::all_gather_inplace_async(at::Tensor& flat) {
   state->job = ring_worker().submit([this, ring]() {
     for (int s = 0; s < ring.world - 1; ++s) {
       at::Tensor dst = ring.chunk(ring.r - s - 1);
-      Work recv = recv_async(dst, ring.left(), kAllGatherTag);
-      Work send = send_async(ring.chunk(ring.r - s), ring.right(), kAllGatherTag);
-      send.wait();
-      recv.wait();
+      exchange(*this, ring, ring.chunk(ring.r - s), dst, kAllGatherTag);
     }
   });
   return Work(state);

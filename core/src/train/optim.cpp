@@ -13,8 +13,10 @@
 namespace ft {
 namespace {
 
+// The step's scalars every slot shares; per-slot decay and step size live in
+// the FusedSegment.
 struct AdamWScalars {
-  float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, bc2_sqrt, eps, step_size;
+  float beta1, one_minus_beta1, beta2, one_minus_beta2, bc2_sqrt, eps;
 };
 
 // All four tensors CPU fp32, contiguous, the same size: the fused loop applies.
@@ -87,9 +89,9 @@ void TensorOptimizer::step(double lr, const std::vector<at::Tensor>& grads) {
   if (spec_.kind == OptimizerKind::AdamW) {
     const double bc1 = 1.0 - std::pow(spec_.beta1, static_cast<double>(step_));
     const double bc2_sqrt = std::sqrt(1.0 - std::pow(spec_.beta2, static_cast<double>(step_)));
-    const AdamWScalars k{0.0f, static_cast<float>(spec_.beta1), static_cast<float>(1.0 - spec_.beta1),
+    const AdamWScalars k{static_cast<float>(spec_.beta1), static_cast<float>(1.0 - spec_.beta1),
                          static_cast<float>(spec_.beta2), static_cast<float>(1.0 - spec_.beta2),
-                         static_cast<float>(bc2_sqrt), static_cast<float>(spec_.eps), 0.0f};
+                         static_cast<float>(bc2_sqrt), static_cast<float>(spec_.eps)};
     std::vector<FusedSegment> segs;
     segs.reserve(slots_.size());
     int64_t total = 0;
