@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "ft/comm.h"
 #include "ft/config.h"
+#include "ft/config_import.h"
 #include "ft/dist_env.h"
 #include "ft/error.h"
 #include "ft/events.h"
@@ -94,13 +95,43 @@ void add_config_flags(CLI::App& cmd, ConfigFlags& flags) {
   cmd.add_option("-c,--config", flags.config_path, "run config YAML (default: the embedded configs/default.yaml)");
   cmd.add_option("--set", flags.overrides, "override a config key, e.g. --set train.lr=3e-5 (repeatable)");
   cmd.add_option("--plugin-dir", flags.plugin_dirs, "extra directory to load strategy plugins from (repeatable)");
+  cmd.add_option("--deepspeed", flags.deepspeed, "import a DeepSpeed ds_config.json (below --config; docs/importing-configs.md)");
+  cmd.add_option("--accelerate-config", flags.accelerate_config, "import an accelerate config YAML (below --config)");
+  cmd.add_option("--training-args", flags.training_args, "import HF TrainingArguments as JSON (below --config)");
+}
+
+ConfigImports read_imports(const ConfigFlags& flags, bool quiet) {
+  int world = flags.world_size;
+  if (world <= 0) {
+    const char* w = std::getenv("WORLD_SIZE");
+    world = w != nullptr ? std::max(1, std::atoi(w)) : 1;
+  }
+  ConfigImports imports(world);
+  // accelerate first: its num_processes sets the world size the others check against.
+  if (!flags.accelerate_config.empty()) {
+    imports.add_accelerate(flags.accelerate_config);
+    if (flags.world_size > 0) imports.set_world_size(flags.world_size);
+  }
+  if (!flags.deepspeed.empty()) imports.add_deepspeed(flags.deepspeed);
+  if (!flags.training_args.empty()) imports.add_training_args(flags.training_args);
+  if (!quiet) {
+    for (const auto& w : imports.warnings()) std::fprintf(stderr, "ft: warning: %s\n", w.c_str());
+  }
+  return imports;
+}
+
+RunConfig load_run_config(const ConfigFlags& flags, const ConfigImports& imports) {
+  if (flags.config_path.empty()) {
+    return config_from_layers(default_config_yaml(), "configs/default.yaml (embedded)", true, imports, flags.overrides);
+  }
+  return config_from_layers(read_config_file(flags.config_path), flags.config_path, false, imports, flags.overrides);
 }
 
 RunConfig load_run_config(const ConfigFlags& flags) {
-  if (flags.config_path.empty()) {
-    return config_from_yaml_string(default_config_yaml(), "configs/default.yaml (embedded)", flags.overrides);
-  }
-  return load_config(flags.config_path, flags.overrides);
+  // One rank speaks for the job: ft's own workers and torchrun's ranks > 0 stay quiet.
+  const char* rank = std::getenv("RANK");
+  const bool quiet = std::getenv("FT_LAUNCHED") != nullptr || (rank != nullptr && std::string(rank) != "0");
+  return load_run_config(flags, read_imports(flags, quiet));
 }
 
 void add_run_command(CLI::App& app, int& exit_code, const std::vector<std::string>& argv) {
@@ -123,9 +154,26 @@ void add_run_command(CLI::App& app, int& exit_code, const std::vector<std::strin
   cmd->add_option("--max-steps", flags->max_steps, "stop after this many optimizer steps");
   cmd->add_option("--timeout", flags->timeout_s, "seconds before a stuck collective or dead rank stops the job");
   cmd->add_option("--profile-steps", flags->profile_steps, "A:B: trace optimizer steps A..B per rank (docs/observability.md)");
-  cmd->callback([flags, &exit_code] {
-    const RunConfig config = load_run_config(ConfigFlags{flags->config.config_path, flag_overrides(*flags), {}});
+  auto* nproc_opt = cmd->get_option("--nproc");
+  auto* nnodes_opt = cmd->get_option("--nnodes");
+  auto* node_rank_opt = cmd->get_option("--node-rank");
+  auto* addr_opt = cmd->get_option("--master-addr");
+  auto* port_opt = cmd->get_option("--master-port");
+  cmd->callback([=, &exit_code] {
+    ConfigFlags cf = flags->config;
+    cf.overrides = flag_overrides(*flags);
     const bool is_worker = std::getenv("FT_LAUNCHED") != nullptr;
+    if (!is_worker && nproc_opt->count() > 0) cf.world_size = flags->nproc * flags->nnodes;
+    const char* rank = std::getenv("RANK");
+    const ConfigImports imports = read_imports(cf, is_worker || (rank != nullptr && std::string(rank) != "0"));
+    // An accelerate config's launch settings, where the command line is silent.
+    const ImportedLaunch l = imports.launch();
+    if (l.nproc && nproc_opt->count() == 0) flags->nproc = *l.nproc;
+    if (l.nnodes && nnodes_opt->count() == 0) flags->nnodes = *l.nnodes;
+    if (l.node_rank && node_rank_opt->count() == 0) flags->node_rank = *l.node_rank;
+    if (l.master_addr && addr_opt->count() == 0) flags->master_addr = *l.master_addr;
+    if (l.master_port && port_opt->count() == 0) flags->master_port = *l.master_port;
+    const RunConfig config = load_run_config(cf, imports);
     if (!is_worker && (flags->nproc != 1 || flags->nnodes != 1)) {
       // Workers get the same command line; FT_LAUNCHED keeps them from launching again.
       exit_code = launch(*flags, config);

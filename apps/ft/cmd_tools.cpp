@@ -11,6 +11,7 @@
 #include "ft/checkpoint.h"
 #include "ft/comm.h"
 #include "ft/config.h"
+#include "ft/config_import.h"
 #include "ft/data.h"
 #include "ft/error.h"
 #include "ft/events.h"
@@ -49,10 +50,14 @@ int list_strategies(const std::vector<std::string>& plugin_dirs, bool verbose) {
 
 // Evaluation reuses the Trainer with a one-process `single` strategy, so
 // `ft eval` and the in-training evaluation are the same code.
-int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint, const std::string& data) {
+int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint, const std::string& data, int max_length) {
   // Else model.config would read it as a config.json and blame its JSON.
   if (!std::filesystem::is_directory(checkpoint)) fail("checkpoint {}: not a directory", checkpoint);
   ConfigFlags f = flags;
+  // Tokenise as training did: the checkpoint's model_max_length unless
+  // --max-length says otherwise; --set data.max_seq_len still wins.
+  if (max_length <= 0) max_length = static_cast<int>(read_model_max_length(checkpoint).value_or(0));
+  if (max_length > 0) f.overrides.insert(f.overrides.begin(), "data.max_seq_len=" + std::to_string(max_length));
   f.overrides.push_back("model.config=" + checkpoint);
   f.overrides.push_back("model.weights=");
   f.overrides.push_back("strategy.name=single");
@@ -136,13 +141,18 @@ void add_eval_predict_commands(CLI::App& app, int& exit_code) {
   struct EvalFlags {
     ConfigFlags config;
     std::string checkpoint, data;
+    int max_length = 0;  // 0: the checkpoint's tokenizer_config.json, else the config's data.max_seq_len
   };
   auto ef = std::make_shared<EvalFlags>();
   auto* eval = app.add_subcommand("eval", "evaluate a saved checkpoint on dev data");
   add_config_flags(*eval, ef->config);
   eval->add_option("--checkpoint", ef->checkpoint, "checkpoint directory")->required();
   eval->add_option("--data", ef->data, "evaluate every row of this file (default: the config's dev split)");
-  eval->callback([ef, &exit_code] { exit_code = evaluate_checkpoint(ef->config, ef->checkpoint, ef->data); });
+  eval->add_option("--max-length", ef->max_length,
+                   "truncate inputs to this many tokens (default: the checkpoint's model_max_length)");
+  eval->callback([ef, &exit_code] {
+    exit_code = evaluate_checkpoint(ef->config, ef->checkpoint, ef->data, ef->max_length);
+  });
 
   struct PredictFlags {
     std::string checkpoint;
@@ -196,6 +206,38 @@ void add_vocab_command(CLI::App& app, int& exit_code) {
     for (const auto& t : tokens) text += t + "\n";
     fs::write_file_atomic(vf->out, text);
     std::cout << fmt::format("wrote {} ({} tokens from {} rows of {})\n", vf->out, tokens.size(), data.rows.size(), src.path);
+    exit_code = 0;
+  });
+}
+
+void add_config_command(CLI::App& app, int& exit_code) {
+  struct ShowFlags {
+    ConfigFlags config;
+    int nproc = 1, nnodes = 1;
+  };
+  auto sf = std::make_shared<ShowFlags>();
+  auto* cmd = app.add_subcommand("config", "run-config tools");
+  cmd->require_subcommand(1);
+  auto* show = cmd->add_subcommand("show", "print the effective run config (imports, --config, --set) as YAML");
+  add_config_flags(*show, sf->config);
+  show->add_option("--nproc", sf->nproc, "worker processes per host, for DeepSpeed's train_batch_size check");
+  show->add_option("--nnodes", sf->nnodes, "hosts in the job");
+  auto* nproc_opt = show->get_option("--nproc");
+  show->callback([sf, nproc_opt, &exit_code] {
+    ConfigFlags f = sf->config;
+    if (nproc_opt->count() > 0) f.world_size = sf->nproc * sf->nnodes;
+    const ConfigImports imports = read_imports(f, false);
+    const RunConfig config = load_run_config(f, imports);
+    std::cout << "# effective config: " << config.source << "\n";
+    const ImportedLaunch l = imports.launch();
+    std::string launch;
+    if (l.nproc) launch += fmt::format(" --nproc {}", *l.nproc);
+    if (l.nnodes) launch += fmt::format(" --nnodes {}", *l.nnodes);
+    if (l.node_rank) launch += fmt::format(" --node-rank {}", *l.node_rank);
+    if (l.master_addr) launch += " --master-addr " + *l.master_addr;
+    if (l.master_port) launch += fmt::format(" --master-port {}", *l.master_port);
+    if (!launch.empty()) std::cout << "# launch (from the accelerate config):" << launch << "\n";
+    std::cout << to_yaml(config);
     exit_code = 0;
   });
 }

@@ -14,6 +14,9 @@ struct ConfigFlags {
   std::string config_path;            // --config (empty: the embedded default)
   std::vector<std::string> overrides; // --set key=value
   std::vector<std::string> plugin_dirs;
+  // Foreign configs imported below --config (ft/config_import.h).
+  std::string deepspeed, accelerate_config, training_args;
+  int world_size = 0;  // for DeepSpeed's batch check; 0: $WORLD_SIZE, else 1
 };
 
 // argv: our arguments after the program name, re-used to start workers.
@@ -25,15 +28,22 @@ void add_consolidate_command(CLI::App& app, int& exit_code);
 void add_export_command(CLI::App& app, int& exit_code);
 void add_bench_command(CLI::App& app, int& exit_code, const std::vector<std::string>& argv);
 void add_trace_command(CLI::App& app, int& exit_code);
+void add_config_command(CLI::App& app, int& exit_code);
 
 }  // namespace ft::app
 
 namespace ft {
 struct RunConfig;
+class ConfigImports;
 }
 
 namespace ft::app {
-// Loads --config (or the embedded default) with --set overrides applied.
+// Reads the --deepspeed / --accelerate-config / --training-args files;
+// prints their warning lines to stderr unless `quiet`.
+ConfigImports read_imports(const ConfigFlags& flags, bool quiet);
+// Loads --config (or the embedded default) with imports below it and --set
+// overrides above it.
+RunConfig load_run_config(const ConfigFlags& flags, const ConfigImports& imports);
 RunConfig load_run_config(const ConfigFlags& flags);
 // Adds --config/--set/--plugin-dir to a subcommand.
 void add_config_flags(CLI::App& cmd, ConfigFlags& flags);

@@ -50,6 +50,13 @@ runtime:
                      dir.string());
 }
 
+std::vector<std::string> sorted_entries(const fsys::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fsys::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 std::string flags(const fsys::path& dir, const std::string& extra) {
   return fmt::format("run --config {}/run.yaml --metrics-out {}/m.jsonl {}", dir.string(), dir.string(), extra);
 }
@@ -89,6 +96,25 @@ TEST_CASE("train, save, eval and predict agree on a small text task") {
   INFO(ev.output);
   CHECK(ev.exit_code == 0);
   CHECK(ev.output.find("accuracy 1.0000") != std::string::npos);
+
+  // eval tokenises as training did: the checkpoint's model_max_length (16)
+  // beats the config's max_seq_len; --max-length beats both. At 3 tokens
+  // most rows lose the word that decides them.
+  {
+    std::ifstream in(tmp.path() / "run.yaml");
+    std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    yaml.replace(yaml.find("max_seq_len: 16"), 15, "max_seq_len: 3");
+    std::ofstream(tmp.path() / "short.yaml") << yaml;
+  }
+  auto ev_ckpt_len = ft_test::run_ft(fmt::format("eval --config {}/short.yaml --checkpoint {}", tmp.path().string(),
+                                                 final_dir.string()));
+  INFO(ev_ckpt_len.output);
+  CHECK(ev_ckpt_len.output.find("accuracy 1.0000") != std::string::npos);
+  auto ev_short = ft_test::run_ft(fmt::format("eval --config {}/run.yaml --checkpoint {} --max-length 3",
+                                              tmp.path().string(), final_dir.string()));
+  INFO(ev_short.output);
+  CHECK(ev_short.exit_code == 0);
+  CHECK(ev_short.output.find("accuracy 1.0000") == std::string::npos);
 
   auto pred = ft_test::run_ft(fmt::format("predict --checkpoint {} 'a very good film' 'the plot was bad'",
                                           final_dir.string()));
@@ -151,12 +177,33 @@ TEST_CASE("checkpoint rotation keeps the newest save_total_limit, never the best
                                                "--set train.best_metric=loss --output-dir " + out_dir.string()));
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
-  std::vector<std::string> kept;
-  for (const auto& e : fsys::directory_iterator(out_dir)) kept.push_back(e.path().filename().string());
-  std::sort(kept.begin(), kept.end());
+  const std::vector<std::string> kept = sorted_entries(out_dir);
   // Saves at 2,4,6,8,10 (step 12 is `final`); evals after steps 3,6,9,12 with a falling loss,
   // so the best is always the newest save and rotation keeps exactly the two newest.
   CHECK(kept == std::vector<std::string>{"checkpoint-10", "checkpoint-8", "final"});
+}
+
+TEST_CASE("save_each_epoch checkpoints every epoch but the last, which is final; eval_batch_size changes no metric") {
+  ft_test::TempDir tmp("epochs");
+  write_task(tmp.path());
+  const auto out_dir = tmp.path() / "out";
+  // 3 steps per epoch; save_every=6 lands on the end of epoch 2: saved once.
+  auto run = ft_test::run_ft(flags(tmp.path(), "--max-steps 9 --set train.save_each_epoch=true --set train.save_every=6 "
+                                               "--set train.save_total_limit=0 --output-dir " + out_dir.string()));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  const std::vector<std::string> kept = sorted_entries(out_dir);
+  CHECK(kept == std::vector<std::string>{"checkpoint-3", "checkpoint-6", "final"});
+
+  auto eval_line = [&](const std::string& extra) {
+    auto ev = ft_test::run_ft(fmt::format("eval --config {}/run.yaml --checkpoint {} {}", tmp.path().string(),
+                                          (out_dir / "final").string(), extra));
+    REQUIRE(ev.exit_code == 0);
+    return ev.output;
+  };
+  const std::string by_8 = eval_line("");
+  CHECK(by_8.find("accuracy") != std::string::npos);
+  CHECK(eval_line("--set train.eval_batch_size=3") == by_8);
 }
 
 TEST_CASE("ft vocab build makes a vocabulary the run can use") {
@@ -173,4 +220,32 @@ TEST_CASE("ft vocab build makes a vocabulary the run can use") {
   auto run = ft_test::run_ft(flags(tmp.path(), "--max-steps 2 --set data.vocab=" + vocab.string()));
   INFO(run.output);
   CHECK(run.exit_code == 0);
+}
+
+TEST_CASE("ft config show: a DeepSpeed config becomes strategy and precision; one warning line per unsupported key") {
+  const auto ds = ft_test::source_dir() / "tests" / "data" / "ds_zero2_bf16.json";
+  auto shown = ft_test::run_ft("config show --deepspeed " + ds.string());
+  INFO(shown.output);
+  REQUIRE(shown.exit_code == 0);
+  CHECK(shown.output.find("\n  name: zero2\n") != std::string::npos);
+  CHECK(shown.output.find("\n  precision: bf16\n") != std::string::npos);
+
+  ft_test::TempDir tmp("cli_import");
+  std::ofstream(tmp.path() / "ds.json") << R"({"zero_optimization": {"stage": 3}, "flux_capacitor": 88})";
+  auto one = ft_test::run_ft("config show --deepspeed " + (tmp.path() / "ds.json").string() + " --set train.lr=3e-4");
+  INFO(one.output);
+  REQUIRE(one.exit_code == 0);
+  std::istringstream lines(one.output);
+  int warnings = 0;
+  for (std::string line; std::getline(lines, line);) warnings += line.find("warning:") != std::string::npos ? 1 : 0;
+  CHECK(warnings == 1);
+  CHECK(one.output.find("ds.json: flux_capacitor: not a DeepSpeed key ft maps; ignored") != std::string::npos);
+  CHECK(one.output.find("\n  name: zero3\n") != std::string::npos);
+  CHECK(one.output.find("\n  lr: 0.0003\n") != std::string::npos);
+
+  // A key that would change the run: one error line, non-zero exit.
+  std::ofstream(tmp.path() / "bad.json") << R"({"optimizer": {"type": "OneBitAdam"}})";
+  auto bad = ft_test::run_ft("config show --deepspeed " + (tmp.path() / "bad.json").string());
+  CHECK(bad.exit_code != 0);
+  CHECK(bad.output.find("bad.json: optimizer.type: 'OneBitAdam' is not in ft") != std::string::npos);
 }

@@ -111,6 +111,9 @@ struct TrainConfig {
   /// Examples per rank per micro-batch (global batch = batch_size * world
   /// size * grad_accum).
   int64_t batch_size = 32;
+  /// Examples per rank per evaluation batch; 0 = batch_size. Evaluation
+  /// needs no activations for backward, so it can take larger batches.
+  int64_t eval_batch_size = 0;
   /// Micro-batches per optimizer step.
   int64_t grad_accum = 1;
   /// adamw | sgd.
@@ -127,8 +130,13 @@ struct TrainConfig {
   double momentum = 0.0;
   /// Also decay biases and LayerNorm weights (false: the BERT convention).
   bool decay_bias_and_norm = false;
-  /// linear (warm-up, then linear decay to 0) | constant (warm-up, then flat).
+  /// linear (warm-up, then linear decay to 0) | cosine (warm-up, then half a
+  /// cosine wave down to 0, as HF's get_cosine_schedule_with_warmup) |
+  /// constant (warm-up, then flat).
   std::string scheduler = "linear";
+  /// linear | log: the warm-up's shape. linear: lr * step / warmup; log:
+  /// lr * ln(step + 1) / ln(warmup), DeepSpeed's WarmupLR default.
+  std::string warmup_type = "linear";
   /// Warm-up as a share of all steps, in [0, 1]; used when warmup_steps = 0.
   double warmup_ratio = 0.0;
   /// Warm-up steps; > 0 wins over warmup_ratio.
@@ -147,6 +155,9 @@ struct TrainConfig {
   int64_t eval_every = 0;
   /// Checkpoint every N optimizer steps; 0 = only at the end. Needs output_dir.
   int64_t save_every = 0;
+  /// Also checkpoint at the end of every epoch but the last (which is the
+  /// final checkpoint): HF's save_strategy="epoch". Needs output_dir.
+  bool save_each_epoch = false;
   /// Keep at most N step checkpoints (the best one is kept besides); 0 = all.
   int64_t save_total_limit = 2;
   /// Sharding strategies also write each rank's shard into <checkpoint>/sharded/
@@ -199,6 +210,19 @@ struct StrategyConfig {
   std::string name = "single";
   /// auto | fp32 | bf16 | fp16. auto: the strategy's preference.
   std::string precision = "auto";
+  /// fp16 loss scaling (ft::LossScalerOptions). 0: dynamic; > 0: this fixed
+  /// scale, never changed.
+  double loss_scale = 0;
+  /// Dynamic scaling starts here ...
+  double loss_scale_init = 65536;
+  /// ... doubles after this many steps without overflow ...
+  int64_t loss_scale_window = 2000;
+  /// ... and halves on an overflow once this many overflows have been
+  /// absorbed since the last growth (1: every overflow halves it, as
+  /// torch's GradScaler; DeepSpeed's hysteresis) ...
+  int64_t loss_scale_hysteresis = 1;
+  /// ... never below this (0: no floor).
+  double loss_scale_min = 0;
   /// strategy.options.<key>: free-form strings, parsed and validated by the
   /// plugin (which names the key in its errors).
   std::map<std::string, std::string> options;
@@ -247,6 +271,10 @@ struct RunConfig {
 /// file or "--set" and the key: missing file, YAML syntax error (with line),
 /// unknown key (with the closest known key), wrong type, bad value.
 RunConfig load_config(const std::string& yaml_path, const std::vector<std::string>& overrides);
+
+/// The text of a --config file; a missing file or a directory is an error
+/// naming the path.
+std::string read_config_file(const std::string& yaml_path);
 
 /// load_config on YAML text; `source_name` stands for the file in messages.
 RunConfig config_from_yaml_string(const std::string& yaml, const std::string& source_name,

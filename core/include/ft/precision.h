@@ -24,11 +24,18 @@ std::string to_string(PrecisionMode mode);
 
 // Dynamic loss scaling as in torch.cuda.amp.GradScaler: grow x2 after
 // `growth_interval` clean steps, back off x0.5 on overflow (step skipped).
+// `hysteresis` > 1 and `min_scale` give DeepSpeed's scaler: an overflow only
+// backs off once `hysteresis` overflows were absorbed since the last growth,
+// and never below `min_scale`. An overflowing step is skipped either way.
 struct LossScalerOptions {
   double init_scale = 65536.0;
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
   int64_t growth_interval = 2000;
+  int64_t hysteresis = 1;
+  double min_scale = 0.0;
+  // false: init_scale is a fixed scale (overflowing steps are still skipped).
+  bool dynamic = true;
 };
 
 class Precision {
@@ -69,8 +76,10 @@ class Precision {
   void update(bool found_inf);
   double loss_scale() const { return scale_; }
 
-  // For checkpoints: {scale, clean steps so far}.
-  std::vector<double> state() const { return {scale_, static_cast<double>(growth_tracker_)}; }
+  // For checkpoints: {scale, clean steps so far, overflows still absorbed}.
+  std::vector<double> state() const {
+    return {scale_, static_cast<double>(growth_tracker_), static_cast<double>(hysteresis_left_)};
+  }
   void load_state(const std::vector<double>& state);
 
  private:
@@ -79,6 +88,7 @@ class Precision {
   LossScalerOptions options_;
   double scale_;
   int64_t growth_tracker_ = 0;
+  int64_t hysteresis_left_;
 };
 
 }  // namespace ft

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <set>
 #include <sstream>
 #include <type_traits>
@@ -16,6 +17,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "config_fields.h"
+#include "ft/config_import.h"
 #include "ft/error.h"
 #include "ft_default_config_yaml.h"  // generated from configs/default.yaml
 
@@ -33,11 +35,13 @@ class Origins {
  public:
   explicit Origins(std::string file) : file_(std::move(file)) {}
   void mark_override(const std::string& key) { overridden_.insert(key); }
+  void mark_import(const std::string& key, std::string origin) { imported_[key] = std::move(origin); }
   // "strategy.options.x" is blamed on --set when it or "strategy.options" was overridden.
   const std::string& of(const std::string& key) const {
     for (const auto& k : overridden_) {
       if (key == k || key.rfind(k + ".", 0) == 0) return set_source_;
     }
+    if (auto it = imported_.find(key); it != imported_.end()) return it->second;
     return file_;
   }
   const std::string& file() const { return file_; }
@@ -46,6 +50,7 @@ class Origins {
   std::string file_;
   std::string set_source_ = kSetSource;
   std::set<std::string> overridden_;
+  std::map<std::string, std::string> imported_;  // key -> "ds.json: optimizer.params.lr"
 };
 
 std::string describe(const YAML::Node& node) {
@@ -252,17 +257,40 @@ YAML::Node parse_override_value(const std::string& text, const std::string& valu
   return YAML::Node(value);
 }
 
+std::vector<std::string> key_path(const std::string& key) {
+  std::vector<std::string> path;
+  std::stringstream parts(key);
+  for (std::string part; std::getline(parts, part, '.');) path.push_back(part);
+  return path;
+}
+
+// Whether the tree already holds a value at `key`.
+bool tree_has(const YAML::Node& root, const std::string& key) {
+  YAML::Node node;
+  node.reset(root);
+  for (const auto& part : key_path(key)) {
+    if (!node.IsMap()) return false;
+    YAML::Node child = node[part];
+    if (!child || child.IsNull()) return false;
+    node.reset(child);
+  }
+  return true;
+}
+
+void put(YAML::Node& root, const std::string& key, const YAML::Node& value, const Origins& origins);
+
 // Puts one "a.b=value" (or "strategy.options.k=value") into the tree.
 void apply_override(YAML::Node& root, const std::string& text, Origins& origins) {
   const auto eq = text.find('=');
   const std::string key = eq == std::string::npos ? "" : trim(text.substr(0, eq));
   if (key.empty()) fail("{} {}: expected key=value (e.g. --set train.lr=3e-5)", kSetSource, text);
   if (!is_known_field(key)) unknown_key(kSetSource, key);
-  const YAML::Node value = parse_override_value(text, trim(text.substr(eq + 1)));
+  put(root, key, parse_override_value(text, trim(text.substr(eq + 1))), origins);
+  origins.mark_override(key);
+}
 
-  std::vector<std::string> path;
-  std::stringstream parts(key);
-  for (std::string part; std::getline(parts, part, '.');) path.push_back(part);
+void put(YAML::Node& root, const std::string& key, const YAML::Node& value, const Origins& origins) {
+  const std::vector<std::string> path = key_path(key);
 
   // Walk down with reset(): assigning one Node to another would overwrite
   // the referenced node's content instead of moving the handle.
@@ -283,7 +311,6 @@ void apply_override(YAML::Node& root, const std::string& text, Origins& origins)
     node.reset(child);
   }
   node[path.back()] = value;
-  origins.mark_override(key);
 }
 
 YAML::Node parse_yaml(const std::string& yaml, const std::string& source) {
@@ -314,23 +341,50 @@ std::vector<std::string> known_keys() {
 
 RunConfig config_from_yaml_string(const std::string& yaml, const std::string& source_name,
                                   const std::vector<std::string>& overrides) {
+  return config_from_layers(yaml, source_name, false, ConfigImports{}, overrides);
+}
+
+RunConfig config_from_layers(const std::string& yaml, const std::string& source_name, bool yaml_is_default,
+                             const ConfigImports& imports, const std::vector<std::string>& overrides) {
   YAML::Node root = parse_yaml(yaml, source_name);
   Origins origins(source_name);
-  if (!overrides.empty()) {
+  const std::vector<ImportedValue> imported = imports.values();
+  if (!overrides.empty() || !imported.empty()) {
     if (!root || root.IsNull()) root.reset(YAML::Node(YAML::NodeType::Map));
     if (!root.IsMap()) {
       fail("{}: expected a mapping with the sections model, data, train, strategy, runtime",
            source_name);
     }
+    // Below the user's YAML, above the embedded default run.
+    std::vector<std::string> imported_options;
+    std::string imported_strategy;
+    for (const auto& v : imported) {
+      if (v.key == "strategy.name") imported_strategy = v.value;
+      if (!yaml_is_default && tree_has(root, v.key)) continue;
+      put(root, v.key, YAML::Node(v.value), origins);
+      origins.mark_import(v.key, v.source + ": " + v.from);
+      if (v.key.rfind("strategy.options.", 0) == 0) imported_options.push_back(v.key);
+    }
     for (const auto& text : overrides) apply_override(root, text, origins);
+    // Imported options belong to the imported strategy: when the YAML or
+    // --set chose another one, they would only be refused by its plugin.
+    const YAML::Node name = root["strategy"] ? root["strategy"]["name"] : YAML::Node();
+    if (!imported_strategy.empty() && name && name.IsScalar() && name.Scalar() != imported_strategy) {
+      for (const auto& key : imported_options) {
+        if (origins.of(key) == kSetSource) continue;
+        root["strategy"]["options"].remove(key.substr(std::string("strategy.options.").size()));
+      }
+    }
   }
   RunConfig config = convert(root, origins);
-  config.source = overrides.empty() ? source_name : source_name + " + " + kSetSource;
+  config.source = source_name;
+  if (!imported.empty()) config.source += " + " + imports.sources();
+  if (!overrides.empty()) config.source += std::string(" + ") + kSetSource;
   validate(config);
   return config;
 }
 
-RunConfig load_config(const std::string& yaml_path, const std::vector<std::string>& overrides) {
+std::string read_config_file(const std::string& yaml_path) {
   std::error_code ec;
   if (!std::filesystem::exists(yaml_path, ec)) {
     fail("{}: config file not found (relative paths are from the working directory {})",
@@ -341,9 +395,13 @@ RunConfig load_config(const std::string& yaml_path, const std::vector<std::strin
   }
   std::ifstream in(yaml_path, std::ios::binary);
   if (!in) fail("{}: cannot open the config file", yaml_path);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) fail("{}: cannot read the config file", yaml_path);
-  return config_from_yaml_string(text, yaml_path, overrides);
+  return text;
+}
+
+RunConfig load_config(const std::string& yaml_path, const std::vector<std::string>& overrides) {
+  return config_from_yaml_string(read_config_file(yaml_path), yaml_path, overrides);
 }
 
 const std::string& default_config_yaml() {

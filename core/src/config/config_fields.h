@@ -43,6 +43,7 @@ void for_each_field(Config& c, F&& f) {
   f("train", "epochs", c.train.epochs);
   f("train", "max_steps", c.train.max_steps);
   f("train", "batch_size", c.train.batch_size);
+  f("train", "eval_batch_size", c.train.eval_batch_size);
   f("train", "grad_accum", c.train.grad_accum);
   f("train", "optimizer", c.train.optimizer);
   f("train", "lr", c.train.lr);
@@ -53,6 +54,7 @@ void for_each_field(Config& c, F&& f) {
   f("train", "momentum", c.train.momentum);
   f("train", "decay_bias_and_norm", c.train.decay_bias_and_norm);
   f("train", "scheduler", c.train.scheduler);
+  f("train", "warmup_type", c.train.warmup_type);
   f("train", "warmup_ratio", c.train.warmup_ratio);
   f("train", "warmup_steps", c.train.warmup_steps);
   f("train", "max_grad_norm", c.train.max_grad_norm);
@@ -62,6 +64,7 @@ void for_each_field(Config& c, F&& f) {
   f("train", "log_every", c.train.log_every);
   f("train", "eval_every", c.train.eval_every);
   f("train", "save_every", c.train.save_every);
+  f("train", "save_each_epoch", c.train.save_each_epoch);
   f("train", "save_total_limit", c.train.save_total_limit);
   f("train", "save_sharded", c.train.save_sharded);
   f("train", "best_metric", c.train.best_metric);
@@ -82,6 +85,11 @@ void for_each_field(Config& c, F&& f) {
 
   f("strategy", "name", c.strategy.name);
   f("strategy", "precision", c.strategy.precision);
+  f("strategy", "loss_scale", c.strategy.loss_scale);
+  f("strategy", "loss_scale_init", c.strategy.loss_scale_init);
+  f("strategy", "loss_scale_window", c.strategy.loss_scale_window);
+  f("strategy", "loss_scale_hysteresis", c.strategy.loss_scale_hysteresis);
+  f("strategy", "loss_scale_min", c.strategy.loss_scale_min);
   f("strategy", "options", c.strategy.options);
 
   f("runtime", "device", c.runtime.device);

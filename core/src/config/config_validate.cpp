@@ -112,6 +112,7 @@ void check_train(const Checker& ck, const RunConfig& c) {
   ck.at_least("train.max_steps", t.max_steps, 0);
   if (t.max_steps == 0) ck.at_least("train.epochs", t.epochs, 1);
   ck.at_least("train.batch_size", t.batch_size, 1);
+  ck.at_least("train.eval_batch_size", t.eval_batch_size, 0);
   ck.at_least("train.grad_accum", t.grad_accum, 1);
   ck.one_of("train.optimizer", t.optimizer, {"adamw", "sgd"});
   ck.positive("train.lr", t.lr);
@@ -120,7 +121,8 @@ void check_train(const Checker& ck, const RunConfig& c) {
   ck.in_range("train.beta2", t.beta2, 0.0, 1.0, false);
   ck.positive("train.eps", t.eps);
   ck.in_range("train.momentum", t.momentum, 0.0, 1.0, false);
-  ck.one_of("train.scheduler", t.scheduler, {"linear", "constant"});
+  ck.one_of("train.scheduler", t.scheduler, {"linear", "cosine", "constant"});
+  ck.one_of("train.warmup_type", t.warmup_type, {"linear", "log"});
   ck.in_range("train.warmup_ratio", t.warmup_ratio, 0.0, 1.0, true);
   ck.at_least("train.warmup_steps", t.warmup_steps, 0);
   ck.non_negative("train.max_grad_norm", t.max_grad_norm);
@@ -131,6 +133,9 @@ void check_train(const Checker& ck, const RunConfig& c) {
   ck.one_of("train.best_metric", t.best_metric, {"accuracy", "macro_f1", "loss"});
   if (t.save_every > 0 && t.output_dir.empty()) {
     ck.bad("train.save_every", "needs train.output_dir (where to write the checkpoints)");
+  }
+  if (t.save_each_epoch && t.output_dir.empty()) {
+    ck.bad("train.save_each_epoch", "needs train.output_dir (where to write the checkpoints)");
   }
   if (t.eval_every > 0 && c.data.dev.empty() && c.data.dev_fraction == 0) {
     ck.bad("train.eval_every", "there is no dev set (data.dev is empty and data.dev_fraction is 0)");
@@ -165,6 +170,11 @@ void check_lora(const Checker& ck, const RunConfig& c) {
 void check_strategy_runtime(const Checker& ck, const RunConfig& c) {
   ck.required("strategy.name", c.strategy.name, "a strategy name (`ft strategies` lists them)");
   ck.one_of("strategy.precision", c.strategy.precision, {"auto", "fp32", "bf16", "fp16"});
+  ck.non_negative("strategy.loss_scale", c.strategy.loss_scale);
+  ck.positive("strategy.loss_scale_init", c.strategy.loss_scale_init);
+  ck.at_least("strategy.loss_scale_window", c.strategy.loss_scale_window, 1);
+  ck.at_least("strategy.loss_scale_hysteresis", c.strategy.loss_scale_hysteresis, 1);
+  ck.non_negative("strategy.loss_scale_min", c.strategy.loss_scale_min);
   for (const auto& kv : c.strategy.options) {
     if (kv.first.empty()) ck.bad("strategy.options", "an option name is empty");
   }

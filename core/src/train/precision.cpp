@@ -1,5 +1,7 @@
 #include "ft/precision.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 
@@ -25,7 +27,11 @@ std::string to_string(PrecisionMode mode) {
 }
 
 Precision::Precision(PrecisionMode mode, c10::DeviceType device, LossScalerOptions scaler)
-    : mode_(mode), device_(device), options_(scaler), scale_(mode == PrecisionMode::FP16 ? scaler.init_scale : 1.0) {}
+    : mode_(mode),
+      device_(device),
+      options_(scaler),
+      scale_(mode == PrecisionMode::FP16 ? scaler.init_scale : 1.0),
+      hysteresis_left_(scaler.hysteresis) {}
 
 at::ScalarType Precision::compute_dtype() const {
   switch (mode_) {
@@ -68,20 +74,29 @@ bool Precision::unscale_and_check(const std::vector<at::Tensor>& grads) const {
 }
 
 void Precision::update(bool found_inf) {
-  if (!uses_loss_scaling()) return;
+  if (!uses_loss_scaling() || !options_.dynamic) return;
   if (found_inf) {
-    scale_ *= options_.backoff_factor;
+    if (hysteresis_left_ <= 1) {
+      scale_ = std::max(scale_ * options_.backoff_factor, options_.min_scale);
+    } else {
+      --hysteresis_left_;
+    }
     growth_tracker_ = 0;
   } else if (++growth_tracker_ >= options_.growth_interval) {
     scale_ *= options_.growth_factor;
     growth_tracker_ = 0;
+    hysteresis_left_ = options_.hysteresis;
   }
 }
 
 void Precision::load_state(const std::vector<double>& state) {
-  if (state.size() != 2) fail("training state: loss scaler state must have 2 values, got {}", state.size());
+  // Checkpoints from before hysteresis hold 2 values; they start a full one.
+  if (state.size() != 2 && state.size() != 3) {
+    fail("training state: loss scaler state must have 2 or 3 values, got {}", state.size());
+  }
   scale_ = state[0];
   growth_tracker_ = static_cast<int64_t>(state[1]);
+  hysteresis_left_ = state.size() == 3 ? static_cast<int64_t>(state[2]) : options_.hysteresis;
 }
 
 }  // namespace ft

@@ -38,11 +38,30 @@ double peak_rss_mb() {
   return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is KiB on Linux
 }
 
+// `step` counts the optimizer steps already taken, so the first step runs at
+// the warm-up's start, as HF's LambdaLR schedules and DeepSpeed's WarmupLR do.
 double scheduled_lr(const TrainConfig& train, int64_t step, int64_t total_steps, int64_t warmup_steps) {
-  if (step < warmup_steps) return train.lr * static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, warmup_steps));
+  if (step < warmup_steps) {
+    // ln(warmup) is 0 for a one-step warm-up: that step runs at lr * 0 either way.
+    const double ramp = train.warmup_type == "log"
+                            ? std::log(static_cast<double>(step + 1)) / std::log(static_cast<double>(std::max<int64_t>(2, warmup_steps)))
+                            : static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, warmup_steps));
+    return train.lr * ramp;
+  }
   if (train.scheduler == "constant") return train.lr;
-  const double remaining = static_cast<double>(total_steps - step);
-  return train.lr * std::max(0.0, remaining / static_cast<double>(std::max<int64_t>(1, total_steps - warmup_steps)));
+  const double progress = static_cast<double>(step - warmup_steps) / static_cast<double>(std::max<int64_t>(1, total_steps - warmup_steps));
+  if (train.scheduler == "cosine") return train.lr * std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * progress)));
+  return train.lr * std::max(0.0, 1.0 - progress);
+}
+
+LossScalerOptions loss_scaler_options(const StrategyConfig& s) {
+  LossScalerOptions o;
+  o.dynamic = s.loss_scale == 0;
+  o.init_scale = o.dynamic ? s.loss_scale_init : s.loss_scale;
+  o.growth_interval = s.loss_scale_window;
+  o.hysteresis = s.loss_scale_hysteresis;
+  o.min_scale = s.loss_scale_min;
+  return o;
 }
 
 struct Trainer::Impl {
@@ -83,7 +102,7 @@ struct Trainer::Impl {
     const PrecisionMode mode = config.strategy.precision == "auto"
                                    ? strategy->default_precision(dev.type())
                                    : parse_precision(config.strategy.precision, "strategy.precision");
-    precision = std::make_unique<Precision>(mode, dev.type());
+    precision = std::make_unique<Precision>(mode, dev.type(), loss_scaler_options(config.strategy));
     ctx.comm = &comm;
     ctx.precision = precision.get();
     ctx.device = dev;
@@ -148,7 +167,8 @@ struct Trainer::Impl {
     strategy->set_training(false);
     torch::NoGradGuard no_grad;
     const auto& dev = *inputs.dev;
-    auto batches = eval_batches(dev.size(), config.train.batch_size, comm.world_size(), comm.rank());
+    const int64_t per_rank = config.train.eval_batch_size > 0 ? config.train.eval_batch_size : config.train.batch_size;
+    auto batches = eval_batches(dev.size(), per_rank, comm.world_size(), comm.rank());
     std::vector<int64_t> preds, labels;
     double loss_sum = 0.0;
     const auto total = static_cast<int64_t>(batches.size());
@@ -446,9 +466,16 @@ void Trainer::Impl::run_step(const Schedule& plan, FitProgress& p) {
   after_step(p, epoch, state.global_step == plan.total);
 }
 
-// Per-epoch evaluation (when eval_every is 0) and the move to the next epoch.
+// Per-epoch evaluation (when eval_every is 0) and checkpoint (save_each_epoch),
+// then the move to the next epoch. fit() never ends an epoch after the last
+// step: finish_fit evaluates and writes the final checkpoint there.
 void Trainer::Impl::end_epoch(FitProgress& p) {
-  if (!config.train.eval_every && inputs.dev) timed(p.side_seconds, [&] { run_eval(state.epoch); });
+  const auto& t = config.train;
+  if (!t.eval_every && inputs.dev) timed(p.side_seconds, [&] { run_eval(state.epoch); });
+  const bool saved_by_step = t.save_every > 0 && state.global_step % t.save_every == 0;
+  if (t.save_each_epoch && !t.output_dir.empty() && !saved_by_step) {
+    timed(p.side_seconds, [&] { save_step_checkpoint(); });
+  }
   state.epoch += 1;
   state.step_in_epoch = 0;
 }
