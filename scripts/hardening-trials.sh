@@ -4,7 +4,11 @@
 # time from the kill (or SIGSTOP) to the last process of the job gone.
 #
 #   scripts/hardening-trials.sh                 20 trials per case, build/
-#   scripts/hardening-trials.sh BUILD_DIR [N]   N trials per case
+#   scripts/hardening-trials.sh BUILD_DIR [N] [R]
+#                                               N trials per case; R (default 10) restart
+#                                               trials per strategy (test_recovery.cpp:
+#                                               a rank killed 3 times under --max-restarts 3,
+#                                               final weights bit-equal to an uninterrupted run)
 #
 # FT_TRIAL_SEED fixes the random moments (default: a new seed, printed).
 # Exit status: non-zero when any trial failed. See docs/hardening.md.
@@ -12,9 +16,10 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$repo/build}"
 trials="${2:-20}"
+restarts="${3:-10}"
 exe="$build/bin/test_crash_safety"
 if [[ ! -x "$exe" ]]; then
-  echo "hardening-trials: $exe is missing; build it first: ninja -C $build test_crash_safety ft single ddp zero" >&2
+  echo "hardening-trials: $exe is missing; build it first: ninja -C $build test_crash_safety test_recovery ft_runtime" >&2
   exit 2
 fi
 seed="${FT_TRIAL_SEED:-$(date +%s)}"
@@ -25,6 +30,9 @@ start=$(date +%s)
 status=0
 FT_TRIALS="$trials" FT_TRIAL_SEED="$seed" FT_TRIAL_LOG="$log" "$exe" || status=$?
 echo "hardening-trials: test_crash_safety exited $status after $(( $(date +%s) - start )) s"
+start=$(date +%s)
+FT_TRIALS="$restarts" FT_TRIAL_SEED="$seed" FT_TRIAL_LOG="$log" "$build/bin/test_recovery" -tc='*max-restarts*' || status=$?
+echo "hardening-trials: test_recovery (restart trials) done after $(( $(date +%s) - start )) s"
 
 # One JSON object per line, written by the test:
 # {"kind":...,"ok":...,"workers_s":...,"teardown_s":...}. "workers gone": from

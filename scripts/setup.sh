@@ -15,7 +15,7 @@ packages=(
   libtorch-dev libgloo-dev                 # LibTorch 1.13 (CPU) + c10d Gloo headers
   libopenblas0-openmp                      # one thread pool: OpenBLAS runs on LibTorch's OpenMP threads (docs/performance.md)
   libboost-dev libboost-filesystem-dev     # Boost.DLL plugin loading
-  libfmt-dev doctest-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libutf8proc-dev
+  libfmt-dev doctest-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libutf8proc-dev libssl-dev
 )
 
 if [[ "${FT_SKIP_APT:-0}" != 1 ]]; then

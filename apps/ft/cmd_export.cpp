@@ -13,6 +13,7 @@
 #include "ft/error.h"
 #include "ft/fs.h"
 #include "ft/lora.h"
+#include "ft/manifest.h"
 #include "ft/safetensors.h"
 
 namespace ft::app {
@@ -47,6 +48,7 @@ int export_checkpoint(const fsys::path& dir, const fsys::path& out, bool merge) 
   // Check the result is a loadable BertForSequenceClassification before
   // anything lands on disk.
   BertForSequenceClassification(c.config).load_weights(weights, "export of " + dir.string());
+  if (c.check == CheckpointCheck::kUnverified) note_unverified(dir.string());
 
   fs::AtomicDir target(out);
   fs::write_file_atomic(target.path() / "config.json", c.config.to_json() + "\n");
@@ -54,6 +56,7 @@ int export_checkpoint(const fsys::path& dir, const fsys::path& out, bool merge) 
   for (const char* file : {"vocab.txt", "tokenizer_config.json", "special_tokens_map.json"}) {
     if (fsys::exists(dir / file)) fs::write_file_atomic(target.path() / file, fs::read_file(dir / file));
   }
+  write_manifest(target.path());
   target.commit();
   int64_t params = 0;
   for (const auto& [name, t] : weights) params += t.numel();

@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "ft/comm.h"
 #include "ft/config.h"
+#include "ft/checkpoint.h"
 #include "ft/config_import.h"
 #include "ft/dist_env.h"
 #include "ft/error.h"
@@ -30,6 +31,7 @@ struct RunFlags {
   int nproc = 1, nnodes = 1, node_rank = 0, master_port = 0;
   std::string master_addr = "127.0.0.1";
   int64_t threads = 0, max_steps = 0;
+  int max_restarts = 0;
   bool no_pin = false;
   double timeout_s = 0;
   std::vector<std::string> raw_args;  // to re-execute ourselves as workers
@@ -60,6 +62,15 @@ int launch(const RunFlags& f, const RunConfig& config) {
   lo.master_addr = f.master_addr;
   lo.master_port = f.master_port;
   lo.timeout_s = config.runtime.timeout_s;
+  if (f.max_restarts < 0) fail("--max-restarts {}: must be >= 0", f.max_restarts);
+  lo.max_restarts = f.max_restarts;
+  const std::string out = config.train.output_dir;
+  lo.describe_resume = [out] {
+    if (out.empty()) return std::string("from step 0 (train.output_dir is not set, so there are no checkpoints)");
+    const auto found = latest_checkpoint(out);
+    if (!found) return fmt::format("from step 0 (no complete checkpoint in {} yet)", out);
+    return fmt::format("from {} (step {})", found->dir.string(), found->global_step);
+  };
   lo.argv.push_back(std::filesystem::read_symlink("/proc/self/exe").string());
   lo.argv.insert(lo.argv.end(), f.raw_args.begin(), f.raw_args.end());
   lo.extra_env["FT_LAUNCHED"] = "1";
@@ -78,6 +89,8 @@ int work(const RunConfig& config, const std::vector<std::string>& plugin_dirs) {
   RunInputs inputs = prepare_inputs(config);
   CommOptions co;
   co.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.runtime.timeout_s * 1000));
+  // torch's variable for the interface Gloo binds (multi-host jobs).
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) co.network_interface = ifname;
   auto comm = Comm::create(env, co);
   EventLog events(env.rank == 0, config.runtime.metrics_out, config.runtime.progress, config.runtime.tensorboard_dir);
   if (inputs.skipped_rows > 0) events.info(fmt::format("skipped {} bad row(s) (data.bad_rows=skip)", inputs.skipped_rows));
@@ -153,6 +166,8 @@ void add_run_command(CLI::App& app, int& exit_code, const std::vector<std::strin
   cmd->add_flag("--no-pin", flags->no_pin, "do not pin each local rank to its own CPUs");
   cmd->add_option("--max-steps", flags->max_steps, "stop after this many optimizer steps");
   cmd->add_option("--timeout", flags->timeout_s, "seconds before a stuck collective or dead rank stops the job");
+  cmd->add_option("--max-restarts", flags->max_restarts,
+                  "restart the workers up to N times after a failure, resuming from the newest complete checkpoint");
   cmd->add_option("--profile-steps", flags->profile_steps, "A:B: trace optimizer steps A..B per rank (docs/observability.md)");
   auto* nproc_opt = cmd->get_option("--nproc");
   auto* nnodes_opt = cmd->get_option("--nnodes");
@@ -173,8 +188,14 @@ void add_run_command(CLI::App& app, int& exit_code, const std::vector<std::strin
     if (l.node_rank && node_rank_opt->count() == 0) flags->node_rank = *l.node_rank;
     if (l.master_addr && addr_opt->count() == 0) flags->master_addr = *l.master_addr;
     if (l.master_port && port_opt->count() == 0) flags->master_port = *l.master_port;
-    const RunConfig config = load_run_config(cf, imports);
-    if (!is_worker && (flags->nproc != 1 || flags->nnodes != 1)) {
+    RunConfig config = load_run_config(cf, imports);
+    // A group the launcher restarted resumes from the newest complete checkpoint, when there is one.
+    const char* restart = std::getenv("FT_RESTART");
+    if (is_worker && restart != nullptr && std::atoi(restart) > 0 && !config.train.output_dir.empty() &&
+        latest_checkpoint(config.train.output_dir)) {
+      config.train.resume_from = "auto";
+    }
+    if (!is_worker && (flags->nproc != 1 || flags->nnodes != 1 || flags->max_restarts > 0)) {
       // Workers get the same command line; FT_LAUNCHED keeps them from launching again.
       exit_code = launch(*flags, config);
       return;

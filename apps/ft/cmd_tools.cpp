@@ -53,6 +53,10 @@ int list_strategies(const std::vector<std::string>& plugin_dirs, bool verbose) {
 int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint, const std::string& data, int max_length) {
   // Else model.config would read it as a config.json and blame its JSON.
   if (!std::filesystem::is_directory(checkpoint)) fail("checkpoint {}: not a directory", checkpoint);
+  // Loading the weights verifies a checkpoint that has a manifest; one
+  // without is said after it loaded, so a bad one still gets one line.
+  const bool unverified = !std::filesystem::exists(std::filesystem::path(checkpoint) / kManifestFile) &&
+                          verify_checkpoint(checkpoint) == CheckpointCheck::kUnverified;
   ConfigFlags f = flags;
   // Tokenise as training did: the checkpoint's model_max_length unless
   // --max-length says otherwise; --set data.max_seq_len still wins.
@@ -83,6 +87,7 @@ int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint,
   auto comm = Comm::create(DistEnv{});
   EventLog events(true, config.runtime.metrics_out, false);
   Trainer trainer(config, std::move(inputs), strategy, "single", *comm, events);
+  if (unverified) note_unverified(checkpoint);
   auto report = trainer.evaluate();
   events.eval(0, 0, report, labels);
   return 0;
@@ -99,6 +104,7 @@ int predict(const std::string& checkpoint, std::vector<std::string> texts, int m
   BertForSequenceClassification model(ckpt.config);
   if (ckpt.lora) apply_lora(model, *ckpt.lora, 0);  // adapter weights come with ckpt.model
   model.load_weights(ckpt.model, checkpoint + "/model.safetensors");
+  if (ckpt.check == CheckpointCheck::kUnverified) note_unverified(checkpoint);  // said once it loaded
   model.eval();
   if (texts.empty()) {
     for (std::string line; std::getline(std::cin, line);)

@@ -29,6 +29,7 @@ void add_export_command(CLI::App& app, int& exit_code);
 void add_bench_command(CLI::App& app, int& exit_code, const std::vector<std::string>& argv);
 void add_trace_command(CLI::App& app, int& exit_code);
 void add_config_command(CLI::App& app, int& exit_code);
+void add_checkpoint_command(CLI::App& app, int& exit_code);
 
 }  // namespace ft::app
 
@@ -45,6 +46,8 @@ ConfigImports read_imports(const ConfigFlags& flags, bool quiet);
 // overrides above it.
 RunConfig load_run_config(const ConfigFlags& flags, const ConfigImports& imports);
 RunConfig load_run_config(const ConfigFlags& flags);
+// One stderr line: `dir` has no manifest.json, so it loads unverified.
+void note_unverified(const std::string& dir);
 // Adds --config/--set/--plugin-dir to a subcommand.
 void add_config_flags(CLI::App& cmd, ConfigFlags& flags);
 }  // namespace ft::app

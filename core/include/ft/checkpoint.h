@@ -18,6 +18,8 @@
 // The HF stack loads <dir> as is. Training state is strategy-independent
 // (full tensors by name), so a run can resume under any strategy and world
 // size. Directories are written under a temp name and renamed (ft/fs.h).
+// manifest.json (ft/manifest.h) lists every file with its size and SHA-256;
+// loading refuses a checkpoint that does not match it.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "ft/config.h"
+#include "ft/manifest.h"
 #include "ft/model.h"
 #include "ft/types.h"
 
@@ -45,6 +48,8 @@ struct TrainerState {
   std::string best_checkpoint;
   std::string strategy;
   int world_size = 1;
+  // The checkpoint has (or is about to get) manifest.json (ft/manifest.h).
+  bool manifest = false;
 };
 
 struct CheckpointData {
@@ -64,6 +69,10 @@ struct CheckpointData {
   // weights in adapter_config.json.
   std::optional<LoraConfig> lora;
   std::string base_model;
+  // The caller writes manifest.json after the directory is committed
+  // (ManifestWriter, off the training thread); otherwise it is written
+  // inside the directory before the commit.
+  bool defer_manifest = false;
 };
 
 // Writes atomically: `dir` either keeps its old content or holds all of this.
@@ -90,10 +99,27 @@ struct LoadedCheckpoint {
   // A LoRA checkpoint's adapter config; `model` then holds the adapters
   // too (apply_lora before loading it).
   std::optional<LoraConfig> lora;
+  // kUnverified: written before manifests; the caller says so in one line.
+  CheckpointCheck check = CheckpointCheck::kVerified;
 };
 
-// Reads a checkpoint; with_training_state=false skips training_state/.
+// Reads a checkpoint after verifying it against its manifest
+// (verify_checkpoint); with_training_state=false skips training_state/.
 // Errors name the file and what is wrong.
 LoadedCheckpoint load_checkpoint(const std::filesystem::path& dir, bool with_training_state);
+
+/// A resumable checkpoint found under an output directory.
+struct FoundCheckpoint {
+  std::filesystem::path dir;
+  int64_t global_step = 0;
+};
+
+/// The newest resumable checkpoint under `output_dir` (checkpoint-N or
+/// final, ordered by trainer_state.json's global_step) that passes
+/// verify_checkpoint; nullopt when there is none. Each newer one refused on
+/// the way is described in `skipped` ("DIR: why"). train.resume_from: auto
+/// and the restarting launcher both use it.
+std::optional<FoundCheckpoint> latest_checkpoint(const std::filesystem::path& output_dir,
+                                                 std::vector<std::string>* skipped = nullptr);
 
 }  // namespace ft

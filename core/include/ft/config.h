@@ -168,6 +168,8 @@ struct TrainConfig {
   /// Checkpoint directory; empty = no checkpoints.
   std::string output_dir;
   /// Checkpoint directory to resume from (weights, optimizer, step, RNG).
+  /// "auto": the newest complete checkpoint in output_dir, else a fresh
+  /// start (what a relaunched job wants).
   std::string resume_from;
   /// Frozen parameters: HF-name glob patterns (`*`, `?`), e.g.
   /// "bert.embeddings.*". Frozen parameters get no gradient, no optimizer

@@ -20,6 +20,7 @@
 // first (a rank killed by a signal in preference; else the earliest report).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -42,6 +43,15 @@ struct LaunchOptions {
   std::map<std::string, std::string> extra_env;   ///< added to every worker's environment
   int stdout_fd = 1;  ///< where workers' stdout goes (tests point it at a file)
   int stderr_fd = 2;  ///< where workers' stderr and the launcher's error line go
+  /// torchelastic's --max-restarts: after a failed launch (a worker died or
+  /// failed, a collective timed out) the group is started again, up to this
+  /// many times, with FT_RESTART=<attempt> in the workers' environment (ft
+  /// run then resumes from the newest complete checkpoint). Never after the
+  /// launcher itself was interrupted (SIGINT/SIGTERM).
+  int max_restarts = 0;
+  /// Where a restarted group resumes, for the restart line, e.g.
+  /// "from out/checkpoint-8 (step 8)". Empty function: not said.
+  std::function<std::string()> describe_resume;
 };
 
 /// How a launch ended.
@@ -52,6 +62,8 @@ struct LaunchResult {
   /// still running but stopped (SIGSTOP) when the job failed is added:
   /// "...; rank 2 was stalled (its process is stopped)".
   std::string error;
+  bool interrupted = false;  ///< the launcher itself got SIGINT/SIGTERM
+  int restarts = 0;          ///< restarts used (launch_and_supervise)
 };
 
 /// Starts and supervises the workers; returns when all are gone. exit_code is
@@ -61,9 +73,12 @@ struct LaunchResult {
 /// (before any worker is left behind).
 LaunchResult launch_workers(const LaunchOptions& options);
 
-/// launch_workers() and, on failure, one line "ft: error: <error>" on
-/// options.stderr_fd. Returns the exit code for `ft`.
+/// launch_workers(), restarted up to options.max_restarts times with one
+/// line each on options.stderr_fd, "ft: restart 1/3: <why>; resuming <where>";
+/// then, on failure, one line "ft: error: <error>". Returns the exit code
+/// for `ft`.
 int launch_and_supervise(const LaunchOptions& options);
+LaunchResult launch_with_restarts(const LaunchOptions& options);
 
 /// Prints "ft: error: <line>" on stderr, or, in a worker the launcher started
 /// (FT_ERROR_FILE set and writable), hands `line` to the launcher instead.

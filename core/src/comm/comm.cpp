@@ -141,6 +141,31 @@ void wait_for_peers(c10d::Store& store, const DistEnv& env, std::chrono::millise
   }
 }
 
+// The local address this host's packets to `addr` leave from (a UDP
+// connect sends nothing): the interface the other hosts can reach us on.
+std::string local_address_towards(const DistEnv& env) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(env.master_addr.c_str(), "9", &hints, &res) != 0 || res == nullptr) {
+    fail("rank {}: cannot resolve the master address {}", env.rank, env.master_addr);
+  }
+  const int fd = ::socket(res->ai_family, SOCK_DGRAM, 0);
+  sockaddr_storage local{};
+  socklen_t len = sizeof(local);
+  const bool ok = fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(res);
+  char host[NI_MAXHOST] = {0};
+  if (!ok || ::getnameinfo(reinterpret_cast<sockaddr*>(&local), len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) != 0) {
+    fail("rank {}: no route from this host to the master address {}; set GLOO_SOCKET_IFNAME to the interface to use",
+         env.rank, env.master_addr);
+  }
+  return host;
+}
+
 std::shared_ptr<::gloo::transport::Device> gloo_device(const DistEnv& env,
                                                        const CommOptions& options) {
   if (!options.network_interface.empty()) {
@@ -149,7 +174,8 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const DistEnv& env,
   if (is_loopback(env.master_addr) || env.local_world_size == env.world_size) {
     return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   }
-  return c10d::ProcessGroupGloo::createDefaultDevice();
+  // Not the host name: Debian maps it to 127.0.1.1, which no other host reaches.
+  return c10d::ProcessGroupGloo::createDeviceForHostname(local_address_towards(env));
 }
 
 c10::intrusive_ptr<compat::Backend> make_gloo(const c10::intrusive_ptr<c10d::Store>& store,

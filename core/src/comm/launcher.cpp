@@ -292,7 +292,7 @@ class Supervisor {
     int first_clean_rank = -1;
     while (any_running()) {
       if (int sig = g_launcher_signal) {
-        result = {128 + sig, -1, "interrupted by " + signal_name(sig) + "; stopped all workers"};
+        result = {128 + sig, -1, "interrupted by " + signal_name(sig) + "; stopped all workers", true};
         stop_all(sig);
         break;
       }
@@ -574,8 +574,22 @@ void report_error(const std::string& line) {
   std::fprintf(stderr, "ft: error: %s\n", line.c_str());
 }
 
+LaunchResult launch_with_restarts(const LaunchOptions& options) {
+  LaunchOptions o = options;
+  for (int attempt = 0;; ++attempt) {
+    o.extra_env["FT_RESTART"] = std::to_string(attempt);
+    LaunchResult r = launch_workers(o);
+    r.restarts = attempt;
+    if (r.exit_code == 0 || r.interrupted || attempt >= options.max_restarts) return r;
+    std::string line = fmt::format("ft: restart {}/{}: {}", attempt + 1, options.max_restarts, r.error);
+    if (options.describe_resume) line += "; resuming " + options.describe_resume();
+    line += "\n";
+    write_all(options.stderr_fd, line.data(), line.size());
+  }
+}
+
 int launch_and_supervise(const LaunchOptions& options) {
-  LaunchResult r = launch_workers(options);
+  LaunchResult r = launch_with_restarts(options);
   if (r.exit_code != 0) {
     std::string line = "ft: error: " + r.error + "\n";
     write_all(options.stderr_fd, line.data(), line.size());

@@ -134,6 +134,9 @@ void check_train(const Checker& ck, const RunConfig& c) {
   if (t.save_every > 0 && t.output_dir.empty()) {
     ck.bad("train.save_every", "needs train.output_dir (where to write the checkpoints)");
   }
+  if (t.resume_from == "auto" && t.output_dir.empty()) {
+    ck.bad("train.resume_from", "'auto' resumes from the newest checkpoint in train.output_dir, which is empty");
+  }
   if (t.save_each_epoch && t.output_dir.empty()) {
     ck.bad("train.save_each_epoch", "needs train.output_dir (where to write the checkpoints)");
   }

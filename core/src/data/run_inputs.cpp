@@ -7,6 +7,7 @@
 #include "ft/error.h"
 #include "ft/safetensors.h"
 #include "ft/sampler.h"
+#include "ft/manifest.h"
 #include "ft/torch_bin.h"
 
 namespace ft {
@@ -15,6 +16,7 @@ namespace fsys = std::filesystem;
 TensorList read_model_weights(const std::string& path) {
   fsys::path p(path);
   if (fsys::is_directory(p)) {
+    verify_checkpoint(p);  // a checkpoint directory with a manifest must match it
     if (fsys::exists(p / "model.safetensors")) return safetensors::load((p / "model.safetensors").string());
     if (fsys::exists(p / "pytorch_model.bin")) return load_pytorch_bin((p / "pytorch_model.bin").string());
     fail("{}: no model.safetensors or pytorch_model.bin in this directory", path);
@@ -197,8 +199,11 @@ RunInputs prepare_inputs(const RunConfig& config) {
   std::string weights = config.model.weights;
   if (weights.empty() && fsys::is_directory(config.model.config) &&
       (fsys::exists(fsys::path(config.model.config) / "model.safetensors") ||
-       fsys::exists(fsys::path(config.model.config) / "pytorch_model.bin"))) {
-    weights = config.model.config;  // a checkpoint directory brings its weights
+       fsys::exists(fsys::path(config.model.config) / "pytorch_model.bin") ||
+       fsys::exists(fsys::path(config.model.config) / kManifestFile))) {
+    // A checkpoint directory brings its weights; with a manifest, a missing
+    // model.safetensors is named by the verification, not trained from scratch.
+    weights = config.model.config;
   }
   if (!weights.empty()) {
     in.initial_weights = read_model_weights(weights);

@@ -1,5 +1,7 @@
 #include "ft/checkpoint.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
@@ -19,7 +21,8 @@ std::string state_to_json(const TrainerState& s) {
   json j{{"global_step", s.global_step}, {"epoch", s.epoch},         {"step_in_epoch", s.step_in_epoch},
          {"total_steps", s.total_steps}, {"loss_scaler", s.loss_scaler}, {"best_metric", s.best_metric},
          {"has_best", s.has_best},       {"best_checkpoint", s.best_checkpoint},
-         {"strategy", s.strategy},       {"world_size", s.world_size}};
+         {"strategy", s.strategy},       {"world_size", s.world_size},
+         {"manifest", s.manifest}};
   return j.dump(2);
 }
 
@@ -37,6 +40,7 @@ TrainerState state_from_json(const std::string& text, const std::string& source)
     s.best_checkpoint = j.at("best_checkpoint").get<std::string>();
     s.strategy = j.at("strategy").get<std::string>();
     s.world_size = j.at("world_size").get<int>();
+    s.manifest = j.value("manifest", false);  // absent before manifests
   } catch (const json::exception& e) {
     fail("{}: malformed trainer state ({})", source, e.what());
   }
@@ -102,18 +106,22 @@ void save_checkpoint(const fsys::path& dir, const CheckpointData& data) {
     fsys::create_directories(ts);
     safetensors::save((ts / "optimizer.safetensors").string(), data.optimizer->tensors,
                       {{"step", std::to_string(data.optimizer->step)}});
-    fs::write_file_atomic(ts / "trainer_state.json", state_to_json(*data.state) + "\n");
+    TrainerState state = *data.state;
+    state.manifest = true;
+    fs::write_file_atomic(ts / "trainer_state.json", state_to_json(state) + "\n");
     TensorList rng;
     for (size_t r = 0; r < data.rng_states.size(); ++r) rng.emplace_back("rank" + std::to_string(r), data.rng_states[r]);
     if (!rng.empty()) safetensors::save((ts / "rng.safetensors").string(), rng);
     if (!data.run_yaml.empty()) fs::write_file_atomic(ts / "run.yaml", data.run_yaml);
   }
+  if (!data.defer_manifest) write_manifest(tmp);
   out.commit();
 }
 
 LoadedCheckpoint load_checkpoint(const fsys::path& dir, bool with_training_state) {
   if (!fsys::is_directory(dir)) fail("checkpoint {}: not a directory", dir.string());
   LoadedCheckpoint c;
+  c.check = verify_checkpoint(dir);
   c.config = BertConfig::from_json_file((dir / "config.json").string());
   const fsys::path weights = dir / "model.safetensors";
   if (!fsys::exists(weights)) fail("checkpoint {}: model.safetensors is missing", dir.string());
@@ -143,6 +151,38 @@ LoadedCheckpoint load_checkpoint(const fsys::path& dir, bool with_training_state
     for (auto& [name, t] : safetensors::load((ts / "rng.safetensors").string())) c.rng_states.push_back(t);
   }
   return c;
+}
+
+std::optional<FoundCheckpoint> latest_checkpoint(const fsys::path& output_dir, std::vector<std::string>* skipped) {
+  std::error_code ec;
+  if (!fsys::is_directory(output_dir, ec)) return std::nullopt;
+  std::vector<FoundCheckpoint> found;
+  for (const auto& e : fsys::directory_iterator(output_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    // Hidden names are AtomicDir's unfinished or old directories.
+    if (!e.is_directory() || name.empty() || name[0] == '.') continue;
+    const fsys::path state_file = e.path() / "training_state" / "trainer_state.json";
+    if (!fsys::exists(state_file, ec)) continue;
+    try {
+      found.push_back({e.path(), state_from_json(fs::read_file(state_file), state_file.string()).global_step});
+    } catch (const Error& err) {
+      if (skipped) skipped->push_back(err.what());
+    }
+  }
+  // Newest first; at equal steps `final` (written last) before checkpoint-N.
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    if (a.global_step != b.global_step) return a.global_step > b.global_step;
+    return a.dir.filename() == "final";
+  });
+  for (const auto& f : found) {
+    try {
+      verify_checkpoint(f.dir);
+      return f;
+    } catch (const Error& err) {
+      if (skipped) skipped->push_back(err.what());
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace ft

@@ -7,6 +7,7 @@
 
 #include "ft/error.h"
 #include "ft/fs.h"
+#include "ft/manifest.h"
 #include "ft/lora.h"
 #include "ft/safetensors.h"
 
@@ -106,6 +107,7 @@ ConsolidatedCheckpoint read_sharded_checkpoint(const fsys::path& dir) {
 }
 
 ConsolidatedCheckpoint consolidate_checkpoint(const fsys::path& dir, const fsys::path& out) {
+  verify_checkpoint(dir);  // the shards are in the manifest too
   ConsolidatedCheckpoint c = read_sharded_checkpoint(dir);
   fsys::create_directories(out / "training_state");
   // A LoRA run keeps plain HF base weights in model.safetensors and the
@@ -129,6 +131,7 @@ ConsolidatedCheckpoint consolidate_checkpoint(const fsys::path& dir, const fsys:
       if (fsys::exists(src)) fsys::copy_file(src, out / "training_state" / name, fsys::copy_options::overwrite_existing);
     }
   }
+  write_manifest(out);
   return c;
 }
 

@@ -16,6 +16,7 @@
 #include <torch/cuda.h>
 
 #include "ft/checkpoint.h"
+#include "ft/manifest.h"
 #include "ft/error.h"
 #include "ft/fs.h"
 #include "ft/lora.h"
@@ -151,6 +152,9 @@ struct Trainer::Impl {
   void resume(const std::string& dir) {
     auto ckpt = load_checkpoint(dir, /*with_training_state=*/true);
     strategy->load_state(ckpt.model, &*ckpt.optimizer);
+    if (ckpt.check == CheckpointCheck::kUnverified) {  // said once it loaded: a bad one gets one line
+      events.warn(fmt::format("checkpoint {} has no manifest.json (written before ft verified checkpoints); resuming unverified", dir));
+    }
     state = *ckpt.state;
     if (!state.loss_scaler.empty()) precision->load_state(state.loss_scaler);
     // RNG streams continue only when every rank has its own saved stream.
@@ -261,6 +265,7 @@ struct Trainer::Impl {
   // (when asked) every rank adds its own shard beside it.
   void write_checkpoint(const fsys::path& dir) {
     auto data = checkpoint_data(true);
+    data.defer_manifest = true;
     if (is_rank0()) save_checkpoint(dir, data);
     auto* sharded = strategy->ability<ShardedCheckpointing>();
     if (sharded && config.train.save_sharded) {
@@ -268,6 +273,8 @@ struct Trainer::Impl {
       sharded->save_sharded(dir);
       comm.barrier();  // every shard is on disk before anyone reads or rotates
     }
+    // Hashing runs beside the next steps; the manifest covers the shards too.
+    if (is_rank0()) manifests.write(dir);
     events.info(fmt::format("saved {}", dir.string()));
   }
 
@@ -293,6 +300,7 @@ struct Trainer::Impl {
 
   TrainResult fit();
   bool pending_best_ = false;
+  ManifestWriter manifests;  // rank 0: manifest.json of the newest checkpoint
 
  private:
   struct Schedule;
@@ -370,7 +378,19 @@ void Trainer::Impl::begin_fit(const Schedule& plan) {
   if (is_rank0() && !t.output_dir.empty()) {
     for (const auto& line : fs::recover_atomic_dirs(t.output_dir)) events.info("interrupted save: " + line);
   }
-  if (!t.resume_from.empty()) resume(t.resume_from);
+  if (t.resume_from == "auto") {
+    // A relaunched job (the launcher's --max-restarts, torchrun, Slurm --requeue) picks up where it stopped.
+    std::vector<std::string> skipped;
+    const auto found = latest_checkpoint(t.output_dir, &skipped);
+    for (const auto& why : skipped) events.warn("resume_from=auto skips " + why);
+    if (found) {
+      resume(found->dir.string());
+    } else {
+      events.info(fmt::format("resume_from=auto: no complete checkpoint in {}; starting at step 0", t.output_dir));
+    }
+  } else if (!t.resume_from.empty()) {
+    resume(t.resume_from);
+  }
   strategy->set_training(true);
   events.info(fmt::format("training BERT ({} layers) with {} on {} rank(s), precision {}, {} steps ({} per epoch), global batch {}",
                           inputs.model_config.num_hidden_layers, strategy_name, comm.world_size(),
@@ -513,6 +533,7 @@ TrainResult Trainer::Impl::finish_fit(FitProgress& p) {
     if (pending_best_) state.best_checkpoint = final_dir.string();
     pending_best_ = false;
     write_checkpoint(final_dir);
+    if (is_rank0()) manifests.wait();  // the run is not done until its checkpoint is verifiable
     s.checkpoint = final_dir.string();
   }
   events.summary(s);
