@@ -115,7 +115,7 @@ TEST_CASE("--max-restarts: a rank killed 3 times at random moments; the job comp
       CAPTURE(seed);
       CAPTURE(kills);
       INFO(log);
-      MESSAGE(strategy << " trial " << trial << " seed " << seed << ":" << kills);
+      MESSAGE(std::string(strategy) << " trial " << trial << " seed " << seed << ":" << kills);
       REQUIRE(status.has_value());
       CHECK((WIFEXITED(*status) && WEXITSTATUS(*status) == 0));
       int restarts = 0;
