@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include <fmt/format.h>
+#include <torch/version.h>
 
 #include "ft/safetensors.h"
 #include "ft_run.h"
@@ -166,6 +167,18 @@ TEST_CASE("bad input: one line naming the culprit, non-zero exit") {
   auto missing = ft_test::run_ft("eval --checkpoint /nonexistent/ckpt");
   CHECK(missing.exit_code != 0);
   CHECK(missing.output.find("ft: error:") != std::string::npos);
+  // fp16 on the CPU (an imported DeepSpeed / TrainingArguments fp16 config
+  // lands here): LibTorch 1.13's CPU autocast has only bf16. Later LibTorch
+  // may train it; where it cannot, the line says what to do.
+  auto fp16 = ft_test::run_ft(flags(tmp.path(), "--precision fp16 --max-steps 1"));
+  INFO(fp16.output);
+  if (fp16.exit_code != 0) {
+    CHECK(fp16.output.find("ft: error: strategy.precision: fp16 needs a CUDA device") != std::string::npos);
+    CHECK(fp16.output.find("use --precision bf16 on CPU") != std::string::npos);
+  }
+#if TORCH_VERSION_MAJOR < 2
+  CHECK(fp16.exit_code == 1);
+#endif
 }
 
 TEST_CASE("checkpoint rotation keeps the newest save_total_limit, never the best") {

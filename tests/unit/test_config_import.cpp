@@ -299,7 +299,8 @@ TEST_CASE("DeepSpeed's loss scaler: hysteresis absorbs overflows until growth re
   o.growth_interval = 3;
   o.hysteresis = 2;
   o.min_scale = 2;
-  ft::Precision p(ft::PrecisionMode::FP16, c10::DeviceType::CPU, o);
+  // The scaler alone: no autocast runs, so the CUDA device type needs no GPU (CPU fp16 autocast is refused on 1.13).
+  ft::Precision p(ft::PrecisionMode::FP16, c10::DeviceType::CUDA, o);
   p.update(true);  // absorbed
   CHECK(p.loss_scale() == 8);
   p.update(true);  // halves
@@ -313,13 +314,13 @@ TEST_CASE("DeepSpeed's loss scaler: hysteresis absorbs overflows until growth re
   p.update(true);
   CHECK(p.loss_scale() == 4);
   // Resume keeps the hysteresis left.
-  ft::Precision q(ft::PrecisionMode::FP16, c10::DeviceType::CPU, o);
+  ft::Precision q(ft::PrecisionMode::FP16, c10::DeviceType::CUDA, o);
   q.load_state(p.state());
   q.update(true);
   CHECK(q.loss_scale() == 2);
   // A fixed scale never moves.
   o.dynamic = false;
-  ft::Precision fixed(ft::PrecisionMode::FP16, c10::DeviceType::CPU, o);
+  ft::Precision fixed(ft::PrecisionMode::FP16, c10::DeviceType::CUDA, o);
   fixed.update(true);
   CHECK(fixed.loss_scale() == 8);
 }

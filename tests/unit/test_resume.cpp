@@ -120,13 +120,15 @@ TEST_CASE("resume after 3 of 8 steps reproduces the uninterrupted loss curve and
 }
 
 TEST_CASE("the fp16 loss scaler's state round-trips through trainer_state.json exactly") {
+  // The scaler alone runs no autocast, so the CUDA device type needs no GPU
+  // (LibTorch 1.13 refuses fp16 autocast on the CPU device type).
   ft::LossScalerOptions opts;
   opts.growth_interval = 3;
-  ft::Precision live(ft::PrecisionMode::FP16, c10::kCPU, opts);
+  ft::Precision live(ft::PrecisionMode::FP16, c10::kCUDA, opts);
   // Overflows back off, clean steps count towards growth: scale 2^15, 2 clean steps.
   for (bool inf : {false, true, false, false, true, false, false, false, false, false}) live.update(inf);
   // An awkward value too: the JSON must keep all 17 significant digits.
-  ft::Precision odd(ft::PrecisionMode::FP16, c10::kCPU, opts);
+  ft::Precision odd(ft::PrecisionMode::FP16, c10::kCUDA, opts);
   odd.load_state({1234.5678901234567, 1});
 
   for (ft::Precision* p : {&live, &odd}) {
@@ -152,7 +154,7 @@ TEST_CASE("the fp16 loss scaler's state round-trips through trainer_state.json e
 
     const auto back = ft::load_checkpoint(tmp.path() / "ck", true);
     REQUIRE(back.state.has_value());
-    ft::Precision restored(ft::PrecisionMode::FP16, c10::kCPU, opts);
+    ft::Precision restored(ft::PrecisionMode::FP16, c10::kCUDA, opts);
     restored.load_state(back.state->loss_scaler);
     CHECK(restored.state() == p->state());  // bitwise: == on doubles
     CHECK(restored.loss_scale() == p->loss_scale());

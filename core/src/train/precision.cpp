@@ -26,12 +26,35 @@ std::string to_string(PrecisionMode mode) {
   return "?";
 }
 
+namespace {
+
+// LibTorch 1.13's CPU autocast takes only bf16 (fp16 came in 2.x); asking
+// is the one check that holds for every version.
+bool cpu_autocast_takes(at::ScalarType dtype) {
+  const at::ScalarType before = compat::autocast_dtype(c10::kCPU);
+  const bool enabled = compat::autocast_enabled(c10::kCPU);
+  try {
+    compat::set_autocast(c10::kCPU, enabled, dtype);
+  } catch (const c10::Error&) {
+    return false;
+  }
+  compat::set_autocast(c10::kCPU, enabled, before);
+  return true;
+}
+
+}  // namespace
+
 Precision::Precision(PrecisionMode mode, c10::DeviceType device, LossScalerOptions scaler)
     : mode_(mode),
       device_(device),
       options_(scaler),
       scale_(mode == PrecisionMode::FP16 ? scaler.init_scale : 1.0),
-      hysteresis_left_(scaler.hysteresis) {}
+      hysteresis_left_(scaler.hysteresis) {
+  if (mode == PrecisionMode::FP16 && device == c10::kCPU && !cpu_autocast_takes(at::kHalf)) {
+    fail("strategy.precision: fp16 needs a CUDA device with this LibTorch (its CPU autocast runs only bf16); "
+         "use --precision bf16 on CPU, or runtime.device=cuda");
+  }
+}
 
 at::ScalarType Precision::compute_dtype() const {
   switch (mode_) {
