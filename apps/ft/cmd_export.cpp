@@ -26,6 +26,11 @@ int export_checkpoint(const fsys::path& dir, const fsys::path& out, bool merge) 
     fail("ft export: OUT_DIR {} is the checkpoint itself; choose another directory", out.string());
   }
   LoadedCheckpoint c = load_checkpoint(dir, /*with_training_state=*/false);
+  if (c.adapter) {
+    fail("ft export: {} holds bottleneck adapters (bottleneck_adapter_config.json); they cannot be folded into the base "
+         "weights (the bottleneck is non-linear), so use the checkpoint itself with ft eval / ft predict",
+         dir.string());
+  }
   TensorList weights;
   std::string merged_note;
   if (c.lora) {

@@ -16,6 +16,7 @@
 #include "ft/error.h"
 #include "ft/events.h"
 #include "ft/fs.h"
+#include "ft/adapter.h"
 #include "ft/lora.h"
 #include "ft/plugin_host.h"
 #include "ft/runtime.h"
@@ -75,6 +76,7 @@ int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint,
   RunConfig config = load_run_config(f);
   // A LoRA checkpoint brings its adapter (the Trainer applies it); others none.
   config.lora = has_adapter(checkpoint) ? read_adapter_config(checkpoint) : LoraConfig{};
+  config.adapter = has_bottleneck_adapter(checkpoint) ? read_bottleneck_adapter_config(checkpoint) : AdapterConfig{};
   if (config.data.vocab.empty() && std::filesystem::exists(std::filesystem::path(checkpoint) / "vocab.txt")) {
     config.data.vocab = (std::filesystem::path(checkpoint) / "vocab.txt").string();
   }
@@ -103,6 +105,7 @@ int predict(const std::string& checkpoint, std::vector<std::string> texts, int m
   if (max_length <= 0) max_length = static_cast<int>(read_model_max_length(checkpoint).value_or(128));
   BertForSequenceClassification model(ckpt.config);
   if (ckpt.lora) apply_lora(model, *ckpt.lora, 0);  // adapter weights come with ckpt.model
+  if (ckpt.adapter) apply_bottleneck_adapters(model, *ckpt.adapter, 0);
   model.load_weights(ckpt.model, checkpoint + "/model.safetensors");
   if (ckpt.check == CheckpointCheck::kUnverified) note_unverified(checkpoint);  // said once it loaded
   model.eval();

@@ -20,6 +20,7 @@
 // equal `single`'s within fp32 noise.
 
 #include "ft/error.h"
+#include "ft/adapter.h"
 #include "ft/lora.h"
 
 #include <c10/core/GradMode.h>
@@ -161,6 +162,7 @@ class DpStrategy final : public ft::ReplicatedStrategy {
                                    : ctx_->device;
       auto replica = std::make_shared<Model>(model_->config());
       ft::replicate_lora(*model_, *replica);  // same adapter modules, so parameters line up by position
+      ft::replicate_bottleneck_adapters(*model_, *replica);
       replica->to(dev);
       replica->set_activation_checkpointing(model_->activation_checkpointing());
       replica->set_padding_free(model_->padding_free());

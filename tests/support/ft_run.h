@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -64,6 +65,34 @@ inline std::vector<double> step_losses(const std::filesystem::path& metrics) {
 inline std::vector<double> reference_losses() {
   std::ifstream in(shared_dir() / "fixtures/parity-tiny/ref_losses.json");
   return nlohmann::json::parse(in).at("losses").get<std::vector<double>>();
+}
+
+// run_ft that must succeed (the command and its output shown otherwise);
+// returns the output.
+inline std::string run_ok(const std::string& args) {
+  auto out = run_ft(args);
+  INFO("ft " << args << "\n" << out.output);
+  REQUIRE(out.exit_code == 0);
+  return out.output;
+}
+
+// The one "summary" record of a metrics file.
+inline nlohmann::json summary_of(const std::filesystem::path& metrics) {
+  auto s = read_events(metrics, "summary");
+  REQUIRE(s.size() == 1);
+  return s[0];
+}
+
+// Every step loss of `metrics` within `tol` of `ref` (the same run on
+// another strategy); `name` labels a failure.
+inline void check_same_losses(const std::vector<double>& ref, const std::filesystem::path& metrics,
+                              const std::string& name, double tol) {
+  const auto got = step_losses(metrics);
+  REQUIRE(got.size() == ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) {
+    INFO(name << " step " << i + 1 << ": " << got[i] << " vs " << ref[i]);
+    CHECK(std::abs(got[i] - ref[i]) < tol);
+  }
 }
 
 }  // namespace ft_test

@@ -14,36 +14,11 @@
 #include "ft/model.h"
 #include "ft/safetensors.h"
 #include "ft_run.h"
+#include "ft_small_model.h"
 
 namespace fsys = std::filesystem;
 
 namespace {
-
-ft::BertConfig small_config() {
-  ft::BertConfig c;
-  c.vocab_size = 50;
-  c.hidden_size = 16;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 2;
-  c.intermediate_size = 32;
-  c.max_position_embeddings = 32;
-  c.hidden_dropout_prob = 0.0;
-  c.attention_probs_dropout_prob = 0.0;
-  c.num_labels = 3;
-  c.id2label = {"a", "b", "c"};
-  return c;
-}
-
-ft::Batch small_batch() {
-  at::manual_seed(7);
-  ft::Batch b;
-  b.input_ids = at::randint(1, 50, {4, 8}, at::kLong);
-  b.attention_mask = at::ones({4, 8}, at::kLong);
-  b.attention_mask.narrow(1, 6, 2).narrow(0, 0, 2).zero_();
-  b.token_type_ids = at::zeros({4, 8}, at::kLong);
-  b.labels = at::tensor({0, 1, 2, 1}, at::kLong);
-  return b;
-}
 
 ft::LoraConfig lora4() {
   ft::LoraConfig l;
@@ -54,7 +29,7 @@ ft::LoraConfig lora4() {
 
 std::shared_ptr<ft::BertForSequenceClassification> base_model() {
   at::manual_seed(1);
-  return std::make_shared<ft::BertForSequenceClassification>(small_config());
+  return std::make_shared<ft::BertForSequenceClassification>(ft_test::small_config());
 }
 
 at::Tensor param(const ft::BertForSequenceClassification& m, const std::string& name) {
@@ -82,25 +57,13 @@ void train_adapters(ft::BertForSequenceClassification& m, const ft::LoraConfig& 
   }
 }
 
-std::string run_ok(const std::string& args) {
-  auto out = ft_test::run_ft(args);
-  INFO("ft " << args << "\n" << out.output);
-  REQUIRE(out.exit_code == 0);
-  return out.output;
-}
-
-nlohmann::json summary_of(const fsys::path& metrics) {
-  auto s = ft_test::read_events(metrics, "summary");
-  REQUIRE(s.size() == 1);
-  return s[0];
-}
 
 }  // namespace
 
 TEST_CASE("fresh adapters: PEFT names, units and init, and the logits do not change") {
   auto m = base_model();
   m->eval();
-  const auto batch = small_batch();
+  const auto batch = ft_test::small_batch();
   torch::NoGradGuard no_grad;
   const at::Tensor before = m->forward(batch);
   const auto adapted = ft::apply_lora(*m, lora4(), 42);
@@ -161,7 +124,7 @@ TEST_CASE("merged weights give the adapted model's logits after training") {
   auto m = base_model();
   const auto lora = lora4();
   ft::apply_lora(*m, lora, 3);
-  const auto batch = small_batch();
+  const auto batch = ft_test::small_batch();
   train_adapters(*m, lora, batch);
   m->eval();
   torch::NoGradGuard no_grad;
@@ -261,7 +224,7 @@ TEST_CASE("LoRA runs: trainable state, zero2/ddp parity, checkpoint, resume, eva
       "--set train.max_steps=6";
   auto run = [&](const std::string& name, const std::string& extra) {
     const auto metrics = tmp.path() / (name + ".jsonl");
-    run_ok(fmt::format("{} --metrics-out {} {}", common, metrics.string(), extra));
+    ft_test::run_ok(fmt::format("{} --metrics-out {} {}", common, metrics.string(), extra));
     return metrics;
   };
   const auto single = run("single", "--strategy single --output-dir " + (tmp.path() / "out").string() +
@@ -272,7 +235,7 @@ TEST_CASE("LoRA runs: trainable state, zero2/ddp parity, checkpoint, resume, eva
   // parity-tiny: hidden 128, 2 layers, 6 labels. 4 adapted modules x
   // (4x128 + 128x4) + classifier 6x128 + 6.
   const int64_t trainable = 4 * (4 * 128 + 128 * 4) + 6 * 128 + 6;
-  const auto s_single = summary_of(single), s_zero2 = summary_of(zero2), s_ddp = summary_of(ddp);
+  const auto s_single = ft_test::summary_of(single), s_zero2 = ft_test::summary_of(zero2), s_ddp = ft_test::summary_of(ddp);
   CHECK(s_single.at("trainable_params") == trainable);
   CHECK(s_zero2.at("trainable_params") == trainable);
   CHECK(s_ddp.at("trainable_params") == trainable);
@@ -288,14 +251,7 @@ TEST_CASE("LoRA runs: trainable state, zero2/ddp parity, checkpoint, resume, eva
   const auto ref = ft_test::step_losses(single);
   REQUIRE(ref.size() == 6u);
   CHECK(std::abs(ref.back() - ref.front()) > 1e-3);  // it trains
-  for (const auto& [name, metrics] : {std::pair{"zero2", zero2}, std::pair{"ddp", ddp}}) {
-    const auto got = ft_test::step_losses(metrics);
-    REQUIRE(got.size() == ref.size());
-    for (size_t i = 0; i < ref.size(); ++i) {
-      INFO(name << " step " << i + 1 << ": " << got[i] << " vs " << ref[i]);
-      CHECK(std::abs(got[i] - ref[i]) < 1e-4);
-    }
-  }
+  for (const auto& [name, metrics] : {std::pair{"zero2", zero2}, std::pair{"ddp", ddp}}) ft_test::check_same_losses(ref, metrics, name, 1e-4);
 
   // Checkpoint: HF-loadable base weights + PEFT adapter files.
   const fsys::path final_dir = tmp.path() / "out/final";
@@ -325,14 +281,14 @@ TEST_CASE("LoRA runs: trainable state, zero2/ddp parity, checkpoint, resume, eva
   CHECK(refused.output.find("pass --merge-lora") != std::string::npos);
   CHECK_FALSE(fsys::exists(tmp.path() / "x"));
   const fsys::path merged = tmp.path() / "merged";
-  run_ok(fmt::format("export --merge-lora {} {}", final_dir.string(), merged.string()));
+  ft_test::run_ok(fmt::format("export --merge-lora {} {}", final_dir.string(), merged.string()));
   CHECK(fsys::exists(merged / "config.json"));
   CHECK_FALSE(fsys::exists(merged / "adapter_config.json"));
   CHECK(ft::safetensors::load((merged / "model.safetensors").string()).size() == 41u);
 
   auto eval_loss = [&](const fsys::path& ckpt, const std::string& name) {
     const auto metrics = tmp.path() / (name + ".jsonl");
-    run_ok(fmt::format("eval --checkpoint {} --data {} --set runtime.metrics_out={}", ckpt.string(), data.string(),
+    ft_test::run_ok(fmt::format("eval --checkpoint {} --data {} --set runtime.metrics_out={}", ckpt.string(), data.string(),
                        metrics.string()));
     auto ev = ft_test::read_events(metrics, "eval");
     REQUIRE(ev.size() == 1u);
@@ -346,7 +302,7 @@ TEST_CASE("LoRA runs: trainable state, zero2/ddp parity, checkpoint, resume, eva
   for (int i = 7; i < 21128; ++i) vocab += fmt::format("tok{}\n", i);  // parity-tiny's vocab_size
   for (const auto& d : {final_dir, merged}) ft::fs::write_file_atomic(d / "vocab.txt", vocab);
   auto probabilities = [&](const fsys::path& ckpt) {
-    const std::string out = run_ok(fmt::format("predict --checkpoint {} 'hello world'", ckpt.string()));
+    const std::string out = ft_test::run_ok(fmt::format("predict --checkpoint {} 'hello world'", ckpt.string()));
     return nlohmann::json::parse(out.substr(out.find('{'))).at("probabilities");
   };
   const auto p_adapted = probabilities(final_dir), p_merged = probabilities(merged);

@@ -69,6 +69,9 @@ struct CheckpointData {
   // weights in adapter_config.json.
   std::optional<LoraConfig> lora;
   std::string base_model;
+  // Set for a bottleneck-adapter run (ft/adapter.h): model.safetensors gets
+  // the base weights, bottleneck_adapter.* the adapters and the head.
+  std::optional<AdapterConfig> adapter;
   // The caller writes manifest.json after the directory is committed
   // (ManifestWriter, off the training thread); otherwise it is written
   // inside the directory before the commit.
@@ -99,6 +102,9 @@ struct LoadedCheckpoint {
   // A LoRA checkpoint's adapter config; `model` then holds the adapters
   // too (apply_lora before loading it).
   std::optional<LoraConfig> lora;
+  // A bottleneck-adapter checkpoint's config; `model` holds the adapters too
+  // (apply_bottleneck_adapters before loading it).
+  std::optional<AdapterConfig> adapter;
   // kUnverified: written before manifests; the caller says so in one line.
   CheckpointCheck check = CheckpointCheck::kVerified;
 };

@@ -206,6 +206,22 @@ struct LoraConfig {
   std::string adapter;
 };
 
+/// yaml: `adapter` — Houlsby bottleneck adapters (ft/adapter.h): after the
+/// attention output projection and after the FFN output projection of each
+/// chosen layer, h + up(act(down(h))), d -> size -> d. The base model is
+/// frozen; the adapters and the head (pooler + classifier) train.
+struct AdapterConfig {
+  /// Bottleneck width m; 0 = adapters off.
+  int64_t size = 0;
+  /// Encoder layers that get adapters, by index ("0", "11"); empty = all.
+  std::vector<std::string> layers;
+  /// gelu | relu: the bottleneck's non-linearity.
+  std::string non_linearity = "gelu";
+  /// Directory holding bottleneck_adapter.safetensors to start from (a
+  /// checkpoint of an adapter run); empty = fresh adapters.
+  std::string path;
+};
+
 /// yaml: `strategy` — how training is distributed (a plugin).
 struct StrategyConfig {
   /// Registered strategy name (`ft strategies` lists them).
@@ -260,6 +276,7 @@ struct RunConfig {
   DataConfig data;
   TrainConfig train;
   LoraConfig lora;
+  AdapterConfig adapter;
   StrategyConfig strategy;
   RuntimeConfig runtime;
   /// Where this came from, for messages ("configs/x.yaml", "configs/x.yaml

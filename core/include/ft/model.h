@@ -22,17 +22,20 @@
 
 namespace ft {
 
-// Every Linear of the model: a torch Linear whose output can get an extra
-// term, which is how LoRA (ft/lora.h) attaches without changing the module
-// tree the HF names come from.
+// Every Linear of the model: a torch Linear whose output can get extra
+// terms, which is how LoRA (ft/lora.h, a term of the input) and bottleneck
+// adapters (ft/adapter.h, a term of the output) attach without changing the
+// module tree the HF names come from.
 class AdaptableLinearImpl : public torch::nn::LinearImpl {
  public:
   AdaptableLinearImpl(int64_t in, int64_t out) : torch::nn::LinearImpl(torch::nn::LinearOptions(in, out)) {}
   at::Tensor forward(const at::Tensor& x) {
     at::Tensor y = torch::nn::LinearImpl::forward(x);
-    return adapter ? y + adapter(x) : y;
+    if (adapter) y = y + adapter(x);
+    return output_adapter ? y + output_adapter(y) : y;
   }
-  std::function<at::Tensor(const at::Tensor&)> adapter;  // empty: a plain Linear
+  std::function<at::Tensor(const at::Tensor&)> adapter;         // y += adapter(x); empty: none
+  std::function<at::Tensor(const at::Tensor&)> output_adapter;  // y += output_adapter(y); empty: none
 };
 TORCH_MODULE(AdaptableLinear);
 

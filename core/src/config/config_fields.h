@@ -83,6 +83,11 @@ void for_each_field(Config& c, F&& f) {
   f("lora", "train_head", c.lora.train_head);
   f("lora", "adapter", c.lora.adapter);
 
+  f("adapter", "size", c.adapter.size);
+  f("adapter", "layers", c.adapter.layers);
+  f("adapter", "non_linearity", c.adapter.non_linearity);
+  f("adapter", "path", c.adapter.path);
+
   f("strategy", "name", c.strategy.name);
   f("strategy", "precision", c.strategy.precision);
   f("strategy", "loss_scale", c.strategy.loss_scale);
@@ -105,7 +110,7 @@ void for_each_field(Config& c, F&& f) {
 
 /// The section names, in file order.
 inline const std::vector<std::string>& sections() {
-  static const std::vector<std::string> names = {"model", "data", "train", "lora", "strategy", "runtime"};
+  static const std::vector<std::string> names = {"model", "data", "train", "lora", "adapter", "strategy", "runtime"};
   return names;
 }
 

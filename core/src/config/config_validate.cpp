@@ -170,6 +170,22 @@ void check_lora(const Checker& ck, const RunConfig& c) {
   }
 }
 
+void check_adapter(const Checker& ck, const RunConfig& c) {
+  const AdapterConfig& a = c.adapter;
+  ck.at_least("adapter.size", a.size, 0);
+  if (a.size == 0) return;
+  ck.one_of("adapter.non_linearity", a.non_linearity, {"gelu", "relu"});
+  for (const auto& l : a.layers) {
+    if (l.empty() || l.find_first_not_of("0123456789") != std::string::npos) {
+      ck.bad("adapter.layers", fmt::format("'{}' is not a layer index (0, 1, ...)", l));
+    }
+  }
+  if (c.lora.rank > 0) ck.bad("adapter.size", "choose one method: LoRA (lora.rank) or adapters (adapter.size)");
+  if (!c.train.freeze.empty() || c.train.freeze_layers >= 0) {
+    ck.bad("adapter.size", "adapters already freeze every base weight; drop train.freeze / train.freeze_layers");
+  }
+}
+
 void check_strategy_runtime(const Checker& ck, const RunConfig& c) {
   ck.required("strategy.name", c.strategy.name, "a strategy name (`ft strategies` lists them)");
   ck.one_of("strategy.precision", c.strategy.precision, {"auto", "fp32", "bf16", "fp16"});
@@ -281,6 +297,7 @@ void validate(const RunConfig& config) {
   check_data(ck, config);
   check_train(ck, config);
   check_lora(ck, config);
+  check_adapter(ck, config);
   check_strategy_runtime(ck, config);
 }
 

@@ -7,6 +7,7 @@
 
 #include "ft/error.h"
 #include "ft/fs.h"
+#include "ft/adapter.h"
 #include "ft/lora.h"
 #include "ft/safetensors.h"
 #include "ft/tokenizer.h"
@@ -92,6 +93,9 @@ void save_checkpoint(const fsys::path& dir, const CheckpointData& data) {
   if (data.lora) {
     safetensors::save((tmp / "model.safetensors").string(), without_lora(data.model), {{"format", "pt"}});
     save_adapter(tmp, data.model, *data.lora, data.base_model);
+  } else if (data.adapter) {
+    safetensors::save((tmp / "model.safetensors").string(), without_bottleneck_adapters(data.model), {{"format", "pt"}});
+    save_bottleneck_adapter(tmp, data.model, *data.adapter, data.config.hidden_size);
   } else {
     safetensors::save((tmp / "model.safetensors").string(), data.model, {{"format", "pt"}});
   }
@@ -129,6 +133,10 @@ LoadedCheckpoint load_checkpoint(const fsys::path& dir, bool with_training_state
   if (has_adapter(dir)) {
     c.lora = read_adapter_config(dir);
     c.model = with_adapter(std::move(c.model), read_adapter_weights(dir));
+  }
+  if (has_bottleneck_adapter(dir)) {
+    c.adapter = read_bottleneck_adapter_config(dir);
+    c.model = with_adapter(std::move(c.model), read_bottleneck_adapter_weights(dir));
   }
   if (!with_training_state) return c;
   const fsys::path ts = dir / "training_state";

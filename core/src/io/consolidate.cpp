@@ -8,7 +8,9 @@
 #include "ft/error.h"
 #include "ft/fs.h"
 #include "ft/manifest.h"
+#include "ft/adapter.h"
 #include "ft/lora.h"
+#include "ft/model.h"
 #include "ft/safetensors.h"
 
 namespace ft {
@@ -118,7 +120,14 @@ ConsolidatedCheckpoint consolidate_checkpoint(const fsys::path& dir, const fsys:
     const std::string base = cfg.is_object() ? cfg.value("base_model_name_or_path", "") : "";
     save_adapter(out, c.model, read_adapter_config(dir), base);
   }
-  safetensors::save((out / "model.safetensors").string(), lora ? without_lora(c.model) : c.model, {{"format", "pt"}});
+  // Bottleneck adapters likewise: base weights apart, adapters + head in ft's files.
+  const bool bottleneck = has_bottleneck_adapter(dir);
+  if (bottleneck) {
+    const AdapterConfig a = read_bottleneck_adapter_config(dir);
+    save_bottleneck_adapter(out, c.model, a, BertConfig::from_json_file((dir / "config.json").string()).hidden_size);
+  }
+  TensorList base = lora ? without_lora(c.model) : bottleneck ? without_bottleneck_adapters(c.model) : c.model;
+  safetensors::save((out / "model.safetensors").string(), base, {{"format", "pt"}});
   safetensors::save((out / "training_state" / "optimizer.safetensors").string(), c.optimizer.tensors,
                     {{"step", std::to_string(c.optimizer.step)}});
   std::error_code ec;
