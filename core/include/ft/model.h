@@ -69,6 +69,8 @@ struct BertConfig {
   void validate(const std::string& source) const;
 };
 
+struct TokenLayout;  // ft/token_layout.h
+
 // Runs unit `index` as fn(input) in `pass` (kPlain unless activation
 // checkpointing runs an encoder layer). The default runs it directly.
 class UnitRunner {
@@ -86,6 +88,10 @@ class BertForSequenceClassification : public torch::nn::Module {
   // Logits [rows, num_labels]. Attention-masked positions never influence
   // unmasked ones.
   at::Tensor forward(const Batch& batch);
+  // The pooler's output [rows, hidden], tanh(dense(h_[CLS])): what the
+  // classifier reads, and what `ft features` writes. Plain execution (no
+  // unit runner, no checkpointing): for evaluation under NoGradGuard.
+  at::Tensor pooled_output(const Batch& batch);
 
   // Padding-free execution (ft/token_layout.h), on by default: the encoder
   // runs on the batch's real tokens only. Off: every position is computed,
@@ -129,6 +135,7 @@ class BertForSequenceClassification : public torch::nn::Module {
   std::unique_ptr<Parts> parts_;
   UnitRunner* runner_ = nullptr;
   bool checkpointing_ = false;
+  std::shared_ptr<const TokenLayout> layout_of(const Batch& batch) const;
   bool padding_free_ = true;
 };
 

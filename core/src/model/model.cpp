@@ -249,11 +249,24 @@ int BertForSequenceClassification::unit_of(const std::string& name) const {
   return num_units() - 1;
 }
 
+std::shared_ptr<const TokenLayout> BertForSequenceClassification::layout_of(const Batch& batch) const {
+  return std::make_shared<const TokenLayout>(padding_free_ ? TokenLayout::packed(batch.attention_mask)
+                                                           : TokenLayout::padded(batch.attention_mask));
+}
+
+at::Tensor BertForSequenceClassification::pooled_output(const Batch& batch) {
+  const auto layout = layout_of(batch);
+  auto& bert = *parts_->bert;
+  at::Tensor x = bert.embeddings->forward(layout->gather_tokens(batch.input_ids),
+                                          layout->gather_tokens(batch.token_type_ids), *layout);
+  for (auto& layer : bert.layers) x = layer->forward(x, *layout);
+  return bert.pooler->forward(layout->first_tokens(x)).to(at::kFloat);
+}
+
 at::Tensor BertForSequenceClassification::forward(const Batch& batch) {
   UnitRunner& run = runner_ ? *runner_ : parts_->direct;
   // Shared: with checkpointing, layers run again in backward and need it then.
-  auto layout = std::make_shared<const TokenLayout>(padding_free_ ? TokenLayout::packed(batch.attention_mask)
-                                                                  : TokenLayout::padded(batch.attention_mask));
+  auto layout = layout_of(batch);
   auto& bert = *parts_->bert;
   auto x = run.run(0, RunPass::kPlain, layout->gather_tokens(batch.input_ids), [&](const at::Tensor& ids) {
     return bert.embeddings->forward(ids, layout->gather_tokens(batch.token_type_ids), *layout);
