@@ -23,6 +23,7 @@
 #include "ft/lora.h"
 #include "ft/metrics.h"
 #include "ft/model.h"
+#include "ft/optim.h"
 #include "ft/run_inputs.h"
 #include "ft/runtime.h"
 #include "ft/safetensors.h"
@@ -165,10 +166,8 @@ int train_head(const ConfigFlags& flags, const std::string& features, const std:
       opt.zero_grad();
       loss.backward();
       if (t.max_grad_norm > 0) {
-        const double norm = head->weight.grad().norm().pow(2).add(head->bias.grad().norm().pow(2)).sqrt().item<double>();
-        if (norm > t.max_grad_norm) {
-          for (auto& p : head->parameters()) p.mutable_grad().mul_(t.max_grad_norm / (norm + 1e-6));
-        }
+        const std::vector<at::Tensor> grads{head->weight.grad(), head->bias.grad()};
+        clip_grads(grads, std::sqrt(grad_norm_squared(grads)), t.max_grad_norm);
       }
       opt.step();
     }

@@ -140,12 +140,13 @@ RunConfig load_run_config(const ConfigFlags& flags, const ConfigImports& imports
   return config_from_layers(read_config_file(flags.config_path), flags.config_path, false, imports, flags.overrides);
 }
 
-RunConfig load_run_config(const ConfigFlags& flags) {
-  // One rank speaks for the job: ft's own workers and torchrun's ranks > 0 stay quiet.
+// One process speaks for the job: ft's own workers and torchrun's ranks > 0 stay quiet.
+bool quiet_process() {
   const char* rank = std::getenv("RANK");
-  const bool quiet = std::getenv("FT_LAUNCHED") != nullptr || (rank != nullptr && std::string(rank) != "0");
-  return load_run_config(flags, read_imports(flags, quiet));
+  return std::getenv("FT_LAUNCHED") != nullptr || (rank != nullptr && std::string(rank) != "0");
 }
+
+RunConfig load_run_config(const ConfigFlags& flags) { return load_run_config(flags, read_imports(flags, quiet_process())); }
 
 void add_run_command(CLI::App& app, int& exit_code, const std::vector<std::string>& argv) {
   auto flags = std::make_shared<RunFlags>();
@@ -179,8 +180,7 @@ void add_run_command(CLI::App& app, int& exit_code, const std::vector<std::strin
     cf.overrides = flag_overrides(*flags);
     const bool is_worker = std::getenv("FT_LAUNCHED") != nullptr;
     if (!is_worker && nproc_opt->count() > 0) cf.world_size = flags->nproc * flags->nnodes;
-    const char* rank = std::getenv("RANK");
-    const ConfigImports imports = read_imports(cf, is_worker || (rank != nullptr && std::string(rank) != "0"));
+    const ConfigImports imports = read_imports(cf, quiet_process());
     // An accelerate config's launch settings, where the command line is silent.
     const ImportedLaunch l = imports.launch();
     if (l.nproc && nproc_opt->count() == 0) flags->nproc = *l.nproc;
@@ -189,10 +189,12 @@ void add_run_command(CLI::App& app, int& exit_code, const std::vector<std::strin
     if (l.master_addr && addr_opt->count() == 0) flags->master_addr = *l.master_addr;
     if (l.master_port && port_opt->count() == 0) flags->master_port = *l.master_port;
     RunConfig config = load_run_config(cf, imports);
-    // A group the launcher restarted resumes from the newest complete checkpoint, when there is one.
+    // A group the launcher restarted resumes from the newest complete checkpoint ("auto"
+    // finds and verifies it). Only an explicit --resume needs the look-ahead: it stays the
+    // start point until the output directory holds a checkpoint of this run.
     const char* restart = std::getenv("FT_RESTART");
     if (is_worker && restart != nullptr && std::atoi(restart) > 0 && !config.train.output_dir.empty() &&
-        latest_checkpoint(config.train.output_dir)) {
+        (config.train.resume_from.empty() || latest_checkpoint(config.train.output_dir))) {
       config.train.resume_from = "auto";
     }
     if (!is_worker && (flags->nproc != 1 || flags->nnodes != 1 || flags->max_restarts > 0)) {
