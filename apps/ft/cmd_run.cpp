@@ -18,6 +18,7 @@
 #include "ft/error.h"
 #include "ft/events.h"
 #include "ft/launcher.h"
+#include "ft/mlm.h"
 #include "ft/plugin_host.h"
 #include "ft/runtime.h"
 #include "ft/trainer.h"
@@ -86,7 +87,7 @@ int work(const RunConfig& config, const std::vector<std::string>& plugin_dirs) {
   std::vector<std::filesystem::path> dirs(plugin_dirs.begin(), plugin_dirs.end());
   PluginHost host = PluginHost::discover(DiscoveryOptions::from_environment(dirs));
   auto strategy = host.create(config.strategy.name);
-  RunInputs inputs = prepare_inputs(config);
+  RunInputs inputs = config.task == RunConfig::Task::kMaskedLm ? prepare_pretrain_inputs(config) : prepare_inputs(config);
   CommOptions co;
   co.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.runtime.timeout_s * 1000));
   // torch's variable for the interface Gloo binds (multi-host jobs).
@@ -94,6 +95,7 @@ int work(const RunConfig& config, const std::vector<std::string>& plugin_dirs) {
   auto comm = Comm::create(env, co);
   EventLog events(env.rank == 0, config.runtime.metrics_out, config.runtime.progress, config.runtime.tensorboard_dir);
   if (inputs.skipped_rows > 0) events.info(fmt::format("skipped {} bad row(s) (data.bad_rows=skip)", inputs.skipped_rows));
+  for (const auto& note : inputs.notes) events.info(note);
   events.info(fmt::format("{} train / {} dev rows, {} labels, {}", inputs.train->size(),
                           inputs.dev ? inputs.dev->size() : 0, inputs.label_names.size(), threads.describe()));
   Trainer trainer(config, std::move(inputs), strategy, config.strategy.name, *comm, events);
@@ -148,10 +150,15 @@ bool quiet_process() {
 
 RunConfig load_run_config(const ConfigFlags& flags) { return load_run_config(flags, read_imports(flags, quiet_process())); }
 
-void add_run_command(CLI::App& app, int& exit_code, const std::vector<std::string>& argv) {
+namespace {
+
+// `ft run` and `ft pretrain`: the same flags, launcher and Trainer; the task differs.
+void add_training_command(CLI::App& app, int& exit_code, const std::vector<std::string>& argv, RunConfig::Task task) {
+  const bool pretrain = task == RunConfig::Task::kMaskedLm;
   auto flags = std::make_shared<RunFlags>();
   flags->raw_args = argv;
-  auto* cmd = app.add_subcommand("run", "train a classifier");
+  auto* cmd = pretrain ? app.add_subcommand("pretrain", "masked-language-model pretraining of the encoder (docs/fine-tuning.md)")
+                       : app.add_subcommand("run", "train a classifier");
   add_config_flags(*cmd, flags->config);
   cmd->add_option("-s,--strategy", flags->strategy, "strategy name (see `ft strategies`)");
   cmd->add_option("--precision", flags->precision, "fp32 | bf16 | fp16 | auto");
@@ -178,6 +185,8 @@ void add_run_command(CLI::App& app, int& exit_code, const std::vector<std::strin
   cmd->callback([=, &exit_code] {
     ConfigFlags cf = flags->config;
     cf.overrides = flag_overrides(*flags);
+    // The embedded default run writes runs/default; pretraining on its data must not overwrite it.
+    if (pretrain && cf.config_path.empty()) cf.overrides.insert(cf.overrides.begin(), "train.output_dir=runs/pretrain");
     const bool is_worker = std::getenv("FT_LAUNCHED") != nullptr;
     if (!is_worker && nproc_opt->count() > 0) cf.world_size = flags->nproc * flags->nnodes;
     const ConfigImports imports = read_imports(cf, quiet_process());
@@ -189,6 +198,7 @@ void add_run_command(CLI::App& app, int& exit_code, const std::vector<std::strin
     if (l.master_addr && addr_opt->count() == 0) flags->master_addr = *l.master_addr;
     if (l.master_port && port_opt->count() == 0) flags->master_port = *l.master_port;
     RunConfig config = load_run_config(cf, imports);
+    config.task = task;
     // A group the launcher restarted resumes from the newest complete checkpoint ("auto"
     // finds and verifies it). Only an explicit --resume needs the look-ahead: it stays the
     // start point until the output directory holds a checkpoint of this run.
@@ -204,6 +214,13 @@ void add_run_command(CLI::App& app, int& exit_code, const std::vector<std::strin
     }
     exit_code = work(config, flags->config.plugin_dirs);
   });
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app, int& exit_code, const std::vector<std::string>& argv) {
+  add_training_command(app, exit_code, argv, RunConfig::Task::kClassify);
+  add_training_command(app, exit_code, argv, RunConfig::Task::kMaskedLm);
 }
 
 }  // namespace ft::app

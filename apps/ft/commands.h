@@ -20,6 +20,7 @@ struct ConfigFlags {
 };
 
 // argv: our arguments after the program name, re-used to start workers.
+// `ft run` and `ft pretrain`.
 void add_run_command(CLI::App& app, int& exit_code, const std::vector<std::string>& argv);
 void add_strategies_command(CLI::App& app, int& exit_code);
 void add_eval_predict_commands(CLI::App& app, int& exit_code);

@@ -79,14 +79,11 @@ class DpStrategy final : public ft::ReplicatedStrategy {
     std::vector<ft::Batch> parts(static_cast<size_t>(n));
     int64_t offset = 0;
     for (int i = 0; i < n; ++i) {
-      const auto dev = devices_[static_cast<size_t>(i)];
-      auto slice = [&](const at::Tensor& t) { return t.narrow(0, offset, sizes[static_cast<size_t>(i)]).to(dev); };
-      auto& p = parts[static_cast<size_t>(i)];
-      p.input_ids = slice(batch.input_ids);
-      p.attention_mask = slice(batch.attention_mask);
-      p.token_type_ids = slice(batch.token_type_ids);
       // No labels: the model never reads them; the Trainer takes the loss
-      // on the gathered logits.
+      // on the gathered logits (masked-LM logits come back in position
+      // order, as the slices are consecutive rows).
+      parts[static_cast<size_t>(i)] =
+          ft::model_inputs_on(ft::slice_rows(batch, offset, sizes[static_cast<size_t>(i)]), devices_[static_cast<size_t>(i)]);
       offset += sizes[static_cast<size_t>(i)];
     }
     // Grad mode and autocast are thread-local: each worker takes the caller's.

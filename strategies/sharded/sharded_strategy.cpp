@@ -217,12 +217,7 @@ void ShardedStrategy::build_grad_buffer() {
 // ---------------------------------------------------------------- forward
 
 at::Tensor ShardedStrategy::forward(const Batch& batch) {
-  Batch b = batch;
-  if (ctx_->device != c10::Device(c10::kCPU)) {
-    b.input_ids = batch.input_ids.to(ctx_->device, true);
-    b.attention_mask = batch.attention_mask.to(ctx_->device, true);
-    b.token_type_ids = batch.token_type_ids.to(ctx_->device, true);  // labels: the Trainer's (loss)
-  }
+  const Batch b = model_inputs_on(batch, ctx_->device);
   auto autocast = ctx_->precision->autocast();
   return model_->forward(b);
 }
@@ -290,13 +285,18 @@ void ShardedStrategy::reshard_unit(int unit) {
 at::Tensor ShardedStrategy::run_unit(int unit, RunPass pass, const at::Tensor& input,
                                      const std::function<at::Tensor(const at::Tensor&)>& fn) {
   gather_for_use(unit);
+  const std::vector<int> reads = model_->units_read_by(unit);  // the tied decoder reads unit 0
+  for (int other : reads) gather_for_use(other);
   if (policy_.forward_prefetch && pass != RunPass::kRecompute) {
     for (int k = 1; k <= policy_.limit_all_gathers; ++k) prefetch(unit + k);
   }
   at::Tensor out = fn(input);
   const bool training = at::GradMode::is_enabled() || pass == RunPass::kNoGraph;
   const bool keep = pass == RunPass::kRecompute || (training && !policy_.reshard_after_forward);
-  if (!keep) reshard_unit(unit);
+  if (!keep) {
+    reshard_unit(unit);
+    for (int other : reads) reshard_unit(other);  // gathered again by pre_backward, like the unit itself
+  }
   if (at::GradMode::is_enabled() && out.requires_grad()) {
     out.register_hook([this, unit](const at::Tensor& grad) {
       pre_backward(unit);
@@ -333,6 +333,8 @@ void ShardedStrategy::pre_backward(int unit) {
     reshard_if_backward_done(unit + 1);
   }
   gather_for_use(unit);
+  // A unit read here stays gathered until its own grads are done.
+  for (int other : model_->units_read_by(unit)) gather_for_use(other);
   if (policy_.backward_prefetch) {
     for (int k = 1; k <= policy_.limit_all_gathers; ++k) prefetch(unit - k);
   }

@@ -66,7 +66,8 @@ TEST_CASE("the shipped configs are exactly these and each loads") {
   }
   std::sort(names.begin(), names.end());
   CHECK(names == std::vector<std::string>{"bench-imdb.yaml", "bench-mini.yaml", "bench-tiny.yaml", "bench-weibo.yaml",
-                                          "default.yaml", "parity-tiny.yaml", "trainer-preset.yaml", "weibo.yaml"});
+                                          "default.yaml", "parity-tiny.yaml", "pretrain-imdb.yaml", "pretrain-weibo.yaml",
+                                          "trainer-preset.yaml", "weibo.yaml"});
   for (const auto& name : names) {
     CAPTURE(name);
     CHECK_NOTHROW(ft::load_config(config_path(name.c_str()).string(), {}));
@@ -213,7 +214,7 @@ TEST_CASE("file errors name the file and the key") {
   CHECK(err("train:\n  lrr: 1\n") == "cfg.yaml: unknown key 'train.lrr' (did you mean 'train.lr'?)");
   CHECK(err("trian:\n  lr: 1\n") == "cfg.yaml: unknown key 'trian' (did you mean 'train'?)");
   CHECK(err("zzz: 1\n") ==
-        "cfg.yaml: unknown key 'zzz' (the sections are model, data, train, lora, adapter, strategy, runtime)");
+        "cfg.yaml: unknown key 'zzz' (the sections are model, data, train, lora, adapter, pretrain, strategy, runtime)");
   CHECK(err("train:\n  qqqqqqqq: 1\n") ==
         "cfg.yaml: unknown key 'train.qqqqqqqq' (docs/configuration.md lists every key)");
   CHECK(err("train:\n  batch_size: abc\n") ==
@@ -345,4 +346,24 @@ TEST_CASE("to_yaml writes every key and round-trips byte-exact") {
   CHECK(plain.find("  options: {}\n") != std::string::npos);
   CHECK(ft::to_yaml(from(plain)) == plain);
   CHECK_FALSE(from(plain).model.dropout.has_value());
+}
+
+TEST_CASE("each pretraining config reads its fine-tuning run's data the same way (so the same dev rows are left out)") {
+  for (const auto& [pretrain, run] : {std::pair{"pretrain-imdb.yaml", "default.yaml"}, std::pair{"pretrain-weibo.yaml", "weibo.yaml"}}) {
+    CAPTURE(pretrain);
+    const auto p = load_shipped(pretrain).data;
+    const auto r = load_shipped(run).data;
+    CHECK(p.train == r.train);
+    CHECK(p.format == r.format);
+    CHECK(p.text_field == r.text_field);
+    CHECK(p.labels == r.labels);
+    CHECK(p.max_rows == r.max_rows);
+    CHECK(p.take == r.take);
+    CHECK(p.dev_fraction == r.dev_fraction);
+    CHECK(p.split_seed == r.split_seed);
+    CHECK(p.shuffle_before_split == r.shuffle_before_split);
+    CHECK(p.strip_spaces == r.strip_spaces);
+    CHECK(p.vocab == r.vocab);
+    CHECK(p.max_seq_len == r.max_seq_len);
+  }
 }

@@ -222,6 +222,23 @@ struct AdapterConfig {
   std::string path;
 };
 
+/// yaml: `pretrain` — masked-language-model pretraining (`ft pretrain`,
+/// ft/mlm.h). The data section is the one a later fine-tuning run uses:
+/// pretraining leaves out that run's dev rows and evaluates the MLM on them.
+struct PretrainConfig {
+  /// Share of the real tokens chosen for prediction; of those 80 % become
+  /// [MASK], 10 % a random token, 10 % stay.
+  double mlm_probability = 0.15;
+  /// Choose whole words ("##" pieces join the piece before them).
+  bool whole_word_masking = false;
+  /// Concatenate the texts ([CLS] text [SEP] ...) and cut the stream into
+  /// max_seq_len blocks, so no text is truncated and no position is padding.
+  bool packing = false;
+  /// Rows of data.train to pretrain on, first N; 0 = all (data.max_rows only
+  /// picks the rows whose dev split is left out).
+  int64_t max_rows = 0;
+};
+
 /// yaml: `strategy` — how training is distributed (a plugin).
 struct StrategyConfig {
   /// Registered strategy name (`ft strategies` lists them).
@@ -277,11 +294,15 @@ struct RunConfig {
   TrainConfig train;
   LoraConfig lora;
   AdapterConfig adapter;
+  PretrainConfig pretrain;
   StrategyConfig strategy;
   RuntimeConfig runtime;
   /// Where this came from, for messages ("configs/x.yaml", "configs/x.yaml
   /// + --set"); not part of the YAML.
   std::string source;
+  /// What the command trains (ft run: a classifier, ft pretrain: the
+  /// masked LM); not part of the YAML.
+  enum class Task { kClassify, kMaskedLm } task = Task::kClassify;
 };
 
 /// Reads `yaml_path`, applies `overrides` ("train.lr=3e-5",

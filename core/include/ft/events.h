@@ -85,6 +85,8 @@ class EventLog {
   void eval_progress(int64_t done, int64_t total);
   void eval(int64_t step, int64_t epoch, const ClassificationReport& r,
             const std::vector<std::string>& label_names);
+  /// Masked-LM evaluation: r.loss and r.accuracy over r.total masked tokens.
+  void eval_masked_lm(int64_t step, int64_t epoch, const ClassificationReport& r);
   void summary(const SummaryEvent& s);
 
  private:

@@ -39,6 +39,13 @@ class AdaptableLinearImpl : public torch::nn::LinearImpl {
 };
 TORCH_MODULE(AdaptableLinear);
 
+// Which head sits on the encoder: HF's BertForSequenceClassification
+// (pooler + classifier) or BertForMaskedLM (cls.predictions, its decoder tied
+// to the word embeddings, no pooler). config.json's "architectures" says
+// which; the command decides what it builds (ft run fine-tunes a classifier
+// from either, ft pretrain trains the masked-LM head).
+enum class BertHead { kSequenceClassification, kMaskedLM };
+
 // The fields of an HF BertConfig that ft uses; unknown fields are kept
 // verbatim (`extra_json`) so a saved config.json loses nothing.
 struct BertConfig {
@@ -57,6 +64,7 @@ struct BertConfig {
   int64_t pad_token_id = 0;
   int64_t num_labels = 2;
   std::vector<std::string> id2label;  // size num_labels
+  BertHead head = BertHead::kSequenceClassification;
   std::string extra_json = "{}";      // other keys of the source config.json
 
   // Reads an HF config.json; errors name the file and key.
@@ -85,8 +93,10 @@ class BertForSequenceClassification : public torch::nn::Module {
   explicit BertForSequenceClassification(const BertConfig& config);
   ~BertForSequenceClassification() override;
 
-  // Logits [rows, num_labels]. Attention-masked positions never influence
-  // unmasked ones.
+  // Logits [rows, num_labels] (sequence classification), or [M, vocab] at
+  // the batch's mlm_positions (masked LM: only the masked tokens reach the
+  // vocabulary projection, the largest matmul of a small BERT). Attention-
+  // masked positions never influence unmasked ones.
   at::Tensor forward(const Batch& batch);
   // The pooler's output [rows, hidden], tanh(dense(h_[CLS])): what the
   // classifier reads, and what `ft features` writes. Plain execution (no
@@ -108,6 +118,10 @@ class BertForSequenceClassification : public torch::nn::Module {
   std::string unit_prefix(int index) const;
   // Unit that owns an HF parameter name (for sharding and layer-wise LR).
   int unit_of(const std::string& param_name) const;
+  // Other units whose parameters unit `index` also reads: the masked-LM head
+  // reads unit 0's word embeddings (the tied decoder). Strategies that free
+  // a unit's weights between uses gather these too around the unit.
+  std::vector<int> units_read_by(int index) const;
   // Parameters of each unit with HF names, in model order.
   std::vector<TensorList> unit_parameters() const;
   void set_unit_runner(UnitRunner* runner) { runner_ = runner; }
@@ -123,9 +137,17 @@ class BertForSequenceClassification : public torch::nn::Module {
   void init_weights();
 
   // Copies named tensors into the parameters. Every parameter must be
-  // present with the right shape; extra names are an error unless they are
-  // known HF extras (position_ids, pretraining heads), which are ignored.
-  void load_weights(const TensorList& weights, const std::string& source);
+  // present with the right shape, except that with `head_optional` (initial
+  // weights: an encoder, a masked-LM checkpoint fine-tuned as a classifier
+  // or the reverse) the head may be missing as a whole and keeps its fresh
+  // initialisation, as in HF's from_pretrained. Other heads' tensors (cls.*,
+  // bert.pooler.*, classifier.*) and position_ids are left out; anything
+  // else is an error.
+  struct LoadReport {
+    std::vector<std::string> ignored;      // given, not part of this model
+    std::vector<std::string> initialised;  // this model's head, not given
+  };
+  LoadReport load_weights(const TensorList& weights, const std::string& source, bool head_optional = false);
   // Current weights with HF names (views of the parameters, in model order).
   TensorList weights() const;
 

@@ -61,6 +61,9 @@ struct TokenLayout {
   at::Tensor to_attention(const at::Tensor& tokens_by_features) const;
   // [rows * width, f] -> [T, f].
   at::Tensor from_attention(const at::Tensor& slots_by_features) const;
+  // [M] flat batch positions (row * seq + column) of kept tokens -> their
+  // rows in the token matrix, [M] (the masked-LM head reads these).
+  at::Tensor token_index(const at::Tensor& flat_positions) const;
   // [T, f] -> [rows, f]: each row's column-0 token.
   at::Tensor first_tokens(const at::Tensor& tokens_by_features) const;
 };

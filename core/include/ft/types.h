@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 namespace ft {
 
@@ -19,9 +20,22 @@ struct Batch {
   at::Tensor input_ids;       // [rows, seq]
   at::Tensor attention_mask;  // [rows, seq]
   at::Tensor token_type_ids;  // [rows, seq]
-  at::Tensor labels;          // [rows]
+  // Classification: [rows] label ids. Masked LM: [M] original ids of the
+  // masked tokens, in the order of mlm_positions.
+  at::Tensor labels;
+  // Masked LM only: [M] flat positions (row * seq + column) of the masked
+  // tokens, ascending; the model predicts only these (logits [M, vocab]).
+  at::Tensor mlm_positions;
   int64_t rows() const { return input_ids.defined() ? input_ids.size(0) : 0; }
 };
+
+// What the model reads from `batch` (not the labels: the Trainer takes the
+// loss), on `device`. The CPU batch itself is returned unchanged there.
+Batch model_inputs_on(const Batch& batch, c10::Device device);
+
+// Rows [offset, offset + count) of the model inputs, mlm_positions rebased
+// to the slice (dp splits a batch across replicas this way).
+Batch slice_rows(const Batch& batch, int64_t offset, int64_t count);
 
 // Named tensors in a stable order (HF parameter names for model state).
 using TensorList = std::vector<std::pair<std::string, at::Tensor>>;

@@ -76,7 +76,7 @@ struct Where {
   const std::string near = closest_key(key);
   if (!near.empty()) fail("{}: unknown key '{}' (did you mean '{}'?)", origin, key, near);
   if (key.find('.') == std::string::npos) {
-    fail("{}: unknown key '{}' (the sections are model, data, train, lora, adapter, strategy, runtime)", origin,
+    fail("{}: unknown key '{}' (the sections are model, data, train, lora, adapter, pretrain, strategy, runtime)", origin,
          key);
   }
   fail("{}: unknown key '{}' (docs/configuration.md lists every key)", origin, key);

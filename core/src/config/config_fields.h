@@ -88,6 +88,11 @@ void for_each_field(Config& c, F&& f) {
   f("adapter", "non_linearity", c.adapter.non_linearity);
   f("adapter", "path", c.adapter.path);
 
+  f("pretrain", "mlm_probability", c.pretrain.mlm_probability);
+  f("pretrain", "whole_word_masking", c.pretrain.whole_word_masking);
+  f("pretrain", "packing", c.pretrain.packing);
+  f("pretrain", "max_rows", c.pretrain.max_rows);
+
   f("strategy", "name", c.strategy.name);
   f("strategy", "precision", c.strategy.precision);
   f("strategy", "loss_scale", c.strategy.loss_scale);
@@ -110,7 +115,7 @@ void for_each_field(Config& c, F&& f) {
 
 /// The section names, in file order.
 inline const std::vector<std::string>& sections() {
-  static const std::vector<std::string> names = {"model", "data", "train", "lora", "adapter", "strategy", "runtime"};
+  static const std::vector<std::string> names = {"model", "data", "train", "lora", "adapter", "pretrain", "strategy", "runtime"};
   return names;
 }
 

@@ -78,7 +78,7 @@ void check_data(const Checker& ck, const RunConfig& c) {
   }
   if (format != "safetensors") {
     ck.required("data.text_field", d.text_field, "the field holding the text");
-    ck.required("data.label_field", d.label_field, "the field holding the label");
+    // data.label_field may be empty: unlabelled text, for ft pretrain (ft run refuses it).
   }
   std::set<std::string> names;
   for (const auto& label : d.labels) {
@@ -168,6 +168,12 @@ void check_lora(const Checker& ck, const RunConfig& c) {
   if (!c.train.freeze.empty() || c.train.freeze_layers >= 0) {
     ck.bad("lora.rank", "LoRA already freezes every base weight; drop train.freeze / train.freeze_layers");
   }
+}
+
+void check_pretrain(const Checker& ck, const PretrainConfig& p) {
+  ck.in_range("pretrain.mlm_probability", p.mlm_probability, 0.0, 1.0, false);
+  if (p.mlm_probability == 0.0) ck.bad("pretrain.mlm_probability", "must be above 0 (0.15 is BERT's)");
+  ck.at_least("pretrain.max_rows", p.max_rows, 0);
 }
 
 void check_adapter(const Checker& ck, const RunConfig& c) {
@@ -298,6 +304,7 @@ void validate(const RunConfig& config) {
   check_train(ck, config);
   check_lora(ck, config);
   check_adapter(ck, config);
+  check_pretrain(ck, config.pretrain);
   check_strategy_runtime(ck, config);
 }
 

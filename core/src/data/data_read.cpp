@@ -300,7 +300,9 @@ void add_json_row(Collector& out, const json& v, const DataSource& src) {
   std::string pair;
   if (!src.pair_field.empty())
     pair = string_field(field(src.pair_field), "field '" + src.pair_field + "'");
-  out.add(std::move(text), std::move(pair), label_from_json(field(src.label_field)));
+  // No label field: unlabelled text (pretraining reads it), every row label 0.
+  out.add(std::move(text), std::move(pair),
+          src.label_field.empty() ? RawLabel{0, {}} : label_from_json(field(src.label_field)));
 }
 
 // Parses one row's bytes, turning any problem into a numbered bad row.
@@ -404,8 +406,8 @@ void read_json_lines(Collector& out, std::string_view buf, const DataSource& src
 
 // Column positions of the fields a delimited file must have.
 struct Columns {
-  size_t text = 0, label = 0, count = 0;
-  std::optional<size_t> pair;
+  size_t text = 0, count = 0;
+  std::optional<size_t> label, pair;  // no label column: unlabelled text
 };
 
 Columns find_columns(const std::vector<std::string>& header, const DataSource& src) {
@@ -419,7 +421,7 @@ Columns find_columns(const std::vector<std::string>& header, const DataSource& s
   Columns c;
   c.count = header.size();
   c.text = find(src.text_field, "text_field");
-  c.label = find(src.label_field, "label_field");
+  if (!src.label_field.empty()) c.label = find(src.label_field, "label_field");
   if (!src.pair_field.empty()) c.pair = find(src.pair_field, "pair_field");
   return c;
 }
@@ -436,7 +438,7 @@ void add_delimited_row(Collector& out, const std::vector<std::string>& fields, c
                                  static_cast<unsigned char>(f[at]))};
     }
     out.add(fields[c.text], c.pair ? fields[*c.pair] : std::string(),
-            label_from_string(fields[c.label]));
+            c.label ? label_from_string(fields[*c.label]) : RawLabel{0, {}});
   } catch (const BadRow& b) {
     out.bad(row, b.problem);
   }

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "ft/error.h"
+#include "run_inputs_detail.h"
 #include "ft/safetensors.h"
 #include "ft/sampler.h"
 #include "ft/manifest.h"
@@ -29,7 +30,14 @@ TensorList read_model_weights(const std::string& path) {
 BertConfig resolve_model_config(const RunConfig& config) {
   const std::string& ref = config.model.config;
   BertConfig c;
-  if (ref == "tiny" || ref == "mini" || ref == "base") {
+  const fsys::path weights_config = fsys::path(config.model.weights) / "config.json";
+  const bool preset = ref == "tiny" || ref == "mini" || ref == "base";
+  if (preset && !config.model.weights.empty() && fsys::is_directory(config.model.weights) &&
+      fsys::exists(weights_config)) {
+    // A checkpoint directory's weights come with their shapes: a preset
+    // cannot describe them (an explicit config.json still wins).
+    c = BertConfig::from_json_file(weights_config.string());
+  } else if (preset) {
     c = BertConfig::preset(ref);
   } else if (ref.empty()) {
     fail("{}: model.config is empty; give a preset (tiny, mini, base), a config.json or a checkpoint dir",
@@ -98,6 +106,10 @@ std::vector<int64_t> all_rows(const Dataset& d) {
   return rows;
 }
 
+}  // namespace
+
+namespace detail {
+
 Padding parse_padding(const std::string& s) {
   return s == "max_length" ? Padding::MaxLength : Padding::Longest;
 }
@@ -118,6 +130,64 @@ DataSource make_source(const RunConfig& config, const std::string& path) {
   src.label_names = d.labels;
   return src;
 }
+
+void attach_tokenizer(const RunConfig& config, RunInputs& in) {
+  const auto& d = config.data;
+  in.tokenizer = load_tokenizer(config);
+  if (in.tokenizer->vocab_size() != in.model_config.vocab_size) {
+    if (in.initial_weights) {
+      fail("{}: vocab has {} tokens but the model's vocab_size is {}; use the vocab.txt the weights were trained with",
+           d.vocab, in.tokenizer->vocab_size(), in.model_config.vocab_size);
+    }
+    in.model_config.vocab_size = in.tokenizer->vocab_size();  // random init: size the embeddings to the vocab
+  }
+  if (d.max_seq_len > in.model_config.max_position_embeddings) {
+    fail("data.max_seq_len {} exceeds the model's max_position_embeddings {}", d.max_seq_len,
+         in.model_config.max_position_embeddings);
+  }
+}
+
+std::pair<TextData, TextData> read_train_dev(const RunConfig& config, int64_t& skipped) {
+  const auto& d = config.data;
+  TextData train = read_text_data(make_source(config, d.train));
+  TextData dev;
+  skipped = train.skipped;
+  if (!d.dev.empty()) {
+    auto dev_source = make_source(config, d.dev);
+    dev_source.max_rows = 0;
+    dev_source.label_names = train.label_names;
+    dev = read_text_data(dev_source);
+    skipped += dev.skipped;
+  } else if (d.dev_fraction > 0) {
+    auto split = split_train_dev(std::move(train), d.dev_fraction, static_cast<uint64_t>(d.split_seed),
+                                 d.shuffle_before_split);
+    train = std::move(split.first);
+    dev = std::move(split.second);
+  }
+  return {std::move(train), std::move(dev)};
+}
+
+void resolve_weights(const RunConfig& config, RunInputs& in) {
+  std::string weights = config.model.weights;
+  if (weights.empty() && fsys::is_directory(config.model.config) &&
+      (fsys::exists(fsys::path(config.model.config) / "model.safetensors") ||
+       fsys::exists(fsys::path(config.model.config) / "pytorch_model.bin") ||
+       fsys::exists(fsys::path(config.model.config) / kManifestFile))) {
+    // A checkpoint directory brings its weights; with a manifest, a missing
+    // model.safetensors is named by the verification, not trained from scratch.
+    weights = config.model.config;
+  }
+  if (!weights.empty()) {
+    in.initial_weights = read_model_weights(weights);
+    in.weights_source = weights;
+  }
+}
+
+}  // namespace detail
+
+namespace {
+using detail::make_source;
+using detail::parse_padding;
 
 // Pre-tokenized data: the label count comes from the model config.
 void prepare_tensor_inputs(const RunConfig& config, RunInputs& in) {
@@ -143,33 +213,12 @@ void prepare_tensor_inputs(const RunConfig& config, RunInputs& in) {
 
 void prepare_text_inputs(const RunConfig& config, RunInputs& in) {
   const auto& d = config.data;
-  in.tokenizer = load_tokenizer(config);
-  if (in.tokenizer->vocab_size() != in.model_config.vocab_size) {
-    if (in.initial_weights) {
-      fail("{}: vocab has {} tokens but the model's vocab_size is {}; use the vocab.txt the weights were trained with",
-           d.vocab, in.tokenizer->vocab_size(), in.model_config.vocab_size);
-    }
-    in.model_config.vocab_size = in.tokenizer->vocab_size();  // random init: size the embeddings to the vocab
+  if (d.label_field.empty()) {
+    fail("{}: data.label_field is empty; ft run trains a classifier and needs labels (unlabelled text is for "
+         "ft pretrain)", config.source);
   }
-  if (d.max_seq_len > in.model_config.max_position_embeddings) {
-    fail("data.max_seq_len {} exceeds the model's max_position_embeddings {}", d.max_seq_len,
-         in.model_config.max_position_embeddings);
-  }
-  TextData train = read_text_data(make_source(config, d.train));
-  TextData dev;
-  in.skipped_rows = train.skipped;
-  if (!d.dev.empty()) {
-    auto dev_source = make_source(config, d.dev);
-    dev_source.max_rows = 0;
-    dev_source.label_names = train.label_names;
-    dev = read_text_data(dev_source);
-    in.skipped_rows += dev.skipped;
-  } else if (d.dev_fraction > 0) {
-    auto split = split_train_dev(std::move(train), d.dev_fraction, static_cast<uint64_t>(d.split_seed),
-                                 d.shuffle_before_split);
-    train = std::move(split.first);
-    dev = std::move(split.second);
-  }
+  detail::attach_tokenizer(config, in);
+  auto [train, dev] = detail::read_train_dev(config, in.skipped_rows);
   in.label_names = train.label_names;
   const auto n_labels = static_cast<int64_t>(in.label_names.size());
   if (in.model_config.num_labels != n_labels) {
@@ -196,19 +245,8 @@ std::unique_ptr<Dataset> subset(std::shared_ptr<Dataset> base, std::vector<int64
 RunInputs prepare_inputs(const RunConfig& config) {
   RunInputs in;
   in.model_config = resolve_model_config(config);
-  std::string weights = config.model.weights;
-  if (weights.empty() && fsys::is_directory(config.model.config) &&
-      (fsys::exists(fsys::path(config.model.config) / "model.safetensors") ||
-       fsys::exists(fsys::path(config.model.config) / "pytorch_model.bin") ||
-       fsys::exists(fsys::path(config.model.config) / kManifestFile))) {
-    // A checkpoint directory brings its weights; with a manifest, a missing
-    // model.safetensors is named by the verification, not trained from scratch.
-    weights = config.model.config;
-  }
-  if (!weights.empty()) {
-    in.initial_weights = read_model_weights(weights);
-    in.weights_source = weights;
-  }
+  in.model_config.head = BertHead::kSequenceClassification;  // whatever the weights were trained as
+  detail::resolve_weights(config, in);
   if (config.data.train.empty()) fail("{}: data.train is not set", config.source);
   if (detect_data_format(config.data.train, parse_data_format(config.data.format)) == DataFormat::Safetensors) {
     prepare_tensor_inputs(config, in);

@@ -176,6 +176,29 @@ struct HeadUnit : torch::nn::Module {
   }
 };
 
+// cls.predictions of HF's BertForMaskedLM: transform (dense, gelu,
+// LayerNorm), then the decoder, whose weight is the word embeddings (tied)
+// and whose bias is cls.predictions.bias.
+struct MaskedLmHeadImpl : torch::nn::Module {
+  Linear dense{nullptr};
+  LayerNorm norm{nullptr};
+  at::Tensor bias;
+  // Not registered: the weight belongs to unit 0. Read at call time, so it
+  // is whatever tensor the embeddings hold then (a gathered shard, a replica's).
+  std::shared_ptr<EmbeddingsImpl> embeddings;
+
+  MaskedLmHeadImpl(const BertConfig& c, std::shared_ptr<EmbeddingsImpl> e) : embeddings(std::move(e)) {
+    auto transform = register_module("transform", std::make_shared<torch::nn::Module>());
+    dense = transform->register_module("dense", Linear(c.hidden_size, c.hidden_size));
+    norm = transform->register_module("LayerNorm", make_layer_norm(c));
+    bias = register_parameter("bias", at::zeros({c.vocab_size}));
+  }
+  // hidden: [M, hidden] states of the masked tokens -> [M, vocab].
+  at::Tensor forward(const at::Tensor& hidden) {
+    return at::linear(norm(at::gelu(dense(hidden))), embeddings->word_embeddings->weight, bias);
+  }
+};
+
 struct BertModelImpl : torch::nn::Module {
   std::shared_ptr<EmbeddingsImpl> embeddings;
   std::shared_ptr<torch::nn::Module> encoder;
@@ -190,7 +213,8 @@ struct BertModelImpl : torch::nn::Module {
       layers.push_back(std::make_shared<LayerImpl>(c));
       layer->push_back(layers.back());
     }
-    pooler = register_module("pooler", std::make_shared<PoolerImpl>(c));
+    // BertForMaskedLM has no pooler (HF: add_pooling_layer=False).
+    if (c.head == BertHead::kSequenceClassification) pooler = register_module("pooler", std::make_shared<PoolerImpl>(c));
   }
 };
 
@@ -208,7 +232,8 @@ struct BertForSequenceClassification::Parts {
   std::shared_ptr<BertModelImpl> bert;
   Dropout dropout{nullptr};
   Linear classifier{nullptr};
-  std::shared_ptr<HeadUnit> head;
+  std::shared_ptr<HeadUnit> head;             // sequence classification
+  std::shared_ptr<MaskedLmHeadImpl> mlm;      // masked LM
   DirectRunner direct;
 };
 
@@ -216,9 +241,14 @@ BertForSequenceClassification::BertForSequenceClassification(const BertConfig& c
     : config_(config), parts_(std::make_unique<Parts>()) {
   config_.validate("model config");
   parts_->bert = register_module("bert", std::make_shared<BertModelImpl>(config_));
-  parts_->dropout = register_module("dropout", Dropout(config_.hidden_dropout_prob));
-  parts_->classifier = register_module("classifier", Linear(config_.hidden_size, config_.num_labels));
-  parts_->head = std::make_shared<HeadUnit>(parts_->bert->pooler, parts_->dropout, parts_->classifier);
+  if (config_.head == BertHead::kMaskedLM) {
+    auto cls = register_module("cls", std::make_shared<torch::nn::Module>());
+    parts_->mlm = cls->register_module("predictions", std::make_shared<MaskedLmHeadImpl>(config_, parts_->bert->embeddings));
+  } else {
+    parts_->dropout = register_module("dropout", Dropout(config_.hidden_dropout_prob));
+    parts_->classifier = register_module("classifier", Linear(config_.hidden_size, config_.num_labels));
+    parts_->head = std::make_shared<HeadUnit>(parts_->bert->pooler, parts_->dropout, parts_->classifier);
+  }
   init_weights();
 }
 
@@ -230,13 +260,21 @@ int BertForSequenceClassification::num_units() const {
 
 std::shared_ptr<torch::nn::Module> BertForSequenceClassification::unit(int index) const {
   if (index == 0) return parts_->bert->embeddings;
-  if (index == num_units() - 1) return parts_->head;
+  if (index == num_units() - 1) {
+    if (parts_->mlm) return parts_->mlm;
+    return parts_->head;
+  }
   return parts_->bert->layers.at(index - 1);
+}
+
+std::vector<int> BertForSequenceClassification::units_read_by(int index) const {
+  if (parts_->mlm && index == num_units() - 1) return {0};
+  return {};
 }
 
 std::string BertForSequenceClassification::unit_prefix(int index) const {
   if (index == 0) return "bert.embeddings.";
-  if (index == num_units() - 1) return "";  // bert.pooler.* and classifier.*
+  if (index == num_units() - 1) return "";  // bert.pooler.* and classifier.*, or cls.predictions.*
   return "bert.encoder.layer." + std::to_string(index - 1) + ".";
 }
 
@@ -255,6 +293,7 @@ std::shared_ptr<const TokenLayout> BertForSequenceClassification::layout_of(cons
 }
 
 at::Tensor BertForSequenceClassification::pooled_output(const Batch& batch) {
+  if (!parts_->head) fail("a masked-LM model has no pooler; fine-tune it first (ft run --set model.weights=DIR)");
   const auto layout = layout_of(batch);
   auto& bert = *parts_->bert;
   at::Tensor x = bert.embeddings->forward(layout->gather_tokens(batch.input_ids),
@@ -277,8 +316,19 @@ at::Tensor BertForSequenceClassification::forward(const Batch& batch) {
     };
     x = checkpointing_ ? checkpoint(x, bert.layers[i]->parameters(), layer_unit) : layer_unit(x, RunPass::kPlain);
   }
-  auto logits = run.run(num_units() - 1, RunPass::kPlain, x,
-                        [&](const at::Tensor& h) { return parts_->head->forward(layout->first_tokens(h)); });
+  at::Tensor logits;
+  if (parts_->mlm) {
+    if (!batch.mlm_positions.defined()) {
+      fail("this is a masked-LM model (config.json: BertForMaskedLM); fine-tune it with `ft run --set model.weights=DIR`, "
+           "or continue pretraining with `ft pretrain`");
+    }
+    const auto masked = layout->token_index(batch.mlm_positions);
+    logits = run.run(num_units() - 1, RunPass::kPlain, x,
+                     [&](const at::Tensor& h) { return parts_->mlm->forward(h.index_select(0, masked)); });
+  } else {
+    logits = run.run(num_units() - 1, RunPass::kPlain, x,
+                     [&](const at::Tensor& h) { return parts_->head->forward(layout->first_tokens(h)); });
+  }
   return logits.to(at::kFloat);
 }
 
@@ -314,19 +364,35 @@ TensorList BertForSequenceClassification::weights() const {
   return out;
 }
 
-void BertForSequenceClassification::load_weights(const TensorList& weights, const std::string& source) {
-  static const char* kIgnored[] = {"bert.embeddings.position_ids", "cls.", "bert.pooler_"};
+BertForSequenceClassification::LoadReport BertForSequenceClassification::load_weights(const TensorList& weights,
+                                                                                      const std::string& source,
+                                                                                      bool head_optional) {
+  // Other heads' tensors, and a buffer HF keeps in some files.
+  static const char* kOtherHeads[] = {"bert.embeddings.position_ids", "cls.", "bert.pooler.", "bert.pooler_",
+                                      "classifier."};
   std::map<std::string, const at::Tensor*> given;
   for (const auto& [name, t] : weights) {
     // Checkpoints saved from a DDP-wrapped model carry "module." prefixes.
     std::string key = name.rfind("module.", 0) == 0 ? name.substr(7) : name;
     given[key] = &t;
   }
+  // The head may be absent as a whole (it then keeps its initialisation);
+  // half a head is a mismatch.
+  const int head = num_units() - 1;
+  int head_given = 0;
+  for (const auto& item : named_parameters())
+    if (unit_of(item.key()) == head) head_given += static_cast<int>(given.count(item.key()));
+  const bool head_absent = head_optional && head_given == 0;
   torch::NoGradGuard no_grad;
+  LoadReport report;
   std::set<std::string> used;
   for (auto& item : named_parameters()) {
     auto it = given.find(item.key());
     if (it == given.end()) {
+      if (head_absent && unit_of(item.key()) == head) {
+        report.initialised.push_back(item.key());
+        continue;
+      }
       fail("{}: missing tensor '{}' (the checkpoint does not match config.json)", source, item.key());
     }
     const at::Tensor& src = *it->second;
@@ -345,9 +411,11 @@ void BertForSequenceClassification::load_weights(const TensorList& weights, cons
   for (const auto& [key, t] : given) {
     if (used.count(key)) continue;
     bool ignorable = false;
-    for (const char* prefix : kIgnored) ignorable |= key.rfind(prefix, 0) == 0;
-    if (!ignorable) fail("{}: unexpected tensor '{}' (not part of BertForSequenceClassification)", source, key);
+    for (const char* prefix : kOtherHeads) ignorable |= key.rfind(prefix, 0) == 0;
+    if (!ignorable) fail("{}: unexpected tensor '{}' (not part of this BERT model)", source, key);
+    if (key != "bert.embeddings.position_ids") report.ignored.push_back(key);
   }
+  return report;
 }
 
 }  // namespace ft

@@ -38,7 +38,7 @@ const char* const kKnownKeys[] = {
     "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
     "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
     "type_vocab_size", "initializer_range", "layer_norm_eps", "pad_token_id", "num_labels",
-    "id2label", "label2id"};
+    "id2label", "label2id", "architectures"};
 
 }  // namespace
 
@@ -84,6 +84,10 @@ BertConfig BertConfig::from_json_string(const std::string& text, const std::stri
     if (c.num_labels == 0) c.num_labels = static_cast<int64_t>(names.size());
   }
   if (c.num_labels == 0) c.num_labels = 2;  // HF's default
+  if (auto it = j.find("architectures"); it != j.end() && it->is_array()) {
+    for (const auto& a : *it)
+      if (a.is_string() && a.get<std::string>() == "BertForMaskedLM") c.head = BertHead::kMaskedLM;
+  }
   json extra = j;
   for (const char* key : kKnownKeys) extra.erase(key);
   c.extra_json = extra.dump();
@@ -140,7 +144,7 @@ void BertConfig::validate(const std::string& source) const {
 
 std::string BertConfig::to_json() const {
   json j = json::parse(extra_json.empty() ? "{}" : extra_json);
-  j["architectures"] = {"BertForSequenceClassification"};
+  j["architectures"] = {head == BertHead::kMaskedLM ? "BertForMaskedLM" : "BertForSequenceClassification"};
   j["model_type"] = "bert";
   j["vocab_size"] = vocab_size;
   j["hidden_size"] = hidden_size;

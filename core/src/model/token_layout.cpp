@@ -85,6 +85,11 @@ at::Tensor TokenLayout::from_attention(const at::Tensor& y) const {
   return slot.defined() ? y.index_select(0, slot) : y;
 }
 
+at::Tensor TokenLayout::token_index(const at::Tensor& flat_positions) const {
+  // keep_index is ascending (row-major), so a kept position's rank in it is its row of the token matrix.
+  return keep_index.defined() ? at::searchsorted(keep_index, flat_positions) : flat_positions;
+}
+
 at::Tensor TokenLayout::first_tokens(const at::Tensor& x) const {
   if (first.defined()) return x.index_select(0, first);
   return x.view({rows, tokens / rows, x.size(-1)}).select(1, 0);

@@ -162,6 +162,22 @@ void EventLog::eval(int64_t step, int64_t epoch, const ClassificationReport& r,
   info(format_report(r, label_names));
 }
 
+void EventLog::eval_masked_lm(int64_t step, int64_t epoch, const ClassificationReport& r) {
+  if (!rank0_) return;
+  const double perplexity = std::exp(r.loss);
+  nlohmann::json j{{"event", "eval"},          {"task", "masked_lm"},         {"step", step},
+                   {"epoch", epoch},           {"loss", number(r.loss)},      {"accuracy", r.accuracy},
+                   {"perplexity", number(perplexity)}, {"masked_tokens", r.total}};
+  write_json(j.dump());
+  if (tensorboard_) {
+    tensorboard_->add_scalar("eval/loss", r.loss, step);
+    tensorboard_->add_scalar("eval/accuracy", r.accuracy, step);
+    tensorboard_->add_scalar("eval/perplexity", perplexity, step);
+  }
+  info(fmt::format("eval step {}: mlm loss {:.4f} perplexity {:.2f} masked-token accuracy {:.4f} ({} masked tokens)",
+                   step, r.loss, perplexity, r.accuracy, r.total));
+}
+
 void EventLog::summary(const SummaryEvent& s) {
   if (!rank0_) return;
   nlohmann::json j{{"event", "summary"},

@@ -31,14 +31,7 @@ void ReplicatedStrategy::setup(std::shared_ptr<BertForSequenceClassification> mo
 }
 
 at::Tensor ReplicatedStrategy::forward(const Batch& batch) {
-  Batch on_device = batch;
-  if (ctx_->device != c10::Device(c10::kCPU)) {
-    on_device.input_ids = batch.input_ids.to(ctx_->device, /*non_blocking=*/true);
-    on_device.attention_mask = batch.attention_mask.to(ctx_->device, true);
-    on_device.token_type_ids = batch.token_type_ids.to(ctx_->device, true);
-    // Labels stay where they are: the model never reads them; the Trainer
-    // moves them next to the logits for the loss.
-  }
+  const Batch on_device = model_inputs_on(batch, ctx_->device);
   auto autocast = ctx_->precision->autocast();
   return model_->forward(on_device);
 }

@@ -22,6 +22,7 @@
 #include "ft/adapter.h"
 #include "ft/lora.h"
 #include "ft/model.h"
+#include "ft/objective.h"
 #include "ft/optim.h"
 #include "ft/param_plan.h"
 #include "ft/precision.h"
@@ -38,6 +39,21 @@ double peak_rss_mb() {
   struct rusage usage {};
   ::getrusage(RUSAGE_SELF, &usage);
   return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is KiB on Linux
+}
+
+// "cls.predictions.* (5 tensors), bert.pooler.* (2 tensors)": names grouped by module.
+std::string describe_tensors(const std::vector<std::string>& names) {
+  std::vector<std::pair<std::string, int>> groups;
+  for (const auto& n : names) {
+    const auto first = n.find('.');
+    const auto second = first == std::string::npos ? first : n.find('.', first + 1);
+    const std::string module = n.substr(0, second == std::string::npos ? n.rfind('.') : second);
+    if (groups.empty() || groups.back().first != module) groups.emplace_back(module, 0);
+    ++groups.back().second;
+  }
+  std::string out;
+  for (const auto& [module, count] : groups) out += fmt::format("{}{}.* ({} tensors)", out.empty() ? "" : ", ", module, count);
+  return out;
 }
 
 LossScalerOptions loss_scaler_options(const StrategyConfig& s) {
@@ -59,6 +75,7 @@ struct Trainer::Impl {
   EventLog& events;
   Tracer tracer;  // the runtime.profile_steps window; strategies get it as ctx.trace
   std::unique_ptr<Precision> precision;
+  std::unique_ptr<Objective> objective;
   StrategyContext ctx;
   std::shared_ptr<BertForSequenceClassification> model;
   TrainerState state;
@@ -99,8 +116,16 @@ struct Trainer::Impl {
 
     // Same seed on every rank: identical random init without a broadcast.
     at::manual_seed(static_cast<uint64_t>(config.train.seed));
+    objective = make_objective(config, inputs);
     model = std::make_shared<BertForSequenceClassification>(inputs.model_config);
-    if (inputs.initial_weights) model->load_weights(*inputs.initial_weights, inputs.weights_source);
+    if (inputs.initial_weights) {
+      const auto loaded = model->load_weights(*inputs.initial_weights, inputs.weights_source, /*head_optional=*/true);
+      if (!loaded.ignored.empty() || !loaded.initialised.empty()) {
+        events.info(fmt::format("{}: encoder weights loaded; {}{}", inputs.weights_source,
+                                loaded.ignored.empty() ? "" : "dropped " + describe_tensors(loaded.ignored) + "; ",
+                                loaded.initialised.empty() ? "" : "new head " + describe_tensors(loaded.initialised)));
+      }
+    }
     const LoraConfig& lora = config.lora;
     if (lora.rank > 0) {
       apply_lora(*model, lora, static_cast<uint64_t>(config.train.seed));
@@ -167,42 +192,10 @@ struct Trainer::Impl {
   ClassificationReport evaluate() {
     strategy->set_training(false);
     torch::NoGradGuard no_grad;
-    const auto& dev = *inputs.dev;
     const int64_t per_rank = config.train.eval_batch_size > 0 ? config.train.eval_batch_size : config.train.batch_size;
-    auto batches = eval_batches(dev.size(), per_rank, comm.world_size(), comm.rank());
-    std::vector<int64_t> preds, labels;
-    double loss_sum = 0.0;
-    const auto total = static_cast<int64_t>(batches.size());
-    int64_t done = 0;
-    for (const auto& b : batches) {
-      events.eval_progress(done++, total);
-      Batch batch = dev.collate(b.rows);
-      auto logits = strategy->forward(batch);
-      auto n = b.num_valid;
-      if (n == 0) continue;
-      auto valid_logits = logits.narrow(0, 0, n).to(at::kCPU, at::kFloat);
-      auto valid_labels = batch.labels.narrow(0, 0, n);
-      loss_sum += at::cross_entropy_loss(valid_logits, valid_labels, {}, at::Reduction::Sum).item<double>();
-      auto p = valid_logits.argmax(1).contiguous();
-      preds.insert(preds.end(), p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + n);
-      auto l = valid_labels.contiguous();
-      labels.insert(labels.end(), l.data_ptr<int64_t>(), l.data_ptr<int64_t>() + n);
-    }
-    events.eval_progress(total, total);
+    auto report = objective->evaluate(*strategy, *inputs.dev, comm, events, per_rank);
     strategy->set_training(true);
-    auto both = at::cat({at::tensor(preds, at::kLong), at::tensor(labels, at::kLong)});
-    auto gathered = comm.all_gather_varlen(both);
-    std::vector<int64_t> all_preds, all_labels;
-    for (const auto& g : gathered) {
-      const int64_t half = g.numel() / 2;
-      auto* d = g.data_ptr<int64_t>();
-      all_preds.insert(all_preds.end(), d, d + half);
-      all_labels.insert(all_labels.end(), d + half, d + 2 * half);
-    }
-    auto loss_t = at::tensor({loss_sum}, at::kDouble);
-    comm.all_reduce(loss_t, ReduceOp::Sum);
-    const double mean_loss = all_labels.empty() ? 0.0 : loss_t.item<double>() / static_cast<double>(all_labels.size());
-    return classification_report(all_preds, all_labels, dev.num_labels(), mean_loss);
+    return report;
   }
 
   double metric_value(const ClassificationReport& r) const {
@@ -213,7 +206,7 @@ struct Trainer::Impl {
 
   void run_eval(int64_t epoch) {
     auto report = evaluate();
-    events.eval(state.global_step, epoch, report, inputs.label_names);
+    objective->report(events, state.global_step, epoch, report, inputs.label_names);
     last_eval = report;
     const double v = metric_value(report);
     if (!state.has_best || v > state.best_metric) {
@@ -390,7 +383,8 @@ void Trainer::Impl::begin_fit(const Schedule& plan) {
     resume(t.resume_from);
   }
   strategy->set_training(true);
-  events.info(fmt::format("training BERT ({} layers) with {} on {} rank(s), precision {}, {} steps ({} per epoch), global batch {}",
+  events.info(fmt::format("{} BERT ({} layers) with {} on {} rank(s), precision {}, {} steps ({} per epoch), global batch {}",
+                          config.task == RunConfig::Task::kMaskedLm ? "pretraining (masked LM)" : "training",
                           inputs.model_config.num_hidden_layers, strategy_name, comm.world_size(),
                           to_string(precision->mode()), plan.total, plan.per_epoch, plan.sampler.global_batch_size()));
   // Asked after setup(): `auto` only knows its strategy (and abilities) then.
@@ -405,16 +399,18 @@ void Trainer::Impl::begin_fit(const Schedule& plan) {
 // then the strategy's step. Adds the step's loss to `step_loss`.
 StepResult Trainer::Impl::train_step(const Schedule& plan, int64_t epoch, double lr, double& step_loss) {
   const auto& t = config.train;
+  TraceRange data_range(&tracer, "data", "data");
+  std::vector<Batch> micro_batches;
   for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
-    TraceRange data_range(&tracer, "data", "data");
-    Batch batch = inputs.train->collate(plan.sampler.micro_batch(epoch, state.step_in_epoch, micro));
-    data_range.end();
+    micro_batches.push_back(objective->batch(*inputs.train, plan.sampler.micro_batch(epoch, state.step_in_epoch, micro), epoch));
+  }
+  const double divisor = objective->step_divisor(micro_batches, comm);
+  data_range.end();
+  for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
+    const Batch& batch = micro_batches[static_cast<size_t>(micro)];
     TraceRange forward_range(&tracer, "forward");
     auto logits = strategy->forward(batch);
-    // The loss is taken here, next to the logits: strategies move the
-    // model inputs, never the caller's batch, so its labels are still on
-    // the CPU (a no-op copy there; dp gathers its logits on ctx.device).
-    auto loss = at::cross_entropy_loss(logits, batch.labels.to(logits.device())) / static_cast<double>(t.grad_accum);
+    auto loss = objective->loss(logits, batch) / divisor;
     forward_range.end();
     TraceRange backward_range(&tracer, "backward");
     strategy->backward(loss, micro == t.grad_accum - 1);

@@ -1,0 +1,58 @@
+// What the Trainer optimises and how it judges the result. Sequence
+// classification (`ft run`) and masked-LM pretraining (`ft pretrain`) share
+// the whole loop (strategies, precision, accumulation, checkpoints, resume,
+// progress) and differ only here: what a micro-batch is, its loss, how a
+// step's loss is normalised, and the evaluation.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "ft/config.h"
+#include "ft/data.h"
+#include "ft/metrics.h"
+#include "ft/run_inputs.h"
+#include "ft/types.h"
+
+namespace ft {
+
+class Comm;
+class EventLog;
+class Strategy;
+
+class Objective {
+ public:
+  virtual ~Objective() = default;
+
+  // The micro-batch of dataset `rows` in `epoch` (the masked LM masks it).
+  virtual Batch batch(const Dataset& data, const std::vector<int64_t>& rows, int64_t epoch) const = 0;
+
+  // One micro-batch's loss: the mean over rows (classification) or the sum
+  // over masked tokens (masked LM).
+  virtual at::Tensor loss(const at::Tensor& logits, const Batch& batch) const = 0;
+
+  // What a step's micro-batch losses are divided by, so that the gradient
+  // summed over its micro-batches and averaged over ranks (as every
+  // strategy averages) is the gradient of the step's mean loss.
+  // Classification: the micro-batch count (every rank's rows weigh the
+  // same). Masked LM: the step's masked tokens on all ranks over the world
+  // size, because ranks mask different numbers of tokens (collective then).
+  virtual double step_divisor(const std::vector<Batch>& micro_batches, Comm& comm) const = 0;
+
+  // Evaluates `data`, each rank its share (collective).
+  virtual ClassificationReport evaluate(Strategy& strategy, const Dataset& data, Comm& comm, EventLog& events,
+                                        int64_t per_rank_batch) const = 0;
+
+  // The evaluation's event line and metrics record.
+  virtual void report(EventLog& events, int64_t step, int64_t epoch, const ClassificationReport& r,
+                      const std::vector<std::string>& label_names) const = 0;
+};
+
+// config.task's objective (the masked LM masks with inputs.tokenizer).
+std::unique_ptr<Objective> make_objective(const RunConfig& config, const RunInputs& inputs);
+
+}  // namespace ft

@@ -1,0 +1,26 @@
+// Private to the data TUs: the steps `ft run` (run_inputs.cpp) and
+// `ft pretrain` (mlm.cpp) share, so both read a data section the same way.
+#pragma once
+
+#include <string>
+#include <utility>
+
+#include "ft/config.h"
+#include "ft/data.h"
+#include "ft/run_inputs.h"
+
+namespace ft::detail {
+
+Padding parse_padding(const std::string& s);
+// The reader settings of data.* for `path`.
+DataSource make_source(const RunConfig& config, const std::string& path);
+// Loads data.vocab into in.tokenizer; sizes the model's vocabulary to it
+// (random init) or checks they agree (initial weights); checks max_seq_len.
+void attach_tokenizer(const RunConfig& config, RunInputs& in);
+// data.train and the dev rows `ft run` evaluates on (data.dev, or the
+// dev_fraction split); adds the skipped bad rows to `skipped`.
+std::pair<TextData, TextData> read_train_dev(const RunConfig& config, int64_t& skipped);
+// model.weights, or the weights of a checkpoint named by model.config.
+void resolve_weights(const RunConfig& config, RunInputs& in);
+
+}  // namespace ft::detail
