@@ -61,6 +61,7 @@ struct SummaryEvent {
   std::vector<int64_t> param_bytes, grad_bytes, optimizer_bytes;  // per rank
   int64_t trainable_params = 0;
   bool has_eval = false;
+  bool masked_lm = false;  // eval is over masked tokens (ft pretrain), not rows
   ClassificationReport eval;
   std::string checkpoint;  // final model dir, if saved
 };

@@ -201,6 +201,7 @@ void EventLog::summary(const SummaryEvent& s) {
     j["eval_accuracy"] = s.eval.accuracy;
     j["eval_macro_f1"] = s.eval.macro_f1;
     j["eval_loss"] = number(s.eval.loss);
+    if (s.masked_lm) j["task"] = "masked_lm";
   }
   if (!s.checkpoint.empty()) j["checkpoint"] = s.checkpoint;
   write_json(j.dump());
@@ -208,7 +209,8 @@ void EventLog::summary(const SummaryEvent& s) {
                    s.strategy, s.precision, s.world_size, s.threads_per_rank, s.steps, s.train_seconds,
                    s.samples_per_s, s.final_loss));
   if (s.has_eval) {
-    info(fmt::format("dev accuracy {:.4f} macro_f1 {:.4f}", s.eval.accuracy, s.eval.macro_f1));
+    info(s.masked_lm ? fmt::format("dev masked-token accuracy {:.4f}, mlm loss {:.4f}", s.eval.accuracy, s.eval.loss)
+                     : fmt::format("dev accuracy {:.4f} macro_f1 {:.4f}", s.eval.accuracy, s.eval.macro_f1));
   }
 }
 

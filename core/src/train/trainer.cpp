@@ -41,6 +41,7 @@ double peak_rss_mb() {
   return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is KiB on Linux
 }
 
+namespace {
 // "cls.predictions.* (5 tensors), bert.pooler.* (2 tensors)": names grouped by module.
 std::string describe_tensors(const std::vector<std::string>& names) {
   std::vector<std::pair<std::string, int>> groups;
@@ -55,6 +56,7 @@ std::string describe_tensors(const std::vector<std::string>& names) {
   for (const auto& [module, count] : groups) out += fmt::format("{}{}.* ({} tensors)", out.empty() ? "" : ", ", module, count);
   return out;
 }
+}  // namespace
 
 LossScalerOptions loss_scaler_options(const StrategyConfig& s) {
   LossScalerOptions o;
@@ -520,6 +522,7 @@ TrainResult Trainer::Impl::finish_fit(FitProgress& p) {
     if (param.requires_grad()) s.trainable_params += param.numel();
   if (last_eval) {
     s.has_eval = true;
+    s.masked_lm = config.task == RunConfig::Task::kMaskedLm;
     s.eval = *last_eval;
   }
   if (!t.output_dir.empty()) {
