@@ -88,6 +88,17 @@ void for_each_field(Config& c, F&& f) {
   f("adapter", "non_linearity", c.adapter.non_linearity);
   f("adapter", "path", c.adapter.path);
 
+  f("prompt", "length", c.prompt.length);
+  f("prompt", "init", c.prompt.init);
+  f("prompt", "init_text", c.prompt.init_text);
+  f("prompt", "train_head", c.prompt.train_head);
+  f("prompt", "path", c.prompt.path);
+
+  f("prefix", "length", c.prefix.length);
+  f("prefix", "projection", c.prefix.projection);
+  f("prefix", "train_head", c.prefix.train_head);
+  f("prefix", "path", c.prefix.path);
+
   f("strategy", "name", c.strategy.name);
   f("strategy", "precision", c.strategy.precision);
   f("strategy", "loss_scale", c.strategy.loss_scale);
@@ -110,7 +121,8 @@ void for_each_field(Config& c, F&& f) {
 
 /// The section names, in file order.
 inline const std::vector<std::string>& sections() {
-  static const std::vector<std::string> names = {"model", "data", "train", "lora", "adapter", "strategy", "runtime"};
+  static const std::vector<std::string> names = {"model", "data", "train", "lora", "adapter", "prompt", "prefix",
+                                                 "strategy", "runtime"};
   return names;
 }
 
