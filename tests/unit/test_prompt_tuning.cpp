@@ -28,6 +28,15 @@ ft::PromptLearning method(ft::PromptMethod kind, int64_t length) {
   return p;
 }
 
+// small_config with weights ~15x larger than BERT's initialisation: logits
+// of order 1 that depend clearly on positions, prompts and prefixes (with
+// std 0.02 they are ~0.005 and any variant would pass a 1e-5 test).
+ft::BertConfig sensitive_config() {
+  ft::BertConfig c = ft_test::small_config(2);
+  c.initializer_range = 0.3;
+  return c;
+}
+
 std::map<std::string, at::Tensor> by_name(const ft::BertForSequenceClassification& m) {
   std::map<std::string, at::Tensor> w;
   for (const auto& [n, t] : m.weights()) w[n] = t.detach();
@@ -48,16 +57,17 @@ at::Tensor linear(const at::Tensor& x, const std::map<std::string, at::Tensor>& 
 // gets P ones in front, past_key_values comes from PEFT's table through
 // get_prompt (view [B, P, 2L, heads, d], permute [2, 0, 3, 1, 4], split
 // into (key, value) per layer), and BertEmbeddings numbers positions from
-// past_key_values_length = P. Padded, every position computed.
+// past_key_values_length = P (`first_position`, to show that it matters).
+// Padded, every position computed.
 at::Tensor reference_prefix_logits(const std::map<std::string, at::Tensor>& w, const ft::BertConfig& c,
-                                   const ft::Batch& b, const at::Tensor& table) {
+                                   const ft::Batch& b, const at::Tensor& table, int64_t first_position) {
   const int64_t rows = b.input_ids.size(0), seq = b.input_ids.size(1), p = table.size(0);
   const int64_t heads = c.num_attention_heads, d = c.hidden_size / heads, layers = c.num_hidden_layers;
   const at::Tensor past = table.unsqueeze(0).expand({rows, p, table.size(1)}).reshape({rows, p, 2 * layers, heads, d})
                               .permute({2, 0, 3, 1, 4});  // [2L, rows, heads, P, d]
   const at::Tensor mask = at::cat({at::ones({rows, p}), b.attention_mask.to(at::kFloat)}, 1);
   const at::Tensor additive = ((1.0 - mask) * std::numeric_limits<float>::lowest()).view({rows, 1, 1, p + seq});
-  const at::Tensor positions = at::arange(p, p + seq, at::kLong).expand({rows, seq});
+  const at::Tensor positions = at::arange(first_position, first_position + seq, at::kLong).expand({rows, seq});
   at::Tensor x = at::embedding(w.at("bert.embeddings.word_embeddings.weight"), b.input_ids) +
                  at::embedding(w.at("bert.embeddings.position_embeddings.weight"), positions) +
                  at::embedding(w.at("bert.embeddings.token_type_embeddings.weight"), b.token_type_ids);
@@ -108,7 +118,7 @@ std::map<std::string, at::Tensor> virtual_token_grads(ft::BertForSequenceClassif
 }
 
 void check_close(const at::Tensor& got, const at::Tensor& want, double tol, const std::string& what) {
-  INFO(what << ": max |diff| " << (got - want).abs().max().item<double>());
+  INFO(what << ": max |diff| " << (got - want).abs().max().item<double>() << " of " << want.abs().max().item<double>());
   REQUIRE(got.sizes() == want.sizes());
   CHECK(at::allclose(got, want, 0.0, tol));
 }
@@ -200,9 +210,9 @@ TEST_CASE("prefix tuning: names, units, formula, PEFT's table layout") {
 
 TEST_CASE("prompt tuning with the prompt set to tokens' embeddings equals the plain model on those tokens") {
   at::manual_seed(3);
-  ft::BertForSequenceClassification plain(ft_test::small_config(2));
+  ft::BertForSequenceClassification plain(sensitive_config());
   plain.eval();
-  ft::BertForSequenceClassification prompted(ft_test::small_config(2));
+  ft::BertForSequenceClassification prompted(sensitive_config());
   prompted.load_weights(plain.weights(), "test");
   prompted.eval();
   const at::Tensor tokens = at::tensor({11, 23, 5}, at::kLong);  // t1..tP
@@ -216,37 +226,45 @@ TEST_CASE("prompt tuning with the prompt set to tokens' embeddings equals the pl
     joined.attention_mask = at::cat({at::ones({4, 3}, at::kLong), b.attention_mask}, 1);
     joined.token_type_ids = at::cat({at::zeros({4, 3}, at::kLong), b.token_type_ids}, 1);
     const at::Tensor want = logits(plain, joined, /*packed=*/false);
-    check_close(logits(prompted, b, false), want, 1e-6, "padded");
+    CHECK(want.abs().max().item<double>() > 0.5);
+    check_close(logits(prompted, b, false), want, 1e-5, "padded");
     check_close(logits(prompted, b, true), want, 1e-5, "padding-free");
     check_close(logits(plain, joined, true), want, 1e-5, "plain padding-free");
+    // The pooler reads t1: the plain model on [CLS, ..., SEP] alone differs.
+    CHECK((logits(plain, b, false) - want).abs().max().item<double>() > 1e-2);
   }
   // The prompt matters: another prompt, other logits.
-  ft::BertForSequenceClassification other(ft_test::small_config(2));
+  ft::BertForSequenceClassification other(sensitive_config());
   other.load_weights(plain.weights(), "test");
   other.eval();
   ft::apply_prompt_learning(other, method(ft::PromptMethod::kPrompt, 3), 5);
   CHECK((logits(other, ft_test::small_batch(), false) - logits(prompted, ft_test::small_batch(), false))
-            .abs().max().item<double>() > 1e-4);
+            .abs().max().item<double>() > 1e-2);
 }
 
 TEST_CASE("prefix tuning equals the reference built from HF BERT and PEFT's get_prompt, padded and padding-free") {
   at::manual_seed(5);
-  ft::BertForSequenceClassification m(ft_test::small_config(2));
+  ft::BertForSequenceClassification m(sensitive_config());
   m.eval();
   ft::apply_prompt_learning(m, method(ft::PromptMethod::kPrefix, 3), 9);
   const at::Tensor table = ft::prefix_to_peft(m.weights(), 2);
+  const auto w = by_name(m);
   for (const ft::Batch& b : {ft_test::small_batch(), batch_with_hole()}) {
-    const at::Tensor want = reference_prefix_logits(by_name(m), m.config(), b, table);
+    const at::Tensor want = reference_prefix_logits(w, m.config(), b, table, /*first_position=*/3);
+    CHECK(want.abs().max().item<double>() > 0.5);
     check_close(logits(m, b, false), want, 1e-5, "padded");
     check_close(logits(m, b, true), want, 1e-5, "padding-free");
+    // What the reference pins down: positions from P, and keys before values in each layer's pair.
+    CHECK((reference_prefix_logits(w, m.config(), b, table, 0) - want).abs().max().item<double>() > 1e-2);
+    const at::Tensor swapped = at::cat({table.narrow(1, 16, 16), table.narrow(1, 0, 16), table.narrow(1, 32, 32)}, 1);
+    CHECK((reference_prefix_logits(w, m.config(), b, swapped, 3) - want).abs().max().item<double>() > 1e-2);
   }
-  // Without the prefix (and its position shift) the logits differ.
-  ft::BertForSequenceClassification plain(ft_test::small_config(2));
-  at::manual_seed(5);
+  // Without the prefix the logits differ.
+  ft::BertForSequenceClassification plain(sensitive_config());
   plain.load_weights(ft::without_prompt_learning(m.weights()), "test");
   plain.eval();
   CHECK((logits(plain, ft_test::small_batch(), false) - logits(m, ft_test::small_batch(), false))
-            .abs().max().item<double>() > 1e-3);
+            .abs().max().item<double>() > 1e-2);
 }
 
 TEST_CASE("padding-free and padded give the same virtual-token gradients") {
@@ -259,15 +277,16 @@ TEST_CASE("padding-free and padded give the same virtual-token gradients") {
   CHECK(ft::packed_attention_available());
   for (auto kind : {ft::PromptMethod::kPrompt, ft::PromptMethod::kPrefix}) {
     at::manual_seed(2);
-    ft::BertForSequenceClassification m(ft_test::small_config(2));
+    ft::BertForSequenceClassification m(sensitive_config());
     ft::apply_prompt_learning(m, method(kind, 3), 4);
     for (const ft::Batch& b : {ft_test::small_batch(), batch_with_hole()}) {
       const auto padded = virtual_token_grads(m, b, false);
       const auto packed = virtual_token_grads(m, b, true);
       REQUIRE(padded.size() == (kind == ft::PromptMethod::kPrompt ? 1u : 4u));
       for (const auto& [n, g] : padded) {
-        CHECK(g.abs().max().item<double>() > 1e-6);  // the loss does reach it
-        check_close(packed.at(n), g, 1e-6, n);
+        const double scale = g.abs().max().item<double>();
+        CHECK(scale > 1e-4);  // the loss does reach it
+        check_close(packed.at(n), g, 1e-5 * std::max(1.0, scale), n);
       }
     }
   }
@@ -277,9 +296,9 @@ TEST_CASE("the prefix in packed attention: per-sequence kernel against the padde
   // Two sequences of 3 and 5 tokens, 2 heads of 4, a prefix of 2.
   at::manual_seed(11);
   const std::vector<int64_t> lengths = {3, 5};
-  const at::Tensor q = at::randn({8, 8}, at::requires_grad()), k = at::randn({8, 8}, at::requires_grad()),
-                   v = at::randn({8, 8}, at::requires_grad());
-  const at::Tensor pk = at::randn({2, 8}, at::requires_grad()), pv = at::randn({2, 8}, at::requires_grad());
+  const at::Tensor q = at::randn({8, 8}).requires_grad_(), k = at::randn({8, 8}).requires_grad_(),
+                   v = at::randn({8, 8}).requires_grad_();
+  const at::Tensor pk = at::randn({2, 8}).requires_grad_(), pv = at::randn({2, 8}).requires_grad_();
   const at::Tensor out = ft::packed_attention(q, k, v, lengths, 2, 0.0, false, pk, pv);
   std::vector<at::Tensor> want;
   int64_t offset = 0;
