@@ -254,6 +254,19 @@ TEST_CASE("prefix tuning runs: every strategy equals single, PEFT files, resume,
   CHECK(at::equal(table.narrow(1, 0, kHidden), model.at("bert.encoder.layer.0.attention.self.prefix_key")));
 
   check_resume(r, ref, "fsdp", 2);
+
+  // zero3's shards consolidate into the same PEFT files.
+  const fsys::path sharded = r.tmp.path() / "sharded";
+  r.run("zero3-sharded", "--strategy zero3 --nproc 2 --set train.batch_size=16 --set train.save_sharded=true "
+                         "--output-dir " + sharded.string());
+  const fsys::path full = r.tmp.path() / "consolidated";
+  ft_test::run_ok(fmt::format("consolidate {} --out {}", (sharded / "final").string(), full.string()));
+  check_peft_files(full, "PREFIX_TUNING", kLayers * 2 * kHidden);
+  const auto mine = tensors(full / "adapter_model.safetensors");
+  for (const auto& [n, t] : tensors(final_dir / "adapter_model.safetensors")) {
+    INFO(n);
+    CHECK(at::allclose(mine.at(n), t, 0.0, 1e-5));  // zero3 x 2 vs single: same run within fp32 noise
+  }
   check_eval_and_restart(r, final_dir, "prefix");
   ft::PromptLearning method;
   method.method = ft::PromptMethod::kPrefix;

@@ -16,6 +16,7 @@
 #include "ft/packed_attention.h"
 #include "ft/prompt_learning.h"
 #include "ft/token_layout.h"
+#include "ft/tokenizer.h"
 #include "ft_small_model.h"
 #include "ft_test.h"
 
@@ -170,6 +171,23 @@ TEST_CASE("prompt tuning: name, unit, formula, what trains") {
     CHECK(at::eq(vw.at("bert.embeddings.word_embeddings.weight"), row).all(1).any().item<bool>());
   }
   CHECK(ft_test::error_of([&] { ft::apply_prompt_learning(v, p, 1); }).find("applied twice") != std::string::npos);
+
+  // text init: PEFT's tokenizer(init_text) ids, [CLS] and [SEP] included,
+  // repeated and cut to P.
+  std::vector<std::string> tokens = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world"};
+  for (int i = 7; i < 50; ++i) tokens.push_back(fmt::format("t{}", i));
+  const auto tokenizer = ft::WordPieceTokenizer::from_tokens(tokens);
+  ft::BertForSequenceClassification t(ft_test::small_config(2));
+  auto from_text = method(ft::PromptMethod::kPrompt, 6);
+  from_text.init = "text";
+  from_text.init_text = "Hello world";
+  ft::apply_prompt_learning(t, from_text, 7, &tokenizer);
+  const auto tw = by_name(t);
+  CHECK(at::equal(tw.at("bert.embeddings.prompt_embeddings"),
+                  tw.at("bert.embeddings.word_embeddings.weight").index_select(0, at::tensor({2, 5, 6, 3, 2, 5}))));
+  ft::BertForSequenceClassification no_tokenizer(ft_test::small_config(2));
+  CHECK(ft_test::error_of([&] { ft::apply_prompt_learning(no_tokenizer, from_text, 7); })
+            .find("prompt.init: text needs the run's tokenizer") == 0);
 }
 
 TEST_CASE("prefix tuning: names, units, formula, PEFT's table layout") {
