@@ -122,12 +122,13 @@ ConsolidatedCheckpoint consolidate_checkpoint(const fsys::path& dir, const fsys:
     const auto cfg = nlohmann::json::parse(fs::read_file(dir / "adapter_config.json"), nullptr, false);
     base_model = cfg.is_object() ? cfg.value("base_model_name_or_path", "") : "";
   }
-  const BertConfig config = BertConfig::from_json_file((dir / "config.json").string());
+  // Read only when needed: a bare sharded directory has no config.json.
+  auto config = [&] { return BertConfig::from_json_file((dir / "config.json").string()); };
   if (lora) save_adapter(out, c.model, read_adapter_config(dir), base_model);
   // Prompt learning and bottleneck adapters likewise: base weights apart, the method (+ head) in its files.
-  if (prompt) save_prompt_learning(out, c.model, read_prompt_learning_config(dir), config, base_model);
+  if (prompt) save_prompt_learning(out, c.model, read_prompt_learning_config(dir), config(), base_model);
   const bool bottleneck = has_bottleneck_adapter(dir);
-  if (bottleneck) save_bottleneck_adapter(out, c.model, read_bottleneck_adapter_config(dir), config.hidden_size);
+  if (bottleneck) save_bottleneck_adapter(out, c.model, read_bottleneck_adapter_config(dir), config().hidden_size);
   TensorList base = lora         ? without_lora(c.model)
                     : bottleneck ? without_bottleneck_adapters(c.model)
                     : prompt     ? without_prompt_learning(c.model)
