@@ -31,6 +31,12 @@ int export_checkpoint(const fsys::path& dir, const fsys::path& out, bool merge) 
          "weights (the bottleneck is non-linear), so use the checkpoint itself with ft eval / ft predict",
          dir.string());
   }
+  if (c.prompt_learning) {
+    fail("ft export: {} holds a {} adapter (adapter_config.json); its virtual tokens are inputs to the attention, not "
+         "weights of the base model, so nothing can fold them in; use the checkpoint itself with ft eval / ft predict, "
+         "or load it with PEFT (PeftModel.from_pretrained)",
+         dir.string(), c.prompt_learning->peft_type());
+  }
   TensorList weights;
   std::string merged_note;
   if (c.lora) {

@@ -16,11 +16,9 @@
 #include <torch/optim/adamw.h>
 
 #include "commands.h"
-#include "ft/adapter.h"
 #include "ft/checkpoint.h"
 #include "ft/config.h"
 #include "ft/error.h"
-#include "ft/lora.h"
 #include "ft/metrics.h"
 #include "ft/model.h"
 #include "ft/optim.h"
@@ -29,6 +27,7 @@
 #include "ft/safetensors.h"
 #include "ft/tokenizer.h"
 #include "ft/trainer.h"
+#include "ft/tuning_method.h"
 
 namespace ft::app {
 namespace {
@@ -38,12 +37,11 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// The checkpoint's model with its LoRA or adapters, in eval mode.
+// The checkpoint's model with its LoRA, adapters or virtual tokens, in eval mode.
 std::shared_ptr<BertForSequenceClassification> load_model(const std::string& checkpoint, LoadedCheckpoint& ckpt) {
   ckpt = load_checkpoint(checkpoint, false);
   auto model = std::make_shared<BertForSequenceClassification>(ckpt.config);
-  if (ckpt.lora) apply_lora(*model, *ckpt.lora, 0);
-  if (ckpt.adapter) apply_bottleneck_adapters(*model, *ckpt.adapter, 0);
+  apply_checkpoint_method(*model, ckpt);
   model->load_weights(ckpt.model, checkpoint + "/model.safetensors");
   model->eval();
   return model;
@@ -188,6 +186,7 @@ int train_head(const ConfigFlags& flags, const std::string& features, const std:
   data.model = ckpt.model;
   if (ckpt.lora) data.lora = ckpt.lora, data.base_model = source;
   if (ckpt.adapter) data.adapter = ckpt.adapter;
+  if (ckpt.prompt_learning) data.prompt_learning = ckpt.prompt_learning, data.base_model = source;
   std::unique_ptr<WordPieceTokenizer> tok;
   if (fsys::exists(fsys::path(source) / "vocab.txt")) {
     tok = std::make_unique<WordPieceTokenizer>(WordPieceTokenizer::from_file((fsys::path(source) / "vocab.txt").string()));

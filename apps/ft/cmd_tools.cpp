@@ -16,10 +16,9 @@
 #include "ft/error.h"
 #include "ft/events.h"
 #include "ft/fs.h"
-#include "ft/adapter.h"
-#include "ft/lora.h"
 #include "ft/plugin_host.h"
 #include "ft/runtime.h"
+#include "ft/tuning_method.h"
 #include "ft/tokenizer.h"
 #include "ft/trainer.h"
 #include "ft/vocab_builder.h"
@@ -74,9 +73,8 @@ int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint,
     f.overrides.push_back("data.max_rows=0");
   }
   RunConfig config = load_run_config(f);
-  // A LoRA checkpoint brings its adapter (the Trainer applies it); others none.
-  config.lora = has_adapter(checkpoint) ? read_adapter_config(checkpoint) : LoraConfig{};
-  config.adapter = has_bottleneck_adapter(checkpoint) ? read_bottleneck_adapter_config(checkpoint) : AdapterConfig{};
+  // The checkpoint's LoRA, adapters or virtual tokens (the Trainer applies them); others none.
+  use_checkpoint_method(config, checkpoint);
   if (config.data.vocab.empty() && std::filesystem::exists(std::filesystem::path(checkpoint) / "vocab.txt")) {
     config.data.vocab = (std::filesystem::path(checkpoint) / "vocab.txt").string();
   }
@@ -104,8 +102,7 @@ int predict(const std::string& checkpoint, std::vector<std::string> texts, int m
   // Tokenise as training did: the checkpoint's model_max_length unless --max-length says otherwise.
   if (max_length <= 0) max_length = static_cast<int>(read_model_max_length(checkpoint).value_or(128));
   BertForSequenceClassification model(ckpt.config);
-  if (ckpt.lora) apply_lora(model, *ckpt.lora, 0);  // adapter weights come with ckpt.model
-  if (ckpt.adapter) apply_bottleneck_adapters(model, *ckpt.adapter, 0);
+  apply_checkpoint_method(model, ckpt);  // its weights come with ckpt.model
   model.load_weights(ckpt.model, checkpoint + "/model.safetensors");
   if (ckpt.check == CheckpointCheck::kUnverified) note_unverified(checkpoint);  // said once it loaded
   model.eval();

@@ -22,6 +22,7 @@
 #include "ft/error.h"
 #include "ft/adapter.h"
 #include "ft/lora.h"
+#include "ft/prompt_learning.h"
 
 #include <c10/core/GradMode.h>
 #include <algorithm>
@@ -160,6 +161,7 @@ class DpStrategy final : public ft::ReplicatedStrategy {
       auto replica = std::make_shared<Model>(model_->config());
       ft::replicate_lora(*model_, *replica);  // same adapter modules, so parameters line up by position
       ft::replicate_bottleneck_adapters(*model_, *replica);
+      ft::replicate_prompt_learning(*model_, *replica);
       replica->to(dev);
       replica->set_activation_checkpointing(model_->activation_checkpointing());
       replica->set_padding_free(model_->padding_free());

@@ -214,7 +214,7 @@ TEST_CASE("file errors name the file and the key") {
   CHECK(err("train:\n  lrr: 1\n") == "cfg.yaml: unknown key 'train.lrr' (did you mean 'train.lr'?)");
   CHECK(err("trian:\n  lr: 1\n") == "cfg.yaml: unknown key 'trian' (did you mean 'train'?)");
   CHECK(err("zzz: 1\n") ==
-        "cfg.yaml: unknown key 'zzz' (the sections are model, data, train, lora, adapter, pretrain, strategy, runtime)");
+        "cfg.yaml: unknown key 'zzz' (the sections are model, data, train, lora, adapter, prompt, prefix, pretrain, strategy, runtime)");
   CHECK(err("train:\n  qqqqqqqq: 1\n") ==
         "cfg.yaml: unknown key 'train.qqqqqqqq' (docs/configuration.md lists every key)");
   CHECK(err("train:\n  batch_size: abc\n") ==

@@ -15,6 +15,11 @@
 //   <dir>/adapter_model.safetensors   "base_model.model.<name>" adapters (+ head)
 //   <dir>/adapter_config.json         peft_type LORA, r, lora_alpha, ...
 //
+// A prompt or prefix tuning run (ft/prompt_learning.h) likewise keeps the
+// base weights (+ classifier) in model.safetensors and adds PEFT's
+// adapter_model.safetensors ("prompt_embeddings", "base_model.classifier.*")
+// and adapter_config.json (peft_type PROMPT_TUNING / PREFIX_TUNING).
+//
 // The HF stack loads <dir> as is. Training state is strategy-independent
 // (full tensors by name), so a run can resume under any strategy and world
 // size. Directories are written under a temp name and renamed (ft/fs.h).
@@ -31,6 +36,7 @@
 #include "ft/config.h"
 #include "ft/manifest.h"
 #include "ft/model.h"
+#include "ft/prompt_learning.h"
 #include "ft/types.h"
 
 namespace ft {
@@ -72,6 +78,10 @@ struct CheckpointData {
   // Set for a bottleneck-adapter run (ft/adapter.h): model.safetensors gets
   // the base weights, bottleneck_adapter.* the adapters and the head.
   std::optional<AdapterConfig> adapter;
+  // Set for a prompt or prefix tuning run: model.safetensors gets the base
+  // weights, PEFT's adapter files the virtual tokens (+ classifier);
+  // base_model is named in adapter_config.json.
+  std::optional<PromptLearning> prompt_learning;
   // The caller writes manifest.json after the directory is committed
   // (ManifestWriter, off the training thread); otherwise it is written
   // inside the directory before the commit.
@@ -105,6 +115,9 @@ struct LoadedCheckpoint {
   // A bottleneck-adapter checkpoint's config; `model` holds the adapters too
   // (apply_bottleneck_adapters before loading it).
   std::optional<AdapterConfig> adapter;
+  // A prompt or prefix tuning checkpoint's method (path = the directory);
+  // `model` holds the virtual tokens under the model's names too.
+  std::optional<PromptLearning> prompt_learning;
   // kUnverified: written before manifests; the caller says so in one line.
   CheckpointCheck check = CheckpointCheck::kVerified;
 };

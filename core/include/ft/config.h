@@ -222,6 +222,46 @@ struct AdapterConfig {
   std::string path;
 };
 
+/// yaml: `prompt` — prompt tuning (PEFT's PROMPT_TUNING, ft/prompt_learning.h):
+/// `length` trained virtual-token embeddings read before every sequence. The
+/// base model and its pooler are frozen; the prompt and, with train_head, the
+/// classifier train.
+struct PromptConfig {
+  /// Virtual tokens P (PEFT's num_virtual_tokens); 0 = prompt tuning off.
+  int64_t length = 0;
+  /// random | vocab | text: normal(0, initializer_range) rows, the word
+  /// embeddings of P vocabulary ids drawn with train.seed (PEFT's
+  /// SAMPLE_VOCAB), or those of init_text's tokens (PEFT's TEXT).
+  std::string init = "random";
+  /// The text whose tokens ([CLS] text [SEP], repeated or cut to P) start
+  /// the prompt when init is text.
+  std::string init_text;
+  /// Also train the classifier (PEFT's modules_to_save for sequence
+  /// classification).
+  bool train_head = true;
+  /// Directory holding a PROMPT_TUNING adapter (adapter_config.json +
+  /// adapter_model.safetensors: a checkpoint of a prompt run or PEFT's
+  /// files) to start from; empty = a fresh prompt.
+  std::string path;
+};
+
+/// yaml: `prefix` — prefix tuning (PEFT's PREFIX_TUNING, P-tuning v2,
+/// ft/prompt_learning.h): `length` trained keys and values prepended in
+/// every encoder layer's attention. The base model and its pooler are
+/// frozen; the prefixes and, with train_head, the classifier train.
+struct PrefixConfig {
+  /// Prefix length P (PEFT's num_virtual_tokens); 0 = prefix tuning off.
+  int64_t length = 0;
+  /// PEFT's prefix_projection (an MLP producing the prefixes): not
+  /// supported; true is refused.
+  bool projection = false;
+  /// Also train the classifier (PEFT's modules_to_save).
+  bool train_head = true;
+  /// Directory holding a PREFIX_TUNING adapter to start from; empty = fresh
+  /// prefixes.
+  std::string path;
+};
+
 /// yaml: `pretrain` — masked-language-model pretraining (`ft pretrain`,
 /// ft/mlm.h). The data section is the one a later fine-tuning run uses:
 /// pretraining leaves out that run's dev rows and evaluates the MLM on them.
@@ -294,6 +334,8 @@ struct RunConfig {
   TrainConfig train;
   LoraConfig lora;
   AdapterConfig adapter;
+  PromptConfig prompt;
+  PrefixConfig prefix;
   PretrainConfig pretrain;
   StrategyConfig strategy;
   RuntimeConfig runtime;

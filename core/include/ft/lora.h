@@ -63,6 +63,12 @@ TensorList without_lora(const TensorList& weights);
 
 // --- Adapter directories --------------------------------------------------
 
+// `dir`/adapter_config.json's peft_type ("LORA", "PROMPT_TUNING", ...); ""
+// when there is no such file. ft::Error for a file without one.
+std::string adapter_peft_type(const std::filesystem::path& dir);
+
+// A LoRA adapter directory (peft_type LORA); prompt learning has its own
+// readers (ft/prompt_learning.h).
 bool has_adapter(const std::filesystem::path& dir);
 
 // Writes adapter_model.safetensors + adapter_config.json into `dir` (which

@@ -109,6 +109,23 @@ class BertForSequenceClassification : public torch::nn::Module {
   void set_padding_free(bool on) { padding_free_ = on; }
   bool padding_free() const { return padding_free_; }
 
+  // Virtual tokens of prompt learning (ft/prompt_learning.h), as Hugging
+  // Face's BERT computes them under PEFT; both register parameters in the
+  // unit they belong to, so ZeRO-3/FSDP shard them with it.
+  // Prompt tuning: `prompt` [P, hidden] becomes
+  // bert.embeddings.prompt_embeddings, and every sequence is read as P
+  // virtual tokens (mask 1, type 0) followed by its own tokens: the virtual
+  // tokens take positions 0..P-1, the real ones P.., and the pooler reads
+  // virtual token 0.
+  void add_prompt_embeddings(const at::Tensor& prompt);
+  // Prefix tuning: keys[i], values[i] [P, hidden] become
+  // bert.encoder.layer.i.attention.self.prefix_key / prefix_value, keys and
+  // values every query of layer i also attends to (split into heads as the
+  // layer's own); the real tokens' positions start at P.
+  void add_attention_prefix(const std::vector<at::Tensor>& keys, const std::vector<at::Tensor>& values);
+  int64_t prompt_length() const;  // P, or 0
+  int64_t prefix_length() const;  // P, or 0
+
   const BertConfig& config() const { return config_; }
 
   // Unit structure (see file comment).

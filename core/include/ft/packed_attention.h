@@ -29,7 +29,11 @@ namespace ft {
 // model uses its padded-width attention instead.
 bool packed_attention_available();
 
+// With prefix_k / prefix_v [P, heads * d] (prefix tuning), every sequence's
+// queries also attend to those P keys and values, placed before its own
+// (scores [heads, len_b, P + len_b]); their gradients sum over the sequences.
 at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const std::vector<int64_t>& lengths, int64_t heads, double dropout_p, bool train);
+                            const std::vector<int64_t>& lengths, int64_t heads, double dropout_p, bool train,
+                            const at::Tensor& prefix_k = {}, const at::Tensor& prefix_v = {});
 
 }  // namespace ft

@@ -76,8 +76,8 @@ struct Where {
   const std::string near = closest_key(key);
   if (!near.empty()) fail("{}: unknown key '{}' (did you mean '{}'?)", origin, key, near);
   if (key.find('.') == std::string::npos) {
-    fail("{}: unknown key '{}' (the sections are model, data, train, lora, adapter, pretrain, strategy, runtime)", origin,
-         key);
+    fail("{}: unknown key '{}' (the sections are model, data, train, lora, adapter, prompt, prefix, pretrain, strategy, runtime)",
+         origin, key);
   }
   fail("{}: unknown key '{}' (docs/configuration.md lists every key)", origin, key);
 }

@@ -88,6 +88,17 @@ void for_each_field(Config& c, F&& f) {
   f("adapter", "non_linearity", c.adapter.non_linearity);
   f("adapter", "path", c.adapter.path);
 
+  f("prompt", "length", c.prompt.length);
+  f("prompt", "init", c.prompt.init);
+  f("prompt", "init_text", c.prompt.init_text);
+  f("prompt", "train_head", c.prompt.train_head);
+  f("prompt", "path", c.prompt.path);
+
+  f("prefix", "length", c.prefix.length);
+  f("prefix", "projection", c.prefix.projection);
+  f("prefix", "train_head", c.prefix.train_head);
+  f("prefix", "path", c.prefix.path);
+
   f("pretrain", "mlm_probability", c.pretrain.mlm_probability);
   f("pretrain", "whole_word_masking", c.pretrain.whole_word_masking);
   f("pretrain", "packing", c.pretrain.packing);
@@ -115,7 +126,8 @@ void for_each_field(Config& c, F&& f) {
 
 /// The section names, in file order.
 inline const std::vector<std::string>& sections() {
-  static const std::vector<std::string> names = {"model", "data", "train", "lora", "adapter", "pretrain", "strategy", "runtime"};
+  static const std::vector<std::string> names = {"model", "data", "train", "lora", "adapter", "prompt", "prefix",
+                                                 "pretrain", "strategy", "runtime"};
   return names;
 }
 

@@ -186,9 +186,44 @@ void check_adapter(const Checker& ck, const RunConfig& c) {
       ck.bad("adapter.layers", fmt::format("'{}' is not a layer index (0, 1, ...)", l));
     }
   }
-  if (c.lora.rank > 0) ck.bad("adapter.size", "choose one method: LoRA (lora.rank) or adapters (adapter.size)");
   if (!c.train.freeze.empty() || c.train.freeze_layers >= 0) {
     ck.bad("adapter.size", "adapters already freeze every base weight; drop train.freeze / train.freeze_layers");
+  }
+}
+
+void check_prompt_learning(const Checker& ck, const RunConfig& c) {
+  ck.at_least("prompt.length", c.prompt.length, 0);
+  ck.at_least("prefix.length", c.prefix.length, 0);
+  if (c.prompt.length == 0 && !c.prompt.path.empty()) ck.bad("prompt.path", "needs prompt.length > 0 (the saved prompt's)");
+  if (c.prefix.length == 0 && !c.prefix.path.empty()) ck.bad("prefix.path", "needs prefix.length > 0 (the saved prefix's)");
+  if (c.prompt.length > 0) {
+    ck.one_of("prompt.init", c.prompt.init, {"random", "vocab", "text"});
+    if (c.prompt.init == "text" && c.prompt.init_text.empty()) {
+      ck.bad("prompt.init_text", "required with prompt.init=text: the text whose tokens start the prompt");
+    }
+  }
+  if (c.prefix.length > 0 && c.prefix.projection) {
+    ck.bad("prefix.projection", "PEFT's prefix_projection (an MLP producing the prefixes) is not supported; "
+                                "set it to false to train the prefixes directly");
+  }
+  const char* key = c.prompt.length > 0 ? "prompt.length" : "prefix.length";
+  if ((c.prompt.length > 0 || c.prefix.length > 0) && (!c.train.freeze.empty() || c.train.freeze_layers >= 0)) {
+    ck.bad(key, "prompt and prefix tuning already freeze every base weight; drop train.freeze / train.freeze_layers");
+  }
+}
+
+// LoRA, adapters, prompt and prefix tuning each decide alone what trains.
+void check_one_method(const Checker& ck, const RunConfig& c) {
+  std::vector<std::string> set;
+  if (c.lora.rank > 0) set.emplace_back("lora.rank");
+  if (c.adapter.size > 0) set.emplace_back("adapter.size");
+  if (c.prompt.length > 0) set.emplace_back("prompt.length");
+  if (c.prefix.length > 0) set.emplace_back("prefix.length");
+  if (set.size() > 1) {
+    ck.bad(set[1].c_str(), fmt::format("choose one fine-tuning method: {} are set together, but LoRA (lora.rank), "
+                                       "adapters (adapter.size), prompt tuning (prompt.length) and prefix tuning "
+                                       "(prefix.length) exclude each other",
+                                       fmt::join(set, " and ")));
   }
 }
 
@@ -304,6 +339,8 @@ void validate(const RunConfig& config) {
   check_train(ck, config);
   check_lora(ck, config);
   check_adapter(ck, config);
+  check_prompt_learning(ck, config);
+  check_one_method(ck, config);
   check_pretrain(ck, config.pretrain);
   check_strategy_runtime(ck, config);
 }

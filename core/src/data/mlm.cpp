@@ -168,9 +168,10 @@ RunInputs prepare_pretrain_inputs(const RunConfig& config) {
   RunInputs in;
   in.model_config = resolve_model_config(config);
   in.model_config.head = BertHead::kMaskedLM;
-  if (config.lora.rank > 0 || config.adapter.size > 0) {
-    fail("{}: ft pretrain trains the whole encoder; {} is a fine-tuning method (use it with ft run)", config.source,
-         config.lora.rank > 0 ? "lora.rank" : "adapter.size");
+  for (const auto& [on, key] : {std::pair{config.lora.rank > 0, "lora.rank"}, std::pair{config.adapter.size > 0, "adapter.size"},
+                                 std::pair{config.prompt.length > 0, "prompt.length"},
+                                 std::pair{config.prefix.length > 0, "prefix.length"}}) {
+    if (on) fail("{}: ft pretrain trains the whole encoder; {} is a fine-tuning method (use it with ft run)", config.source, key);
   }
   detail::resolve_weights(config, in);
   if (d.train.empty()) fail("{}: data.train is not set", config.source);

@@ -1,5 +1,6 @@
 #include "ft/run_inputs.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <numeric>
@@ -222,7 +223,11 @@ void prepare_text_inputs(const RunConfig& config, RunInputs& in) {
   in.label_names = train.label_names;
   const auto n_labels = static_cast<int64_t>(in.label_names.size());
   if (in.model_config.num_labels != n_labels) {
-    if (in.initial_weights) {
+    // Weights without a classifier (an encoder, an ft pretrain checkpoint) get a fresh one of the data's size.
+    const bool has_classifier =
+        in.initial_weights && std::any_of(in.initial_weights->begin(), in.initial_weights->end(),
+                                          [](const auto& named) { return named.first == "classifier.weight"; });
+    if (has_classifier) {
       fail("{}: the data has {} labels but the model's config.json says num_labels {}; set data.labels to match",
            d.train, n_labels, in.model_config.num_labels);
     }

@@ -9,6 +9,7 @@
 #include "ft/fs.h"
 #include "ft/adapter.h"
 #include "ft/lora.h"
+#include "ft/prompt_learning.h"
 #include "ft/safetensors.h"
 #include "ft/tokenizer.h"
 
@@ -96,6 +97,9 @@ void save_checkpoint(const fsys::path& dir, const CheckpointData& data) {
   } else if (data.adapter) {
     safetensors::save((tmp / "model.safetensors").string(), without_bottleneck_adapters(data.model), {{"format", "pt"}});
     save_bottleneck_adapter(tmp, data.model, *data.adapter, data.config.hidden_size);
+  } else if (data.prompt_learning) {
+    safetensors::save((tmp / "model.safetensors").string(), without_prompt_learning(data.model), {{"format", "pt"}});
+    save_prompt_learning(tmp, data.model, *data.prompt_learning, data.config, data.base_model);
   } else {
     safetensors::save((tmp / "model.safetensors").string(), data.model, {{"format", "pt"}});
   }
@@ -130,9 +134,16 @@ LoadedCheckpoint load_checkpoint(const fsys::path& dir, bool with_training_state
   const fsys::path weights = dir / "model.safetensors";
   if (!fsys::exists(weights)) fail("checkpoint {}: model.safetensors is missing", dir.string());
   c.model = safetensors::load(weights.string());
-  if (has_adapter(dir)) {
+  const std::string peft_type = adapter_peft_type(dir);
+  if (peft_type == "LORA") {
     c.lora = read_adapter_config(dir);
     c.model = with_adapter(std::move(c.model), read_adapter_weights(dir));
+  } else if (peft_type == "PROMPT_TUNING" || peft_type == "PREFIX_TUNING") {
+    c.prompt_learning = read_prompt_learning_config(dir);
+    c.model = with_adapter(std::move(c.model), read_prompt_learning_weights(dir, c.config));
+  } else if (!peft_type.empty()) {
+    fail("checkpoint {}: adapter_config.json has peft_type \"{}\"; ft reads LORA, PROMPT_TUNING and PREFIX_TUNING",
+         dir.string(), peft_type);
   }
   if (has_bottleneck_adapter(dir)) {
     c.adapter = read_bottleneck_adapter_config(dir);

@@ -11,6 +11,7 @@
 #include "ft/adapter.h"
 #include "ft/lora.h"
 #include "ft/model.h"
+#include "ft/prompt_learning.h"
 #include "ft/safetensors.h"
 
 namespace ft {
@@ -115,18 +116,23 @@ ConsolidatedCheckpoint consolidate_checkpoint(const fsys::path& dir, const fsys:
   // A LoRA run keeps plain HF base weights in model.safetensors and the
   // adapters in PEFT's files, exactly as save_checkpoint lays them out.
   const bool lora = has_adapter(dir);
-  if (lora) {
+  const bool prompt = has_prompt_learning(dir);
+  std::string base_model;
+  if (lora || prompt) {
     const auto cfg = nlohmann::json::parse(fs::read_file(dir / "adapter_config.json"), nullptr, false);
-    const std::string base = cfg.is_object() ? cfg.value("base_model_name_or_path", "") : "";
-    save_adapter(out, c.model, read_adapter_config(dir), base);
+    base_model = cfg.is_object() ? cfg.value("base_model_name_or_path", "") : "";
   }
-  // Bottleneck adapters likewise: base weights apart, adapters + head in ft's files.
+  // Read only when needed: a bare sharded directory has no config.json.
+  auto config = [&] { return BertConfig::from_json_file((dir / "config.json").string()); };
+  if (lora) save_adapter(out, c.model, read_adapter_config(dir), base_model);
+  // Prompt learning and bottleneck adapters likewise: base weights apart, the method (+ head) in its files.
+  if (prompt) save_prompt_learning(out, c.model, read_prompt_learning_config(dir), config(), base_model);
   const bool bottleneck = has_bottleneck_adapter(dir);
-  if (bottleneck) {
-    const AdapterConfig a = read_bottleneck_adapter_config(dir);
-    save_bottleneck_adapter(out, c.model, a, BertConfig::from_json_file((dir / "config.json").string()).hidden_size);
-  }
-  TensorList base = lora ? without_lora(c.model) : bottleneck ? without_bottleneck_adapters(c.model) : c.model;
+  if (bottleneck) save_bottleneck_adapter(out, c.model, read_bottleneck_adapter_config(dir), config().hidden_size);
+  TensorList base = lora         ? without_lora(c.model)
+                    : bottleneck ? without_bottleneck_adapters(c.model)
+                    : prompt     ? without_prompt_learning(c.model)
+                                 : c.model;
   safetensors::save((out / "model.safetensors").string(), base, {{"format", "pt"}});
   safetensors::save((out / "training_state" / "optimizer.safetensors").string(), c.optimizer.tensors,
                     {{"step", std::to_string(c.optimizer.step)}});

@@ -182,7 +182,22 @@ TensorList without_lora(const TensorList& weights) {
   return out;
 }
 
-bool has_adapter(const fsys::path& dir) { return fsys::exists(dir / kConfigFile); }
+std::string adapter_peft_type(const fsys::path& dir) {
+  const fsys::path file = dir / kConfigFile;
+  if (!fsys::exists(file)) return "";
+  try {
+    const json j = json::parse(fs::read_file(file));
+    const json& type = j.is_object() ? j.value("peft_type", json()) : json();
+    if (!type.is_string() || type.get<std::string>().empty()) {
+      fail("{}: no 'peft_type' (PEFT writes LORA, PROMPT_TUNING, PREFIX_TUNING, ...)", file.string());
+    }
+    return type.get<std::string>();
+  } catch (const json::exception& e) {
+    fail("{}: not valid JSON ({})", file.string(), e.what());
+  }
+}
+
+bool has_adapter(const fsys::path& dir) { return adapter_peft_type(dir) == "LORA"; }
 
 void save_adapter(const fsys::path& dir, const TensorList& weights, const LoraConfig& lora,
                   const std::string& base_model) {
@@ -231,7 +246,12 @@ LoraConfig read_adapter_config(const fsys::path& dir) {
   }
   auto bad = [&](const char* field, const std::string& why) { fail("{}: '{}' {}", file.string(), field, why); };
   try {
-    if (j.value("peft_type", std::string()) != "LORA") bad("peft_type", "must be \"LORA\" (only LoRA adapters load)");
+    const std::string type = j.value("peft_type", std::string());
+    if (type == "PROMPT_TUNING" || type == "PREFIX_TUNING") {
+      bad("peft_type", fmt::format("is \"{}\", not \"LORA\": load it with {}.path, not as a LoRA adapter", type,
+                                   type == "PROMPT_TUNING" ? "prompt" : "prefix"));
+    }
+    if (type != "LORA") bad("peft_type", "must be \"LORA\" (ft's LoRA loads only LoRA adapters)");
     if (!j.contains("r") || !j["r"].is_number_integer() || j["r"].get<int64_t>() <= 0) {
       bad("r", "must be an integer > 0");
     }
@@ -277,7 +297,7 @@ TensorList read_adapter_weights(const fsys::path& dir) {
 }
 
 void load_adapter(BertForSequenceClassification& model, const fsys::path& dir, const LoraConfig& lora) {
-  if (!has_adapter(dir)) {
+  if (!fsys::exists(dir / kConfigFile)) {
     fail("lora.adapter: {} has no adapter_config.json; point it at a checkpoint of a LoRA run or a PEFT adapter "
          "directory",
          dir.string());

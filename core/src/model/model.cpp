@@ -41,8 +41,15 @@ struct EmbeddingsImpl : torch::nn::Module {
   Embedding word_embeddings{nullptr}, position_embeddings{nullptr}, token_type_embeddings{nullptr};
   LayerNorm norm{nullptr};
   Dropout dropout{nullptr};
+  int64_t vocab_size;
+  // Prompt tuning: [P, hidden], the rows of ids vocab_size + p (the virtual
+  // tokens encoder_input() puts before every sequence).
+  at::Tensor prompt;
+  // Prefix tuning: HF's past_key_values_length, where the real tokens'
+  // positions start.
+  int64_t position_offset = 0;
 
-  explicit EmbeddingsImpl(const BertConfig& c) {
+  explicit EmbeddingsImpl(const BertConfig& c) : vocab_size(c.vocab_size) {
     word_embeddings = register_module(
         "word_embeddings",
         Embedding(torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size).padding_idx(c.pad_token_id)));
@@ -57,15 +64,52 @@ struct EmbeddingsImpl : torch::nn::Module {
   // ids and types: [T] per token (TokenLayout); returns [T, hidden].
   at::Tensor forward(const at::Tensor& ids, const at::Tensor& types, const TokenLayout& layout) {
     auto positions = layout.positions(ids.options().dtype(at::kLong));
-    auto x = word_embeddings(ids) + token_type_embeddings(types) + position_embeddings(positions);
+    if (position_offset > 0) positions = positions + position_offset;
+    auto x = words(ids) + token_type_embeddings(types) + position_embeddings(positions);
     return drop(dropout, norm(x));
   }
+
+  at::Tensor words(const at::Tensor& ids) {
+    if (!prompt.defined()) return word_embeddings(ids);
+    const at::Tensor w = word_embeddings(ids.clamp_max(vocab_size - 1));
+    const at::Tensor p = prompt.to(w.scalar_type()).index_select(0, (ids - vocab_size).clamp_min(0));
+    return at::where(ids.ge(vocab_size).unsqueeze(1), p, w);
+  }
 };
+
+// The batch as the encoder reads it. Under prompt tuning, P virtual-token
+// columns come first, as PEFT prepends the prompt to inputs_embeds: ids
+// vocab_size + p (the embeddings substitute the prompt's rows), attended,
+// token type 0. Either method moves the real tokens' positions up by P.
+Batch encoder_input(const Batch& batch, const BertConfig& config, int64_t prompt, int64_t prefix) {
+  const int64_t virtual_tokens = prompt + prefix, seq = batch.input_ids.size(1);
+  if (virtual_tokens > 0 && seq + virtual_tokens > config.max_position_embeddings) {
+    fail("model: {} tokens after {} virtual tokens (prompt or prefix tuning) need {} positions, but "
+         "max_position_embeddings is {}; cut the input to {} tokens (data.max_seq_len, ft predict --max-length)",
+         seq, virtual_tokens, seq + virtual_tokens, config.max_position_embeddings,
+         config.max_position_embeddings - virtual_tokens);
+  }
+  if (prompt == 0) return batch;
+  const int64_t rows = batch.input_ids.size(0);
+  auto columns = [&](const at::Tensor& like, const at::Tensor& values) {
+    return at::cat({values.to(like.options()).expand({rows, prompt}), like}, 1);
+  };
+  Batch out = batch;
+  out.input_ids = columns(batch.input_ids, at::arange(config.vocab_size, config.vocab_size + prompt).view({1, prompt}));
+  out.attention_mask = columns(batch.attention_mask, at::ones({1, prompt}));
+  out.token_type_ids = columns(batch.token_type_ids, at::zeros({1, prompt}));
+  if (batch.mlm_positions.defined()) {  // each row's columns moved right by P
+    out.mlm_positions = batch.mlm_positions + (at::floor_divide(batch.mlm_positions, seq) + 1) * prompt;
+  }
+  return out;
+}
 
 struct SelfAttentionImpl : torch::nn::Module {
   Linear query{nullptr}, key{nullptr}, value{nullptr};
   Dropout dropout{nullptr};
   int64_t heads, head_dim;
+  // Prefix tuning: [P, hidden] keys and values every query also attends to.
+  at::Tensor prefix_key, prefix_value;
 
   explicit SelfAttentionImpl(const BertConfig& c)
       : heads(c.num_attention_heads), head_dim(c.hidden_size / c.num_attention_heads) {
@@ -80,17 +124,30 @@ struct SelfAttentionImpl : torch::nn::Module {
     return layout.to_attention(x).view({layout.rows, layout.width, heads, head_dim}).permute({0, 2, 1, 3});
   }
 
+  // [P, hidden] -> [rows, heads, P, d] in `like`'s dtype, the same for every row.
+  at::Tensor prefix_heads(const at::Tensor& prefix, const at::Tensor& like) const {
+    const int64_t p = prefix.size(0);
+    return prefix.to(like.scalar_type()).view({1, p, heads, head_dim}).permute({0, 2, 1, 3}).expand(
+        {like.size(0), heads, p, head_dim});
+  }
+
   // x: [T, hidden]. Only this product sees padding, up to the longest row.
   at::Tensor forward(const at::Tensor& x, const TokenLayout& layout) {
     if (!layout.sequence_lengths.empty() && packed_attention_available()) {
       return packed_attention(query(x), key(x), value(x), layout.sequence_lengths, heads, dropout->options.p(),
-                              dropout->is_training());
+                              dropout->is_training(), prefix_key, prefix_value);
     }
     auto q = split_heads(query(x), layout);
     auto k = split_heads(key(x), layout);
     auto v = split_heads(value(x), layout);
+    at::Tensor mask = layout.additive_mask;
+    if (prefix_key.defined()) {  // HF: past_key_values before the keys, attended (mask 1)
+      k = at::cat({prefix_heads(prefix_key, k), k}, 2);
+      v = at::cat({prefix_heads(prefix_value, v), v}, 2);
+      mask = at::cat({at::zeros({layout.rows, 1, 1, prefix_key.size(0)}, mask.options()), mask}, -1);
+    }
     auto scores = at::matmul(q, k.transpose(-1, -2)) / std::sqrt(static_cast<double>(head_dim));
-    scores = scores + layout.additive_mask;
+    scores = scores + mask;
     auto probs = drop(dropout, at::softmax(scores, -1));
     auto context = at::matmul(probs, v).permute({0, 2, 1, 3}).reshape({layout.rows * layout.width, heads * head_dim});
     return layout.from_attention(context);
@@ -292,8 +349,9 @@ std::shared_ptr<const TokenLayout> BertForSequenceClassification::layout_of(cons
                                                            : TokenLayout::padded(batch.attention_mask));
 }
 
-at::Tensor BertForSequenceClassification::pooled_output(const Batch& batch) {
+at::Tensor BertForSequenceClassification::pooled_output(const Batch& input) {
   if (!parts_->head) fail("a masked-LM model has no pooler; fine-tune it first (ft run --set model.weights=DIR)");
+  const Batch batch = encoder_input(input, config_, prompt_length(), prefix_length());
   const auto layout = layout_of(batch);
   auto& bert = *parts_->bert;
   at::Tensor x = bert.embeddings->forward(layout->gather_tokens(batch.input_ids),
@@ -302,7 +360,8 @@ at::Tensor BertForSequenceClassification::pooled_output(const Batch& batch) {
   return bert.pooler->forward(layout->first_tokens(x)).to(at::kFloat);
 }
 
-at::Tensor BertForSequenceClassification::forward(const Batch& batch) {
+at::Tensor BertForSequenceClassification::forward(const Batch& input) {
+  const Batch batch = encoder_input(input, config_, prompt_length(), prefix_length());
   UnitRunner& run = runner_ ? *runner_ : parts_->direct;
   // Shared: with checkpointing, layers run again in backward and need it then.
   auto layout = layout_of(batch);
@@ -331,6 +390,47 @@ at::Tensor BertForSequenceClassification::forward(const Batch& batch) {
   }
   return logits.to(at::kFloat);
 }
+
+void BertForSequenceClassification::add_prompt_embeddings(const at::Tensor& prompt) {
+  auto& e = *parts_->bert->embeddings;
+  if (prompt_length() > 0 || prefix_length() > 0) fail("model: prompt learning is applied already (applied twice?)");
+  if (prompt.dim() != 2 || prompt.size(0) < 1 || prompt.size(1) != config_.hidden_size) {
+    fail("model: prompt embeddings must be [P, {}], got {}", config_.hidden_size, fmt::join(prompt.sizes(), "x"));
+  }
+  const auto opts = e.word_embeddings->weight.options();
+  e.prompt = e.register_parameter("prompt_embeddings", prompt.detach().to(opts, /*non_blocking=*/false, /*copy=*/true));
+}
+
+void BertForSequenceClassification::add_attention_prefix(const std::vector<at::Tensor>& keys,
+                                                         const std::vector<at::Tensor>& values) {
+  auto& bert = *parts_->bert;
+  if (prompt_length() > 0 || prefix_length() > 0) fail("model: prompt learning is applied already (applied twice?)");
+  if (keys.size() != bert.layers.size() || values.size() != bert.layers.size()) {
+    fail("model: a prefix needs keys and values for each of the {} layers, got {} and {}", bert.layers.size(),
+         keys.size(), values.size());
+  }
+  const int64_t length = keys.empty() ? 0 : keys[0].size(0);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    for (const at::Tensor* t : {&keys[i], &values[i]}) {
+      if (t->dim() != 2 || t->size(0) != length || length < 1 || t->size(1) != config_.hidden_size) {
+        fail("model: layer {}'s prefix must be [P, {}] like layer 0's, got {}", i, config_.hidden_size,
+             fmt::join(t->sizes(), "x"));
+      }
+    }
+    auto& self = *bert.layers[i]->attention->self;
+    const auto opts = self.key->weight.options();
+    self.prefix_key = self.register_parameter("prefix_key", keys[i].detach().to(opts, false, /*copy=*/true));
+    self.prefix_value = self.register_parameter("prefix_value", values[i].detach().to(opts, false, /*copy=*/true));
+  }
+  bert.embeddings->position_offset = length;
+}
+
+int64_t BertForSequenceClassification::prompt_length() const {
+  const at::Tensor& p = parts_->bert->embeddings->prompt;
+  return p.defined() ? p.size(0) : 0;
+}
+
+int64_t BertForSequenceClassification::prefix_length() const { return parts_->bert->embeddings->position_offset; }
 
 void BertForSequenceClassification::init_weights() {
   torch::NoGradGuard no_grad;

@@ -18,19 +18,23 @@
 namespace ft {
 namespace {
 
-// Where each sequence's rows and probabilities live.
+// Where each sequence's rows and probabilities live. Sequence b has
+// lengths[b] queries and extra + lengths[b] keys: a prefix's `extra` rows,
+// then its own (k and v hold each sequence's prefix copy before its rows).
 struct Plan {
-  std::vector<int64_t> lengths, offsets, prob_offsets;
-  int64_t heads = 1, tokens = 0, prob_elems = 0;
+  std::vector<int64_t> lengths, offsets, key_offsets, prob_offsets;
+  int64_t heads = 1, extra = 0, tokens = 0, prob_elems = 0;
 
-  Plan(std::vector<int64_t> lens, int64_t h) : lengths(std::move(lens)), heads(h) {
+  Plan(std::vector<int64_t> lens, int64_t h, int64_t prefix) : lengths(std::move(lens)), heads(h), extra(prefix) {
     for (int64_t len : lengths) {
       offsets.push_back(tokens);
+      key_offsets.push_back(tokens + extra * static_cast<int64_t>(key_offsets.size()));
       prob_offsets.push_back(prob_elems);
       tokens += len;
-      prob_elems += h * len * len;
+      prob_elems += h * len * (len + extra);
     }
   }
+  int64_t keys(size_t b) const { return lengths[b] + extra; }
 };
 
 // Runs fn(b) for every sequence: longest-first onto the least-loaded thread
@@ -48,7 +52,7 @@ void for_each_sequence(const Plan& plan,
   for (size_t b : order) {
     const auto t = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
     lists[t].push_back(b);
-    load[t] += plan.lengths[b] * plan.lengths[b] + 1;
+    load[t] += plan.lengths[b] * plan.keys(b) + 1;
   }
   at::parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scratch, scratch2;  // per thread, reused across its sequences
@@ -90,7 +94,8 @@ void softmax_rows(float* s, int64_t rows, int64_t cols) {
 }
 
 // The fp32 kernels: one sequence (all heads) per call, operands read in
-// place from the packed [T, heads * d] rows; `scratch` holds len^2 floats.
+// place from the packed [T, heads * d] rows (keys and values from their own
+// rows, prefix first); `scratch` holds len x keys floats.
 struct RawKernel {
   Sgemm sgemm;
   const Plan& plan;
@@ -100,51 +105,53 @@ struct RawKernel {
   uint64_t seed;
 
   // P' = dropout(P) into scratch; returns the matrix to multiply with.
-  const float* dropped(const float* p, int64_t len, int64_t counter, std::vector<float>& scratch) const {
+  const float* dropped(const float* p, int64_t elems, int64_t counter, std::vector<float>& scratch) const {
     if (keep >= 1.0) return p;
-    scratch.resize(static_cast<size_t>(len * len));
-    at::Tensor in = at::from_blob(const_cast<float*>(p), {len * len}, at::kFloat);
-    at::Tensor out = at::from_blob(scratch.data(), {len * len}, at::kFloat);
+    scratch.resize(static_cast<size_t>(elems));
+    at::Tensor in = at::from_blob(const_cast<float*>(p), {elems}, at::kFloat);
+    at::Tensor out = at::from_blob(scratch.data(), {elems}, at::kFloat);
     apply_dropout_mask(in, out, seed, counter, keep);
     return scratch.data();
   }
 
   void forward(size_t b, const float* q, const float* k, const float* v, float* probs, float* out,
                std::vector<float>& scratch) const {
-    const int64_t len = plan.lengths[b], row0 = plan.offsets[b] * width;
+    const int64_t len = plan.lengths[b], keys = plan.keys(b);
+    const int64_t row0 = plan.offsets[b] * width, key0 = plan.key_offsets[b] * width;
     for (int64_t h = 0; h < plan.heads; ++h) {
-      const int64_t col = row0 + h * d, poff = plan.prob_offsets[b] + h * len * len;
+      const int64_t col = row0 + h * d, kcol = key0 + h * d, poff = plan.prob_offsets[b] + h * len * keys;
       float* p = probs + poff;
-      gemm_rm(sgemm, false, true, len, len, d, scale, q + col, width, k + col, width, p, len);  // S = s Q K^T
-      softmax_rows(p, len, len);
-      const float* pd = dropped(p, len, poff, scratch);
-      gemm_rm(sgemm, false, false, len, d, len, 1.0f, pd, len, v + col, width, out + col, width);  // O = P' V
+      gemm_rm(sgemm, false, true, len, keys, d, scale, q + col, width, k + kcol, width, p, keys);  // S = s Q K^T
+      softmax_rows(p, len, keys);
+      const float* pd = dropped(p, len * keys, poff, scratch);
+      gemm_rm(sgemm, false, false, len, d, keys, 1.0f, pd, keys, v + kcol, width, out + col, width);  // O = P' V
     }
   }
 
   void backward(size_t b, const float* q, const float* k, const float* v, const float* probs, const float* dout,
                 float* dq, float* dk, float* dv, std::vector<float>& scratch, std::vector<float>& dp) const {
-    const int64_t len = plan.lengths[b], row0 = plan.offsets[b] * width;
-    dp.resize(static_cast<size_t>(len * len));
+    const int64_t len = plan.lengths[b], keys = plan.keys(b);
+    const int64_t row0 = plan.offsets[b] * width, key0 = plan.key_offsets[b] * width;
+    dp.resize(static_cast<size_t>(len * keys));
     for (int64_t h = 0; h < plan.heads; ++h) {
-      const int64_t col = row0 + h * d, poff = plan.prob_offsets[b] + h * len * len;
+      const int64_t col = row0 + h * d, kcol = key0 + h * d, poff = plan.prob_offsets[b] + h * len * keys;
       const float* p = probs + poff;
-      const float* pd = dropped(p, len, poff, scratch);
-      gemm_rm(sgemm, true, false, len, d, len, 1.0f, pd, len, dout + col, width, dv + col, width);  // dV = P'^T dO
-      gemm_rm(sgemm, false, true, len, len, d, 1.0f, dout + col, width, v + col, width, dp.data(), len);  // dP' = dO V^T
+      const float* pd = dropped(p, len * keys, poff, scratch);
+      gemm_rm(sgemm, true, false, keys, d, len, 1.0f, pd, keys, dout + col, width, dv + kcol, width);  // dV = P'^T dO
+      gemm_rm(sgemm, false, true, len, keys, d, 1.0f, dout + col, width, v + kcol, width, dp.data(), keys);  // dP' = dO V^T
       if (keep < 1.0) {
-        at::Tensor t = at::from_blob(dp.data(), {len * len}, at::kFloat);
+        at::Tensor t = at::from_blob(dp.data(), {len * keys}, at::kFloat);
         apply_dropout_mask(t, t, seed, poff, keep);  // dP = mask(dP')
       }
       for (int64_t r = 0; r < len; ++r) {  // dS = P * (dP - sum(dP * P))
-        const float* pr = p + r * len;
-        float* g = dp.data() + r * len;
+        const float* pr = p + r * keys;
+        float* g = dp.data() + r * keys;
         float dot = 0.0f;
-        for (int64_t j = 0; j < len; ++j) dot += g[j] * pr[j];
-        for (int64_t j = 0; j < len; ++j) g[j] = pr[j] * (g[j] - dot);
+        for (int64_t j = 0; j < keys; ++j) dot += g[j] * pr[j];
+        for (int64_t j = 0; j < keys; ++j) g[j] = pr[j] * (g[j] - dot);
       }
-      gemm_rm(sgemm, false, false, len, d, len, scale, dp.data(), len, k + col, width, dq + col, width);  // dQ = s dS K
-      gemm_rm(sgemm, true, false, len, d, len, scale, dp.data(), len, q + col, width, dk + col, width);  // dK = s dS^T Q
+      gemm_rm(sgemm, false, false, len, d, keys, scale, dp.data(), keys, k + kcol, width, dq + col, width);  // dQ = s dS K
+      gemm_rm(sgemm, true, false, keys, d, len, scale, dp.data(), keys, q + col, width, dk + kcol, width);  // dK = s dS^T Q
     }
   }
 };
@@ -154,8 +161,9 @@ class PackedAttentionFunction : public torch::autograd::Function<PackedAttention
   // fp32 throughout (more exact than bf16 scores; the FLOPs are small): the
   // inputs are widened once and the results cast back to their dtype.
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
-                            const at::Tensor& v, std::vector<int64_t> lengths, int64_t heads, double keep) {
-    const Plan plan(std::move(lengths), heads);
+                            const at::Tensor& v, std::vector<int64_t> lengths, int64_t heads, int64_t extra,
+                            double keep) {
+    const Plan plan(std::move(lengths), heads, extra);
     const uint64_t seed = keep < 1.0 ? draw_dropout_seed() : 0;
     const at::Tensor qf = q.to(at::kFloat).contiguous(), kf = k.to(at::kFloat).contiguous(),
                      vf = v.to(at::kFloat).contiguous();
@@ -169,6 +177,7 @@ class PackedAttentionFunction : public torch::autograd::Function<PackedAttention
     ctx->save_for_backward({qf, kf, vf, probs});
     ctx->saved_data["lengths"] = plan.lengths;
     ctx->saved_data["heads"] = plan.heads;
+    ctx->saved_data["extra"] = plan.extra;
     ctx->saved_data["keep"] = keep;
     ctx->saved_data["seed"] = static_cast<int64_t>(seed);
     ctx->saved_data["dtype"] = q.scalar_type();
@@ -179,7 +188,8 @@ class PackedAttentionFunction : public torch::autograd::Function<PackedAttention
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &probs = saved[3];
-    const Plan plan(ctx->saved_data["lengths"].toIntVector(), ctx->saved_data["heads"].toInt());
+    const Plan plan(ctx->saved_data["lengths"].toIntVector(), ctx->saved_data["heads"].toInt(),
+                    ctx->saved_data["extra"].toInt());
     const RawKernel kernel = make_kernel(plan, q.size(1), ctx->saved_data["keep"].toDouble(),
                                          static_cast<uint64_t>(ctx->saved_data["seed"].toInt()));
     const at::Tensor grad = grads[0].to(at::kFloat).contiguous();
@@ -191,7 +201,7 @@ class PackedAttentionFunction : public torch::autograd::Function<PackedAttention
     });
     // The inputs' dtype (bf16 under autocast): grads match what they flow into.
     const auto dtype = ctx->saved_data["dtype"].toScalarType();
-    return {dq.to(dtype), dk.to(dtype), dv.to(dtype), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dq.to(dtype), dk.to(dtype), dv.to(dtype), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 
  private:
@@ -208,15 +218,34 @@ class PackedAttentionFunction : public torch::autograd::Function<PackedAttention
 bool packed_attention_available() { return find_sgemm() != nullptr; }
 
 at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const std::vector<int64_t>& lengths, int64_t heads, double dropout_p, bool train) {
+                            const std::vector<int64_t>& lengths, int64_t heads, double dropout_p, bool train,
+                            const at::Tensor& prefix_k, const at::Tensor& prefix_v) {
   if (!q.device().is_cpu()) fail("packed_attention: CPU tensors only (got {})", q.device().str());
   if (q.sizes() != k.sizes() || q.sizes() != v.sizes() || q.dim() != 2 || q.size(1) % heads != 0)
     fail("packed_attention: q, k, v must be [T, heads * d] alike");
   if (std::accumulate(lengths.begin(), lengths.end(), int64_t{0}) != q.size(0))
     fail("packed_attention: sequence lengths do not add up to the {} packed rows", q.size(0));
+  const int64_t extra = prefix_k.defined() ? prefix_k.size(0) : 0;
+  if (extra > 0 && (prefix_k.dim() != 2 || prefix_k.size(1) != q.size(1) || prefix_v.sizes() != prefix_k.sizes()))
+    fail("packed_attention: the prefix keys and values must be [P, heads * d] alike");
   const double keep = train ? 1.0 - dropout_p : 1.0;
   if (keep <= 0.0) return v * 0;  // p = 1: every probability dropped
-  return PackedAttentionFunction::apply(q.contiguous(), k.contiguous(), v.contiguous(), lengths, heads, keep);
+  if (extra == 0) {
+    return PackedAttentionFunction::apply(q.contiguous(), k.contiguous(), v.contiguous(), lengths, heads, 0, keep);
+  }
+  // Each sequence's keys become [prefix; its own], one gather from [prefix; k]
+  // whose backward sums the prefix's gradient over the sequences.
+  std::vector<int64_t> rows;
+  int64_t offset = 0;
+  for (int64_t len : lengths) {
+    for (int64_t j = 0; j < extra; ++j) rows.push_back(j);
+    for (int64_t j = 0; j < len; ++j) rows.push_back(extra + offset + j);
+    offset += len;
+  }
+  const at::Tensor index = at::tensor(rows, at::kLong);
+  const at::Tensor keys = at::cat({prefix_k.to(k.scalar_type()), k}).index_select(0, index);
+  const at::Tensor values = at::cat({prefix_v.to(v.scalar_type()), v}).index_select(0, index);
+  return PackedAttentionFunction::apply(q.contiguous(), keys, values, lengths, heads, extra, keep);
 }
 
 }  // namespace ft

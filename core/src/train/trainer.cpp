@@ -19,8 +19,6 @@
 #include "ft/manifest.h"
 #include "ft/error.h"
 #include "ft/fs.h"
-#include "ft/adapter.h"
-#include "ft/lora.h"
 #include "ft/model.h"
 #include "ft/objective.h"
 #include "ft/optim.h"
@@ -29,6 +27,7 @@
 #include "ft/runtime.h"
 #include "ft/sampler.h"
 #include "ft/trace.h"
+#include "ft/tuning_method.h"
 #include "ft/abilities.h"
 
 namespace ft {
@@ -128,16 +127,8 @@ struct Trainer::Impl {
                                 loaded.initialised.empty() ? "" : "new head " + describe_tensors(loaded.initialised)));
       }
     }
-    const LoraConfig& lora = config.lora;
-    if (lora.rank > 0) {
-      apply_lora(*model, lora, static_cast<uint64_t>(config.train.seed));
-      if (!lora.adapter.empty()) load_adapter(*model, lora.adapter, lora);
-    }
-    const AdapterConfig& adapter = config.adapter;
-    if (adapter.size > 0) {
-      apply_bottleneck_adapters(*model, adapter, static_cast<uint64_t>(config.train.seed));
-      if (!adapter.path.empty()) load_bottleneck_adapter(*model, adapter.path);
-    }
+    // LoRA, adapters, prompt and prefix tuning each decide what trains (the rest is frozen).
+    const AppliedMethod method = apply_tuning_method(*model, config, inputs.tokenizer.get());
     const auto& t = config.train;
     OptimizerSpec spec;
     spec.kind = t.optimizer == "sgd" ? OptimizerKind::SGD : OptimizerKind::AdamW;
@@ -148,16 +139,8 @@ struct Trainer::Impl {
     spec.weight_decay = t.weight_decay;
     spec.momentum = t.momentum;
     spec.decay_bias_and_norm = t.decay_bias_and_norm;
-    // LoRA and adapters each decide what trains (the rest is frozen).
-    std::function<bool(const std::string&)> method_trainable;
-    if (lora.rank > 0) method_trainable = [&lora](const std::string& name) { return is_lora_trainable(name, lora); };
-    if (adapter.size > 0) method_trainable = is_bottleneck_trainable;
-    const ParamPlan plan = build_param_plan(*model, t, method_trainable);
-    if (adapter.size > 0) {
-      events.info(fmt::format("bottleneck adapters: size {} on {} layer(s), {} adapter parameters (+ the head) train",
-                              adapter.size, adapter_layers(adapter, inputs.model_config.num_hidden_layers).size(),
-                              bottleneck_parameter_count(inputs.model_config, adapter)));
-    }
+    const ParamPlan plan = build_param_plan(*model, t, method.trainable);
+    if (!method.note.empty()) events.info(method.note);
     model->set_activation_checkpointing(t.activation_checkpointing);  // before setup: dp copies both to replicas
     model->set_padding_free(config.model.padding_free);
     strategy->setup(model, spec, plan, ctx);
@@ -225,11 +208,7 @@ struct Trainer::Impl {
     data.model = strategy->model_state();
     data.tokenizer = inputs.tokenizer.get();
     data.model_max_length = config.data.max_seq_len;
-    if (config.lora.rank > 0) {
-      data.lora = config.lora;
-      data.base_model = inputs.weights_source.empty() ? config.model.config : inputs.weights_source;
-    }
-    if (config.adapter.size > 0) data.adapter = config.adapter;
+    describe_tuning_method(data, config, inputs.weights_source.empty() ? config.model.config : inputs.weights_source);
     if (with_training_state) {
       data.optimizer = strategy->optimizer_state();
       TrainerState s = state;
