@@ -241,11 +241,12 @@ TEST_CASE("ft pretrain on IMDB rows: ddp x2, zero3 x2 and dp equal single; dev r
       run("resumed", fmt::format("--set train.batch_size=8 --resume {}", (tmp.path() / "first4" / "checkpoint-4").string()));
   ft_test::check_same_losses(std::vector<double>(ref.begin() + 4, ref.end()), resumed, "resumed", 1e-6);
 
-  // Fine-tuning from it: the MLM head is dropped and named; the encoder arrives bit-equal (frozen for one step).
+  // Fine-tuning from it: the MLM head is dropped and named; the encoder arrives bit-equal (frozen for one step);
+  // the classifier takes the data's label count.
   const auto ft_dir = tmp.path() / "finetune";
   const auto out = ft_test::run_ok(fmt::format(
       "run --set data.max_rows=200 --set data.take=first --set data.max_seq_len=32 --threads 1 --set train.max_steps=1 "
-      "--set train.freeze_layers=2 --set model.weights={} --set train.output_dir={}",
+      "--set train.freeze_layers=2 --set model.weights={} --set train.output_dir={} --set data.labels=[neg,pos,unused]",
       final_dir.string(), ft_dir.string()));
   CHECK(out.find("dropped cls.predictions.* (5 tensors); new head bert.pooler.* (2 tensors), classifier.* (2 tensors)") !=
         std::string::npos);
@@ -259,4 +260,7 @@ TEST_CASE("ft pretrain on IMDB rows: ddp x2, zero3 x2 and dp equal single; dev r
     ++encoder;
   }
   CHECK(encoder == 5 + 16 * 2);
+  // The classifier is new, sized to the data's labels (3 here), whatever num_labels config.json says.
+  std::map<std::string, at::Tensor> tuned_by_name(tuned.begin(), tuned.end());
+  CHECK(tuned_by_name.at("classifier.weight").sizes() == at::IntArrayRef({3, 128}));
 }
