@@ -1,6 +1,8 @@
 // `zero1` / `zero2` / `zero3` / `fsdp`: one plugin, one engine
 // (ShardedStrategy, sharded_strategy.h), four names. A name is only a
 // policy, refined by its strategy.options at setup.
+#include <algorithm>
+
 #include "ft/comm.h"
 #include "ft/plugin.h"
 #include "sharded_strategy.h"
@@ -23,13 +25,12 @@ class ZeroStrategy final : public ft::ShardedStrategy {
 
 class FsdpStrategy final : public ft::ShardedStrategy {
  public:
-  FsdpStrategy() : ShardedStrategy(ft::ShardingPolicy::fsdp(ft::FsdpSharding::kFullShard, 1)) {}
+  FsdpStrategy() : ShardedStrategy(ft::ShardingPolicy::fsdp(ft::FsdpSharding::kFullShard)) {}
 
   void setup(std::shared_ptr<ft::BertForSequenceClassification> model, const ft::OptimizerSpec& optimizer,
              const ft::ParamPlan& plan, ft::StrategyContext& ctx) override {
     const auto& env = ctx.comm->env();
-    const int nnodes = env.local_world_size > 0 ? env.world_size / env.local_world_size : 1;
-    set_policy(ft::fsdp_policy_from_options(ctx.options, nnodes));
+    set_policy(ft::fsdp_policy_from_options(ctx.options, env.world_size, std::max(1, env.local_world_size)));
     ShardedStrategy::setup(std::move(model), optimizer, plan, ctx);
   }
 };
@@ -43,5 +44,5 @@ FT_STRATEGY_PLUGIN("sharded", "1.0.0",
                                [] { return new ZeroStrategy(ft::ZeroStage::kGradients); }),
                    FT_STRATEGY("zero3", "ZeRO-3: parameters sharded too, gathered per unit with prefetch",
                                [] { return new ZeroStrategy(ft::ZeroStage::kWeights); }),
-                   FT_STRATEGY("fsdp", "FSDP-like flat shards per unit (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD)",
+                   FT_STRATEGY("fsdp", "FSDP-like flat shards per unit (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD)",
                                [] { return new FsdpStrategy(); }))

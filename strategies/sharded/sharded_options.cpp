@@ -26,12 +26,17 @@ void read_common(const OptionReader& r, ShardingPolicy& p) {
 }
 
 FsdpSharding read_sharding(const OptionReader& r) {
-  const std::string mode =
-      r.get_choice("sharding_strategy", "FULL_SHARD", {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"});
+  const std::string mode = r.get_choice("sharding_strategy", "FULL_SHARD",
+                                        {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"});
   if (mode == "SHARD_GRAD_OP") return FsdpSharding::kShardGradOp;
   if (mode == "NO_SHARD") return FsdpSharding::kNoShard;
   if (mode == "HYBRID_SHARD") return FsdpSharding::kHybridShard;
+  if (mode == "_HYBRID_SHARD_ZERO2") return FsdpSharding::kHybridShardZero2;
   return FsdpSharding::kFullShard;
+}
+
+bool is_hybrid(FsdpSharding mode) {
+  return mode == FsdpSharding::kHybridShard || mode == FsdpSharding::kHybridShardZero2;
 }
 
 // FSDP spells it BackwardPrefetch.BACKWARD_PRE / None; a boolean is accepted
@@ -54,11 +59,19 @@ ShardingPolicy zero_policy_from_options(ZeroStage stage, const std::map<std::str
   return p;
 }
 
-ShardingPolicy fsdp_policy_from_options(const std::map<std::string, std::string>& options, int nnodes) {
+ShardingPolicy fsdp_policy_from_options(const std::map<std::string, std::string>& options, int world_size,
+                                        int local_world_size) {
   const OptionReader r(options, "fsdp",
-                       {"sharding_strategy", "forward_prefetch", "backward_prefetch", "limit_all_gathers",
-                        "bucket_mb"});
-  ShardingPolicy p = ShardingPolicy::fsdp(read_sharding(r), nnodes);
+                       {"sharding_strategy", "shard_group_size", "forward_prefetch", "backward_prefetch",
+                        "limit_all_gathers", "bucket_mb"});
+  const FsdpSharding mode = read_sharding(r);
+  // As torch's HYBRID_SHARD: a host's ranks shard, hosts replicate.
+  const int group = r.get_int("shard_group_size", local_world_size, {1});
+  if (r.has("shard_group_size") && !is_hybrid(mode)) {
+    fail("strategy.options.shard_group_size: only HYBRID_SHARD and _HYBRID_SHARD_ZERO2 shard in groups; "
+         "drop it or set sharding_strategy: HYBRID_SHARD");
+  }
+  ShardingPolicy p = ShardingPolicy::fsdp(mode, world_size, is_hybrid(mode) ? group : 0);
   read_common(r, p);
   p.forward_prefetch = r.get_bool("forward_prefetch", p.forward_prefetch);
   p.backward_prefetch = read_backward_prefetch(r, p.backward_prefetch);

@@ -19,7 +19,7 @@ TensorList ShardedStrategy::model_state() {
   c10::NoGradGuard no_grad;
   TensorList out;
   for (const auto& f : units_) {
-    for (auto& named : f->layout().unflatten(f->gather_copy(*ctx_->comm))) out.push_back(std::move(named));
+    for (auto& named : f->layout().unflatten(f->gather_copy(shard_comm()))) out.push_back(std::move(named));
   }
   return out;
 }
@@ -42,7 +42,7 @@ at::Tensor buffer_shard(const FlatParam& f, int unit, const Slots& slots,
 
 OptimizerState ShardedStrategy::optimizer_state() {
   c10::NoGradGuard no_grad;
-  Comm& comm = *ctx_->comm;
+  Comm& comm = shard_comm();
   OptimizerState s;
   s.step = optimizer_->step_count();
   const auto names = optimizer_->buffer_names();
@@ -112,8 +112,9 @@ void ShardedStrategy::save_sharded(const std::filesystem::path& dir) {
   meta.optimizer_buffers = optimizer_->buffer_names();
   for (const auto& f : units_) meta.units.push_back(f->layout());
   // With unsharded optimizer state (NO_SHARD) every rank holds the same
-  // single shard; rank 0 writes it.
-  if (policy_.shard_optimizer || ctx_->comm->rank() == 0) {
+  // single shard, and under hybrid sharding every replica the same shards:
+  // one copy is written (rank 0's, or the first replica's).
+  if (writes_shards()) {
     TensorList tensors;
     for (size_t u = 0; u < units_.size(); ++u) {
       const std::string prefix = "unit." + std::to_string(u) + ".";

@@ -4,6 +4,7 @@
 
 #include <c10/core/GradMode.h>
 #include <cmath>
+#include <cstdio>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/engine.h>
@@ -12,6 +13,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "ft/comm.h"
+#include "ft/device_mesh.h"
 #include "ft/error.h"
 #include "ft/grad_buffer.h"
 #include "ft/model.h"
@@ -38,7 +40,7 @@ ShardingPolicy ShardingPolicy::zero(ZeroStage stage) {
   return p;
 }
 
-ShardingPolicy ShardingPolicy::fsdp(FsdpSharding mode, int nnodes) {
+ShardingPolicy ShardingPolicy::fsdp(FsdpSharding mode, int world_size, int shard_group_size) {
   ShardingPolicy p;
   p.name = "fsdp";
   switch (mode) {
@@ -53,11 +55,25 @@ ShardingPolicy ShardingPolicy::fsdp(FsdpSharding mode, int nnodes) {
       p.shard_optimizer = false;
       break;
     case FsdpSharding::kHybridShard:
-      if (nnodes <= 1) {
-        fail("strategy.options.sharding_strategy: HYBRID_SHARD on one node is FULL_SHARD; use FULL_SHARD");
+    case FsdpSharding::kHybridShardZero2: {
+      p.shard_grads = p.shard_params = true;
+      p.reshard_after_forward = mode == FsdpSharding::kHybridShard;
+      const int s = shard_group_size;
+      if (s < 1 || world_size % s != 0) {
+        fail("strategy.options.shard_group_size: {} does not divide the {} ranks into equal shard groups; "
+             "pick a divisor of {}", s, world_size, world_size);
       }
-      fail("strategy.options.sharding_strategy: HYBRID_SHARD needs per-node process groups, which ft does not "
-           "create yet; use FULL_SHARD or SHARD_GRAD_OP");
+      if (s == world_size) {
+        fail("strategy.options.shard_group_size: one shard group of all {} ranks is FULL_SHARD; use FULL_SHARD, "
+             "or set shard_group_size to a smaller divisor of {}", world_size, world_size);
+      }
+      if (s == 1) {
+        fail("strategy.options.shard_group_size: shard groups of one rank replicate everything; use NO_SHARD, "
+             "or set shard_group_size to a divisor of {} above 1", world_size);
+      }
+      p.shard_group_size = s;
+      break;
+    }
   }
   return p;
 }
@@ -85,8 +101,19 @@ ShardedStrategy::~ShardedStrategy() {
   if (model_) model_->set_unit_runner(nullptr);
 }
 
-int ShardedStrategy::shard_world() const { return policy_.shard_optimizer ? ctx_->comm->world_size() : 1; }
-int ShardedStrategy::shard_rank() const { return policy_.shard_optimizer ? ctx_->comm->rank() : 0; }
+Comm& ShardedStrategy::shard_comm() { return mesh_ ? mesh_->comm("shard") : *ctx_->comm; }
+int ShardedStrategy::shard_world() const {
+  if (!policy_.shard_optimizer) return 1;
+  return mesh_ ? mesh_->size("shard") : ctx_->comm->world_size();
+}
+int ShardedStrategy::shard_rank() const {
+  if (!policy_.shard_optimizer) return 0;
+  return mesh_ ? mesh_->coordinate("shard") : ctx_->comm->rank();
+}
+bool ShardedStrategy::writes_shards() const {
+  if (!policy_.shard_optimizer) return ctx_->comm->rank() == 0;
+  return !mesh_ || mesh_->coordinate("replicate") == 0;
+}
 
 void ShardedStrategy::setup(std::shared_ptr<BertForSequenceClassification> model, const OptimizerSpec& optimizer,
                             const ParamPlan& plan, StrategyContext& ctx) {
@@ -95,6 +122,17 @@ void ShardedStrategy::setup(std::shared_ptr<BertForSequenceClassification> model
   model_->to(ctx.device);
   if (policy_.limit_all_gathers < 0) fail("strategy.options.limit_all_gathers: must be >= 0");
   if (policy_.shard_params && !policy_.shard_grads) fail("{}: sharded parameters need sharded gradients", policy_.name);
+  if (policy_.shard_group_size > 0) {
+    const int s = policy_.shard_group_size;
+    mesh_ = std::make_unique<DeviceMesh>(*ctx.comm, std::vector<MeshDim>{{"replicate", ctx.comm->world_size() / s},
+                                                                         {"shard", s}},
+                                         "strategy.options.shard_group_size");
+    if (ctx.comm->rank() == 0) {
+      std::fputs(fmt::format("{}: hybrid sharding over the mesh {}\n", policy_.name, mesh_->describe("shard")).c_str(),
+                 stdout);
+      std::fflush(stdout);
+    }
+  }
   for (auto& item : model_->named_parameters()) {
     auto it = plan.find(item.key());
     item.value().set_requires_grad(it == plan.end() || it->second.trainable);
@@ -190,7 +228,7 @@ void ShardedStrategy::build_grad_buffer() {
       bucket_unit.push_back(u);
     }
     bo.trace_name = "reduce-scatter unit";
-    hook = reduce_scatter_avg_hook(*ctx_->comm);
+    hook = mesh_ ? hybrid_reduce_hook(shard_comm(), mesh_->comm("replicate")) : reduce_scatter_avg_hook(*ctx_->comm);
   } else {
     bo.bucket_bytes = std::max<int64_t>(4, static_cast<int64_t>(policy_.bucket_mb * 1024.0 * 1024.0));
     hook = allreduce_avg_hook(*ctx_->comm);
@@ -249,7 +287,7 @@ void ShardedStrategy::prefetch(int unit) {
   FlatParam& f = *units_[static_cast<size_t>(unit)];
   if (f.state() != ShardedState::kSharded || prefetched_ >= policy_.limit_all_gathers) return;
   if (ctx_->trace) ctx_->trace->begin_async("all-gather unit", unit);
-  f.unshard(*ctx_->comm);
+  f.unshard(shard_comm());
   prefetched_unit_[static_cast<size_t>(unit)] = true;
   ++prefetched_;
   note_gathered_bytes();
@@ -263,7 +301,7 @@ void ShardedStrategy::release_prefetch(int unit) {
 
 void ShardedStrategy::gather_for_use(int unit) {
   release_prefetch(unit);
-  traced_wait_for_unshard(*units_[static_cast<size_t>(unit)], unit, *ctx_->comm, ctx_->trace);
+  traced_wait_for_unshard(*units_[static_cast<size_t>(unit)], unit, shard_comm(), ctx_->trace);
   note_gathered_bytes();
 }
 
@@ -271,7 +309,7 @@ void ShardedStrategy::reshard_unit(int unit) {
   FlatParam& f = *units_[static_cast<size_t>(unit)];
   if (!f.params_sharded()) return;
   // An all-gather still writing into the storage must finish before it goes.
-  if (f.state() == ShardedState::kUnsharding) traced_wait_for_unshard(f, unit, *ctx_->comm, ctx_->trace);
+  if (f.state() == ShardedState::kUnsharding) traced_wait_for_unshard(f, unit, shard_comm(), ctx_->trace);
   release_prefetch(unit);
   f.reshard();
 }
@@ -376,11 +414,12 @@ std::vector<at::Tensor> ShardedStrategy::slot_grads() const {
 }
 
 StepResult ShardedStrategy::step(const StepOptions& options) {
-  Comm& comm = *ctx_->comm;
+  Comm& comm = shard_comm();
   if (grad_buffer_) grad_buffer_->finish_sync();
   auto grads = slot_grads();
   StepResult result;
   bool found_inf = ctx_->precision->unscale_and_check(grads);
+  // Replicas hold the same averaged shards, so the shard group decides alone.
   if (ctx_->precision->uses_loss_scaling() && shard_world() > 1) {
     at::Tensor flag = at::full({1}, found_inf ? 1.0f : 0.0f, at::kFloat);
     comm.all_reduce(flag, ReduceOp::Max);

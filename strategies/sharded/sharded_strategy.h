@@ -9,6 +9,15 @@
 //   fsdp FULL_SHARD        sharded    reduce-scattered shard            after forward and after backward
 //   fsdp SHARD_GRAD_OP     sharded    reduce-scattered shard            after backward
 //   fsdp NO_SHARD          full       all-reduced      full             never
+//   fsdp HYBRID_SHARD      FULL_SHARD inside a shard group of shard_group_size ranks;
+//                          grads then all-reduced across the groups (replicas)
+//   fsdp _HYBRID_SHARD_ZERO2  the same with SHARD_GRAD_OP inside the group
+//
+// Hybrid sharding uses a DeviceMesh {replicate: world / S, shard: S}: every
+// collective on parameters and on optimizer state runs in the shard group,
+// and each unit's reduce-scattered gradient chunk is averaged across the
+// replicate group, so every replica's shard sees the gradient of the whole
+// global batch (the same update as FULL_SHARD over the whole world).
 //
 // Layout: one FlatParam per model unit (ft/flat_shard.h), split into equal
 // shards. The optimizer (ft::TensorOptimizer) runs over this rank's pieces
@@ -59,13 +68,14 @@
 
 namespace ft {
 
+class DeviceMesh;
 class GradBuffer;
 
 /// DeepSpeed's stage numbering.
 enum class ZeroStage { kDisabled = 0, kOptimizerStates = 1, kGradients = 2, kWeights = 3 };
 
-/// FSDP's sharding modes. kHybridShard is refused (see ShardingPolicy::fsdp).
-enum class FsdpSharding { kFullShard, kShardGradOp, kNoShard, kHybridShard };
+/// FSDP's sharding modes.
+enum class FsdpSharding { kFullShard, kShardGradOp, kNoShard, kHybridShard, kHybridShardZero2 };
 
 /// Everything that makes zero1/2/3 and the FSDP modes differ.
 struct ShardingPolicy {
@@ -81,10 +91,15 @@ struct ShardingPolicy {
   /// materialised at a time under FULL_SHARD / zero3.
   int limit_all_gathers = 1;
   double bucket_mb = 25.0;            ///< GradBuffer bucket size for all-reduced grads
+  /// Hybrid sharding: shard inside groups of this many neighbouring ranks and
+  /// replicate across the groups; 0 shards over the whole world.
+  int shard_group_size = 0;
 
   static ShardingPolicy zero(ZeroStage stage);
-  /// Throws ft::Error for kHybridShard (needs per-node process groups).
-  static ShardingPolicy fsdp(FsdpSharding mode, int nnodes);
+  /// Hybrid modes shard in groups of `shard_group_size` ranks (a divisor of
+  /// `world_size`, neither 1 nor the world: those are NO_SHARD-like
+  /// replication and FULL_SHARD); ft::Error names the option otherwise.
+  static ShardingPolicy fsdp(FsdpSharding mode, int world_size = 1, int shard_group_size = 0);
 };
 
 /// strategy.options for zero1/zero2/zero3 (all optional):
@@ -95,11 +110,14 @@ struct ShardingPolicy {
 ShardingPolicy zero_policy_from_options(ZeroStage stage, const std::map<std::string, std::string>& options);
 
 /// strategy.options for fsdp (all optional):
-///   sharding_strategy  FULL_SHARD (default) | SHARD_GRAD_OP | NO_SHARD | HYBRID_SHARD (refused)
+///   sharding_strategy  FULL_SHARD (default) | SHARD_GRAD_OP | NO_SHARD | HYBRID_SHARD | _HYBRID_SHARD_ZERO2
+///   shard_group_size   (int, hybrid modes only; default: the ranks per host) ranks that shard one copy
 ///   forward_prefetch   (true|false, default true)
 ///   backward_prefetch  (BACKWARD_PRE (default) | NONE; true/false accepted)
 ///   limit_all_gathers  (int >= 0, default 1), bucket_mb (NO_SHARD) as for zero.
-ShardingPolicy fsdp_policy_from_options(const std::map<std::string, std::string>& options, int nnodes);
+/// `world_size` and `local_world_size`: the job's, for the hybrid modes' group size.
+ShardingPolicy fsdp_policy_from_options(const std::map<std::string, std::string>& options, int world_size,
+                                        int local_world_size);
 
 class ShardedStrategy : public Strategy, public ShardedCheckpointing {
  public:
@@ -156,9 +174,12 @@ class ShardedStrategy : public Strategy, public ShardedCheckpointing {
   void note_gathered_bytes();
   int shard_world() const;
   int shard_rank() const;
+  Comm& shard_comm();  // where parameters and optimizer state are sharded
+  bool writes_shards() const;  // this rank's shard is not a replica's copy
 
   ShardingPolicy policy_;
   StrategyContext* ctx_ = nullptr;
+  std::unique_ptr<DeviceMesh> mesh_;  // hybrid sharding only
   GatherPool gather_pool_;  // before units_: they hand storage back to it
   std::vector<std::unique_ptr<FlatParam>> units_;
   std::unique_ptr<TensorOptimizer> optimizer_;

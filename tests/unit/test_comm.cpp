@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 
 #include "ft/comm.h"
+#include "ft/device_mesh.h"
 #include "ft/dist_env.h"
 #include "ft/error.h"
 #include "ft/launcher.h"
@@ -115,36 +116,59 @@ TEST_CASE("world size 1: collectives are local and give the right values") {
   CHECK(comm->failure().empty());
 }
 
+// Runs ft_test_comm_worker MODE on `nproc` ranks and checks that every rank
+// printed "all N checks passed" with N = `checks`.
+static void expect_worker_checks(int nproc, const char* mode, int checks) {
+  ft_test::TempDir dir("comm");
+  auto out_path = dir.path() / "out.txt";
+  auto err_path = dir.path() / "err.txt";
+  FILE* out = std::fopen(out_path.c_str(), "w");
+  FILE* err = std::fopen(err_path.c_str(), "w");
+  ft::LaunchOptions o;
+  o.nproc = nproc;
+  o.timeout_s = 5;
+  o.kill_grace_s = 1;
+  o.argv = {(ft_test::binary_dir() / "bin" / "ft_test_comm_worker").string(), mode};
+  o.extra_env["FT_TEST_COMM_TIMEOUT_MS"] = "10000";
+  o.stdout_fd = ::fileno(out);
+  o.stderr_fd = ::fileno(err);
+  ft::LaunchResult r = ft::launch_workers(o);
+  std::fclose(out);
+  std::fclose(err);
+  INFO("stdout:\n" << read_file(out_path) << "\nstderr:\n" << read_file(err_path));
+  CHECK(r.exit_code == 0);
+  CHECK(r.error.empty());
+  const std::string text = read_file(out_path);
+  CHECK(text.find("rank 0: all " + std::to_string(checks) + " checks passed\n") != std::string::npos);
+  for (int rank = 1; rank < nproc; ++rank) {
+    CHECK(text.find("[rank " + std::to_string(rank) + "] rank " + std::to_string(rank) + ": all " +
+                    std::to_string(checks) + " checks passed\n") != std::string::npos);
+  }
+}
+
 TEST_CASE("multi-rank collectives are exact on 2 and 4 ranks") {
   for (int nproc : {2, 4}) {
     CAPTURE(nproc);
-    ft_test::TempDir dir("comm");
-    auto out_path = dir.path() / "out.txt";
-    auto err_path = dir.path() / "err.txt";
-    FILE* out = std::fopen(out_path.c_str(), "w");
-    FILE* err = std::fopen(err_path.c_str(), "w");
-    ft::LaunchOptions o;
-    o.nproc = nproc;
-    o.timeout_s = 5;
-    o.kill_grace_s = 1;
-    o.argv = {(ft_test::binary_dir() / "bin" / "ft_test_comm_worker").string(), "collectives"};
-    o.extra_env["FT_TEST_COMM_TIMEOUT_MS"] = "10000";
-    o.stdout_fd = ::fileno(out);
-    o.stderr_fd = ::fileno(err);
-    ft::LaunchResult r = ft::launch_workers(o);
-    std::fclose(out);
-    std::fclose(err);
-    INFO("stdout:\n" << read_file(out_path) << "\nstderr:\n" << read_file(err_path));
-    CHECK(r.exit_code == 0);
-    CHECK(r.error.empty());
-    const std::string text = read_file(out_path);
-    const int checks = 19 + 2 * nproc;  // fixed checks + one all_gather and one varlen per rank
-    CHECK(text.find("rank 0: all " + std::to_string(checks) + " checks passed\n") != std::string::npos);
-    for (int rank = 1; rank < nproc; ++rank) {
-      CHECK(text.find("[rank " + std::to_string(rank) + "] rank " + std::to_string(rank) + ": all " +
-                      std::to_string(checks) + " checks passed\n") != std::string::npos);
-    }
+    expect_worker_checks(nproc, "collectives", 19 + 2 * nproc);  // fixed checks + one all_gather and one varlen per rank
   }
+}
+
+TEST_CASE("a device mesh's sub-groups: exact collectives per dimension, members named by job rank") {
+  // 4 ranks as {outer: 2, inner: 2}: inner groups {0,1} {2,3}, outer {0,2} {1,3}.
+  CHECK(ft::mesh_groups({{"outer", 2}, {"inner", 2}}, 1) == std::vector<std::vector<int>>{{0, 1}, {2, 3}});
+  CHECK(ft::mesh_groups({{"outer", 2}, {"inner", 2}}, 0) == std::vector<std::vector<int>>{{0, 2}, {1, 3}});
+  CHECK(ft::mesh_groups({{"dp", 2}, {"pp", 2}, {"tp", 2}}, 1) ==
+        std::vector<std::vector<int>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}});
+  // Per dimension: the collectives of a world of 2, then the group's member check and sum.
+  expect_worker_checks(4, "mesh", 2 * (19 + 2 * 2 + 2));
+  // A world of one splits into local groups of one; bad partitions name the split.
+  auto solo = ft::Comm::create(ft::DistEnv{});
+  auto part = solo->split("x", {{0}});
+  CHECK((part->world_size() == 1 && part->rank() == 0 && part->job_rank(0) == 0));
+  CHECK(ft_test::error_of([&] { solo->split("x", {{0}, {0}}); }) == "comm split 'x': rank 0 is in two groups");
+  CHECK(ft_test::error_of([&] { solo->split("x", {{1}}); }) == "comm split 'x': rank 1 is not a rank of a world of 1");
+  CHECK(ft_test::error_of([&] { ft::DeviceMesh m(*solo, {{"dp", 2}}, "strategy.options.mesh"); }) ==
+        "strategy.options.mesh: the mesh dp 2 holds 2 ranks, the job has 1; make the sizes multiply to the world size");
 }
 
 TEST_CASE("rendezvous errors are one clear line") {

@@ -136,6 +136,19 @@ TEST_CASE("a rank stuck in a collective with an absent peer fails on the Comm ti
   CHECK(our_children().empty());
 }
 
+TEST_CASE("a rank stuck outside a sub-group's collective is named by its job rank") {
+  // Mesh {outer: 2, inner: 2}: rank 3 never joins the inner all_reduce of
+  // {2, 3}; rank 2 times out and names rank 3, the job stops.
+  Run run(4, {"mesh_hang", "3"});
+  run.go(/*print=*/true);
+  INFO(run.out << run.err);
+  CHECK(run.exit_code == 2);
+  CHECK(run.err.rfind("ft: error: rank 2: all_reduce failed: rank 3 stalled: it never joined all_reduce #1", 0) == 0);
+  CHECK(std::count(run.err.begin(), run.err.end(), '\n') == 1);
+  CHECK(run.seconds < run.options.timeout_s + 8);
+  CHECK(our_children().empty());
+}
+
 TEST_CASE("a peer dying during a collective ends the job") {
   Run run(2, {"die", "1"});
   run.go();

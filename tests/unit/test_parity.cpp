@@ -41,6 +41,11 @@ const ParityCase kCases[] = {
     {"fsdp", 4, 8, 1, "--set strategy.options.sharding_strategy=SHARD_GRAD_OP", 1e-5},
     {"fsdp", 2, 16, 1, "--set strategy.options.sharding_strategy=NO_SHARD", 1e-5},
     {"fsdp", 4, 8, 1, "--set strategy.options.sharding_strategy=NO_SHARD", 1e-5},
+    // Hybrid: 4 ranks as 2 shard groups of 2 (a DeviceMesh over ft::Comm sub-groups).
+    {"fsdp", 4, 8, 1, "--set strategy.options.sharding_strategy=HYBRID_SHARD --set strategy.options.shard_group_size=2",
+     1e-5},
+    {"fsdp", 4, 8, 1,
+     "--set strategy.options.sharding_strategy=_HYBRID_SHARD_ZERO2 --set strategy.options.shard_group_size=2", 1e-5},
     // The padded path (model.padding_free=false: every pad position computed,
     // as Hugging Face does) is kept for comparisons; it must agree as well.
     {"single", 1, 32, 1, "--set model.padding_free=false", 1e-5},

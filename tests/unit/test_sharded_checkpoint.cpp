@@ -188,18 +188,27 @@ TEST_CASE("ft run --set train.save_sharded=true: shards beside the full checkpoi
   FT_REQUIRE_SHARED("fixtures/parity-tiny");
   // LoRA: the consolidated checkpoint keeps the split the full one has, plain
   // HF base weights in model.safetensors and the adapters in PEFT's files.
-  for (const std::string extra : {"", "--set lora.rank=4"}) {
+  // Hybrid sharding 2 x 2: only the first shard group writes; the second holds copies.
+  const std::string zero3 = "--strategy zero3 --nproc 2 --set train.batch_size=16";
+  const std::string hybrid =
+      "--strategy fsdp --nproc 4 --set train.batch_size=8 --set strategy.options.sharding_strategy=HYBRID_SHARD "
+      "--set strategy.options.shard_group_size=2";
+  for (const auto& [layout, extra] : std::vector<std::pair<std::string, std::string>>{
+           {zero3, ""}, {zero3, "--set lora.rank=4"}, {hybrid, ""}}) {
+    CAPTURE(layout);
     CAPTURE(extra);
     ft_test::TempDir tmp("save-sharded");
     const auto out = tmp.path() / "run";
     auto run = ft_test::run_ft(fmt::format(
-        "run --config configs/parity-tiny.yaml --strategy zero3 --nproc 2 --threads 1 --set train.batch_size=16 "
-        "--max-steps 2 --set train.save_sharded=true --output-dir {} {}",
-        out.string(), extra));
+        "run --config configs/parity-tiny.yaml {} --threads 1 --max-steps 2 --set train.save_sharded=true "
+        "--output-dir {} {}",
+        layout, out.string(), extra));
     INFO(run.output);
     REQUIRE(run.exit_code == 0);
     const auto final_dir = out / "final";
     CHECK(std::filesystem::exists(final_dir / "sharded" / "meta.json"));
+    CHECK(std::filesystem::exists(final_dir / "sharded" / "rank-1-of-2.safetensors"));
+    CHECK(!std::filesystem::exists(final_dir / "sharded" / "rank-2-of-4.safetensors"));
     const auto cons = tmp.path() / "consolidated";
     auto c = ft_test::run_ft(fmt::format("consolidate {} --out {}", final_dir.string(), cons.string()));
     INFO(c.output);

@@ -186,20 +186,36 @@ TEST_CASE("strategy options: policies and errors naming the key") {
   CHECK((z3.shard_params && z3.shard_grads && z3.limit_all_gathers == 2 && z3.name == "zero3"));
   auto z1 = ft::zero_policy_from_options(ft::ZeroStage::kOptimizerStates, {});
   CHECK((!z1.shard_grads && !z1.shard_params && z1.shard_optimizer));
-  auto sgo = ft::fsdp_policy_from_options({{"sharding_strategy", "SHARD_GRAD_OP"}}, 1);
+  auto sgo = ft::fsdp_policy_from_options({{"sharding_strategy", "SHARD_GRAD_OP"}}, 1, 1);
   CHECK((sgo.shard_params && !sgo.reshard_after_forward));
-  auto ns = ft::fsdp_policy_from_options({{"sharding_strategy", "NO_SHARD"}, {"backward_prefetch", "NONE"}}, 1);
+  auto ns = ft::fsdp_policy_from_options({{"sharding_strategy", "NO_SHARD"}, {"backward_prefetch", "NONE"}}, 1, 1);
   CHECK((!ns.shard_optimizer && !ns.shard_grads && !ns.backward_prefetch));
   CHECK(ft_test::error_of([] { ft::zero_policy_from_options(ft::ZeroStage::kGradients, {{"stage", "2"}}); }) ==
         "strategy.options.stage: unknown option for zero2 (known: bucket_mb, prefetch, limit_all_gathers)");
   CHECK(ft_test::error_of([] { ft::zero_policy_from_options(ft::ZeroStage::kWeights, {{"limit_all_gathers", "-1"}}); }) ==
         "strategy.options.limit_all_gathers: '-1' is not an integer >= 0");
-  CHECK(ft_test::error_of([] { ft::fsdp_policy_from_options({{"sharding_strategy", "FULL"}}, 1); }) ==
-        "strategy.options.sharding_strategy: 'FULL' is not one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD");
-  CHECK(ft_test::error_of([] { ft::fsdp_policy_from_options({{"sharding_strategy", "HYBRID_SHARD"}}, 1); }) ==
-        "strategy.options.sharding_strategy: HYBRID_SHARD on one node is FULL_SHARD; use FULL_SHARD");
-  CHECK(ft_test::error_of([] { ft::fsdp_policy_from_options({{"sharding_strategy", "HYBRID_SHARD"}}, 2); })
-            .find("HYBRID_SHARD needs per-node process groups") != std::string::npos);
+  CHECK(ft_test::error_of([] { ft::fsdp_policy_from_options({{"sharding_strategy", "FULL"}}, 1, 1); }) ==
+        "strategy.options.sharding_strategy: 'FULL' is not one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, "
+        "_HYBRID_SHARD_ZERO2");
+  // Hybrid: 4 ranks on one host act as 2 x 2; the group size defaults to the ranks per host.
+  auto hs = ft::fsdp_policy_from_options({{"sharding_strategy", "HYBRID_SHARD"}, {"shard_group_size", "2"}}, 4, 4);
+  CHECK((hs.shard_params && hs.shard_grads && hs.reshard_after_forward && hs.shard_group_size == 2));
+  auto hz2 = ft::fsdp_policy_from_options({{"sharding_strategy", "_HYBRID_SHARD_ZERO2"}}, 8, 4);
+  CHECK((hz2.shard_params && !hz2.reshard_after_forward && hz2.shard_group_size == 4));
+  CHECK(ft::fsdp_policy_from_options({}, 4, 2).shard_group_size == 0);
+  CHECK(ft_test::error_of([] { ft::fsdp_policy_from_options({{"sharding_strategy", "HYBRID_SHARD"}}, 4, 4); }) ==
+        "strategy.options.shard_group_size: one shard group of all 4 ranks is FULL_SHARD; use FULL_SHARD, or set "
+        "shard_group_size to a smaller divisor of 4");
+  CHECK(ft_test::error_of([] {
+          ft::fsdp_policy_from_options({{"sharding_strategy", "HYBRID_SHARD"}, {"shard_group_size", "3"}}, 4, 4);
+        }) == "strategy.options.shard_group_size: 3 does not divide the 4 ranks into equal shard groups; pick a "
+              "divisor of 4");
+  CHECK(ft_test::error_of([] {
+          ft::fsdp_policy_from_options({{"sharding_strategy", "HYBRID_SHARD"}, {"shard_group_size", "1"}}, 4, 4);
+        }).find("shard groups of one rank replicate everything; use NO_SHARD") != std::string::npos);
+  CHECK(ft_test::error_of([] { ft::fsdp_policy_from_options({{"shard_group_size", "2"}}, 4, 4); }) ==
+        "strategy.options.shard_group_size: only HYBRID_SHARD and _HYBRID_SHARD_ZERO2 shard in groups; drop it or "
+        "set sharding_strategy: HYBRID_SHARD");
 }
 
 TEST_CASE("every sharding policy trains the same weights as the replicated strategy (accumulation, clipping)") {

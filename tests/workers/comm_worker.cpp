@@ -9,6 +9,11 @@
 //   die R         rank R exits 3 after joining; the others are in all_reduce
 //   hang R        rank R sleeps without ever joining a collective; the others
 //                 all_reduce and must fail on the Comm timeout
+//   mesh          a DeviceMesh {outer: 2, inner: world/2}: every check of
+//                 `collectives` on each dimension's Comm, and each group's
+//                 members named right (all_reduce of the job ranks)
+//   mesh_hang R   the same mesh; rank R then sleeps, the others all_reduce
+//                 over `inner`: R's group partners fail, naming rank R
 // In die/hang, a rank whose all_reduce failed exits 2 after checking that the
 // Comm refuses further calls (5 if it does not).
 // Rank facts come from the environment (the launcher's torchrun names); the
@@ -16,6 +21,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -25,6 +31,7 @@
 #include <ATen/ATen.h>
 
 #include "ft/comm.h"
+#include "ft/device_mesh.h"
 #include "ft/dist_env.h"
 #include "ft/error.h"
 #include "ft/launcher.h"
@@ -181,6 +188,26 @@ void check_collectives(ft::Comm& comm) {
   comm.barrier();
 }
 
+// The job ranks of `dim`'s group holding `rank`, summed, against an
+// all_reduce of each member's job rank over that group's Comm.
+void check_mesh_group(ft::DeviceMesh& mesh, const std::string& dim, int rank) {
+  ft::Comm& c = mesh.comm(dim);
+  float want = 0;
+  for (const auto& g : mesh.groups(dim)) {
+    if (std::find(g.begin(), g.end(), rank) == g.end()) continue;
+    for (int m : g) want += float(m);
+    ++g_checks;
+    if (c.job_rank(c.rank()) != rank || c.world_size() != static_cast<int>(g.size())) {
+      ++g_failures;
+      std::cerr << "rank " << rank << ": mesh " << dim << " places it at " << c.rank() << " of " << c.world_size()
+                << "\n";
+    }
+  }
+  auto t = at::full({1}, float(rank));
+  c.all_reduce(t);
+  expect_equal(rank, "mesh " + dim + " group sum", t, at::full({1}, want));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -211,6 +238,26 @@ int main(int argc, char** argv) {
                   << " checks failed\n";
         return 1;
       }
+      std::cout << "rank " << env.rank << ": all " << g_checks << " checks passed\n";
+      return 0;
+    }
+    if (mode == "mesh" || mode == "mesh_hang") {
+      ft::DeviceMesh mesh(*comm, {{"outer", 2}, {"inner", env.world_size / 2}}, "test mesh");
+      if (mode == "mesh_hang") {
+        if (env.rank == target) {
+          for (;;) ::pause();
+        }
+        auto t = at::ones({4});
+        mesh.comm("inner").all_reduce(t);
+        // The other group is done; it waits, as in a job, for the next
+        // collective (rank 0 keeps hosting the store the stall report reads).
+        for (;;) ::pause();
+      }
+      for (const char* dim : {"inner", "outer"}) {
+        check_collectives(mesh.comm(dim));
+        check_mesh_group(mesh, dim, env.rank);
+      }
+      if (g_failures > 0) return 1;
       std::cout << "rank " << env.rank << ": all " << g_checks << " checks passed\n";
       return 0;
     }

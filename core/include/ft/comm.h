@@ -169,6 +169,21 @@ class Comm {
   /// exchanged first). Used to gather eval predictions of uneven shards.
   std::vector<at::Tensor> all_gather_varlen(const at::Tensor& in);
 
+  // ---- sub-groups (the dimensions of a device mesh, ft/device_mesh.h) ----
+
+  /// The Comm of the group, among `groups`, that holds this rank. `groups` is a
+  /// partition of 0 .. world_size-1 (ranks of this Comm); every rank calls
+  /// split with the same `name` and `groups`, in the same order relative to
+  /// other splits (a collective, though only a group's own members connect).
+  /// In the result, rank() is this rank's position in its group and every
+  /// collective involves that group alone: Gloo on CPU and NCCL on CUDA, with
+  /// this Comm's timeout, failure reporting and stall report. Messages keep
+  /// naming ranks of the whole job. A group of one is local, like world size 1.
+  /// Throws ft::Error naming `name` when `groups` is not such a partition.
+  std::unique_ptr<Comm> split(const std::string& name, const std::vector<std::vector<int>>& groups);
+  /// The job rank (the launcher's RANK) of rank `r` of this Comm.
+  int job_rank(int r) const;
+
  private:
   Comm(DistEnv env, CommOptions options);
   RingWorker& ring_worker();  // started by the first ring operation
@@ -178,6 +193,7 @@ class Comm {
   std::shared_ptr<CommHealth> health_;
   std::unique_ptr<CommGroups> groups_;  // null at world size 1
   std::unique_ptr<RingWorker, RingWorkerDeleter> ring_;  // started by the first ring operation
+  DistEnv job_env_;  // the launcher's view (a sub-group's env_ is group-local)
 };
 
 }  // namespace ft

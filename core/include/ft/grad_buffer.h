@@ -92,6 +92,14 @@ CommHook row_sparse_allreduce_hook(Comm& comm, CommHook dense);
 /// until zero(). Needs buckets padded to a multiple of the world size.
 CommHook reduce_scatter_avg_hook(Comm& comm);
 
+/// Hybrid sharding (FSDP's HYBRID_SHARD): the reduce-scatter Avg above inside
+/// `shard`, then this rank's reduced chunk all-reduced Avg across
+/// `replicate` (the ranks holding the same shard in the other groups). The
+/// chunk then holds the average over the whole job, as with one
+/// reduce-scatter over all ranks; the world-wide traffic is 1/shard-size
+/// of a bucket per rank instead of a bucket.
+CommHook hybrid_reduce_hook(Comm& shard, Comm& replicate);
+
 /// Gradient compression (c10d's FP16CompressCommHook): pre-divides by the
 /// world size, casts to `wire` (kHalf or kBFloat16), all-reduces Sum and
 /// casts back. Halves the bytes on NCCL; on Gloo ft::Comm widens 16-bit

@@ -6,10 +6,12 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <thread>
 
 #include <ATen/Context.h>
+#include <fmt/ranges.h>
 
 #include "comm_internal.h"
 #include "ft/error.h"
@@ -178,29 +180,51 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const DistEnv& env,
   return c10d::ProcessGroupGloo::createDeviceForHostname(local_address_towards(env));
 }
 
-c10::intrusive_ptr<compat::Backend> make_gloo(const c10::intrusive_ptr<c10d::Store>& store,
-                                              const DistEnv& env, const CommOptions& options) {
+// `job`: the launcher's env, which picks the network device; `rank` and
+// `size` place this process in the group being built.
+c10::intrusive_ptr<compat::Backend> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, const DistEnv& job,
+                                              int rank, int size, const CommOptions& options) {
   auto opts = c10d::ProcessGroupGloo::Options::create(options.timeout);
-  opts->devices.push_back(gloo_device(env, options));
+  opts->devices.push_back(gloo_device(job, options));
   // Two threads let an async bucket all-reduce overlap with the next one.
   opts->threads = 2;
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("ft/gloo", store);
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.world_size, opts);
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, opts);
 }
 
-c10::intrusive_ptr<compat::Backend> make_nccl(const c10::intrusive_ptr<c10d::Store>& store,
-                                              const DistEnv& env, const CommOptions& options) {
+c10::intrusive_ptr<compat::Backend> make_nccl(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                              const CommOptions& options) {
 #if FT_HAVE_NCCL
   auto opts = c10d::ProcessGroupNCCL::Options::create();
   opts->timeout = options.timeout;
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("ft/nccl", store);
-  return c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, env.rank, env.world_size, opts);
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, rank, size, opts);
 #else
   (void)store;
-  (void)env;
+  (void)rank;
+  (void)size;
   (void)options;
   return {};
 #endif
+}
+
+// The backends of one Comm over `store`, as CommOptions::backend asks.
+std::unique_ptr<CommGroups> connect_groups(c10::intrusive_ptr<c10d::Store> store, const DistEnv& job, int rank,
+                                           int size, const CommOptions& options, const std::string& what) {
+  auto groups = std::make_unique<CommGroups>();
+  groups->store = std::move(store);
+  const char* building = "gloo";
+  try {
+    if (options.backend != CommBackend::Nccl) groups->gloo = make_gloo(groups->store, job, rank, size, options);
+    building = "nccl";
+    if (options.backend != CommBackend::Gloo && FT_HAVE_NCCL && at::hasCUDA()) {
+      groups->nccl = make_nccl(groups->store, rank, size, options);
+    }
+  } catch (const std::exception& e) {
+    fail("rank {}: connecting the {} group{} over {}:{} failed: {}", job.rank, building, what, job.master_addr,
+         job.master_port, first_line(e.what()));
+  }
+  return groups;
 }
 
 }  // namespace
@@ -208,9 +232,11 @@ c10::intrusive_ptr<compat::Backend> make_nccl(const c10::intrusive_ptr<c10d::Sto
 // ---------------------------------------------------------------- Comm
 
 Comm::Comm(DistEnv env, CommOptions options)
-    : env_(std::move(env)), options_(options), health_(std::make_shared<CommHealth>()) {
-  health_->rank = env_.rank;
+    : env_(std::move(env)), options_(options), health_(std::make_shared<CommHealth>()), job_env_(env_) {
+  health_->rank = health_->index = env_.rank;
 }
+
+int Comm::job_rank(int r) const { return health_->job_rank(r); }
 
 Comm::~Comm() {
   if (!groups_ || health_->get().empty()) return;
@@ -240,24 +266,60 @@ std::unique_ptr<Comm> Comm::create(const DistEnv& env, const CommOptions& option
   std::unique_ptr<Comm> comm(new Comm(env, options));
   if (env.world_size == 1) return comm;
 
-  auto groups = std::make_unique<CommGroups>();
-  groups->store = connect_store(env, options.timeout);
-  wait_for_peers(*groups->store, env, options.timeout);
-  const char* building = "gloo";
-  try {
-    if (options.backend != CommBackend::Nccl) groups->gloo = make_gloo(groups->store, env, options);
-    building = "nccl";
-    if (options.backend != CommBackend::Gloo && FT_HAVE_NCCL && cuda) {
-      groups->nccl = make_nccl(groups->store, env, options);
-    }
-  } catch (const std::exception& e) {
-    fail("rank {}: connecting the {} group over {}:{} failed: {}", env.rank, building,
-         env.master_addr, env.master_port, first_line(e.what()));
-  }
+  auto store = connect_store(env, options.timeout);
+  wait_for_peers(*store, env, options.timeout);
+  auto groups = connect_groups(std::move(store), env, env.rank, env.world_size, options, "");
   comm->health_->world_size = env.world_size;
   comm->health_->store = groups->store;
   comm->groups_ = std::move(groups);
   return comm;
+}
+
+std::unique_ptr<Comm> Comm::split(const std::string& name, const std::vector<std::vector<int>>& groups) {
+  std::vector<int> owner(static_cast<size_t>(world_size()), -1);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].empty()) fail("comm split '{}': group {} is empty", name, g);
+    for (int r : groups[g]) {
+      if (r < 0 || r >= world_size()) fail("comm split '{}': rank {} is not a rank of a world of {}", name, r, world_size());
+      if (owner[static_cast<size_t>(r)] >= 0) fail("comm split '{}': rank {} is in two groups", name, r);
+      owner[static_cast<size_t>(r)] = static_cast<int>(g);
+    }
+  }
+  for (int r = 0; r < world_size(); ++r) {
+    if (owner[static_cast<size_t>(r)] < 0) fail("comm split '{}': rank {} is in no group", name, r);
+  }
+  const int g = owner[static_cast<size_t>(rank())];
+  const std::vector<int>& members = groups[static_cast<size_t>(g)];
+  const int position = static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
+
+  DistEnv env = env_;
+  env.rank = position;
+  env.world_size = static_cast<int>(members.size());
+  // Members on this host (job ranks are laid out host by host).
+  const int per_host = std::max(1, job_env_.local_world_size);
+  env.local_rank = env.local_world_size = 0;
+  for (int m : members) {
+    if (job_rank(m) / per_host != job_env_.rank / per_host) continue;
+    if (m == rank()) env.local_rank = env.local_world_size;
+    ++env.local_world_size;
+  }
+  std::unique_ptr<Comm> sub(new Comm(env, options_));
+  sub->job_env_ = job_env_;
+  sub->health_->rank = health_->rank;
+  sub->health_->index = position;
+  for (int m : members) sub->health_->members.push_back(job_rank(m));
+  if (members.size() == 1) return sub;
+
+  if (!groups_) fail("comm split '{}': a group of {} ranks in a world of one", name, members.size());
+  // Each group rendezvouses under its own prefix: groups never wait for one
+  // another, and their stall-report posts stay apart.
+  auto store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("ft/sub/{}/{}", name, g), groups_->store);
+  auto sub_groups = connect_groups(store, job_env_, position, env.world_size, options_,
+                                   fmt::format(" '{}' (job ranks {})", name, fmt::join(sub->health_->members, ",")));
+  sub->health_->world_size = env.world_size;
+  sub->health_->store = sub_groups->store;
+  sub->groups_ = std::move(sub_groups);
+  return sub;
 }
 
 }  // namespace ft

@@ -21,13 +21,20 @@ namespace ft {
 struct CommHealth {
   mutable std::mutex mutex;
   std::string failure;  // empty while healthy
-  int rank = 0;
-  int world_size = 1;
+  int rank = 0;         // this rank in the whole job: what messages name
+  int index = 0;        // this rank's position in the Comm (== rank unless a sub-group)
+  int world_size = 1;   // ranks in the Comm
+  /// Job rank of each position of a sub-group's Comm; empty: the identity.
+  std::vector<int> members;
+  int job_rank(int position) const {
+    return members.empty() ? position : members[static_cast<size_t>(position)];
+  }
   /// Collectives issued so far: every rank issues the same ones in the same
   /// order, so the count names one collective on every rank ("#57").
   std::atomic<uint64_t> issued{0};
   /// The rendezvous store (null at world size 1): ranks post there where
-  /// they wait, so a timed-out rank can tell which peers never arrived.
+  /// they wait, so a timed-out rank can tell which peers never arrived. A
+  /// sub-group's is a prefix of the job's, so its posts stay apart.
   c10::intrusive_ptr<c10d::Store> store;
 
   std::string get() const {

@@ -91,9 +91,10 @@ void search_stalled(StallSearch& out, c10d::Store& store, int me, int world, uin
   }
 }
 
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+// Positions in the Comm, named as job ranks.
+std::string rank_list(const CommHealth& h, const std::vector<int>& positions) {
+  std::string out = positions.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < positions.size(); ++i) out += (i ? ", " : "") + std::to_string(h.job_rank(positions[i]));
   return out;
 }
 
@@ -103,7 +104,7 @@ std::string stall_verdict(const Work::State& s) {
   const CommHealth& h = *s.health;
   const milliseconds grace = stall_grace(s.timeout);
   auto search = std::make_shared<StallSearch>();
-  std::thread([search, store = h.store, me = h.rank, world = h.world_size, seq = s.seq, grace] {
+  std::thread([search, store = h.store, me = h.index, world = h.world_size, seq = s.seq, grace] {
     try {
       search_stalled(*search, *store, me, world, seq, grace);
     } catch (const std::exception&) {
@@ -124,7 +125,7 @@ std::string stall_verdict(const Work::State& s) {
   }
   search->cv.wait_for(lock, grace + milliseconds(1000), [&] { return search->stage >= 2; });
   if (search->failed || search->stalled.empty()) return {};
-  return fmt::format("{} stalled: {} never joined {} #{}", rank_list(search->stalled),
+  return fmt::format("{} stalled: {} never joined {} #{}", rank_list(h, search->stalled),
                      search->stalled.size() == 1 ? "it" : "they", s.what, s.seq);
 }
 
@@ -148,7 +149,7 @@ void wait_sliced(Work::State& s, compat::Work& w) {
     s.posted = true;
     // On its own thread: a store round trip blocks for the whole timeout
     // when rank 0 is frozen, and this wait must end on time regardless.
-    std::thread([store = s.health->store, key = at_key(s.health->rank), seq = s.seq] {
+    std::thread([store = s.health->store, key = at_key(s.health->index), seq = s.seq] {
       try {
         post(*store, key, seq);
       } catch (const std::exception&) {
@@ -167,7 +168,7 @@ void wait_job_sliced(Work::State& s) {
   if (s.health->store && slice.count() >= 1 && s.timeout > slice &&
       s.job.wait_for(slice) != std::future_status::ready && !s.posted) {
     s.posted = true;
-    std::thread([store = s.health->store, key = at_key(s.health->rank), seq = s.seq] {
+    std::thread([store = s.health->store, key = at_key(s.health->index), seq = s.seq] {
       try {
         post(*store, key, seq);
       } catch (const std::exception&) {

@@ -28,9 +28,11 @@ void import_fsdp_config(Builder& b, const Field& cfg) {
       // Older accelerate writes FSDP's enum values: 1 = FULL_SHARD, ...
       static const char* by_number[] = {"", "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"};
       std::string mode = v.is_number() ? (b.integer(f) >= 1 && b.integer(f) <= 5 ? by_number[b.integer(f)] : "") : upper(b.text(f));
-      if (mode == "HYBRID_SHARD_ZERO2") b.error(key, "HYBRID_SHARD_ZERO2 is not in ft (it has FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD)");
-      if (mode != "FULL_SHARD" && mode != "SHARD_GRAD_OP" && mode != "NO_SHARD" && mode != "HYBRID_SHARD") {
-        b.error(key, "expected FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD, got {}", v.dump());
+      // torch spells the enum member _HYBRID_SHARD_ZERO2; accelerate drops the underscore.
+      if (mode == "HYBRID_SHARD_ZERO2") mode = "_HYBRID_SHARD_ZERO2";
+      if (mode != "FULL_SHARD" && mode != "SHARD_GRAD_OP" && mode != "NO_SHARD" && mode != "HYBRID_SHARD" &&
+          mode != "_HYBRID_SHARD_ZERO2") {
+        b.error(key, "expected FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD or HYBRID_SHARD_ZERO2, got {}", v.dump());
       }
       b.set("strategy.options.sharding_strategy", mode, key);
     } else if (k == "backward_prefetch" || k == "backward_prefetch_policy") {

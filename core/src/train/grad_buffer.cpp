@@ -28,6 +28,17 @@ CommHook reduce_scatter_avg_hook(Comm& comm) {
   return [c](GradBucket& bucket) { return BucketComm{c->reduce_scatter_inplace_async(bucket.data, ReduceOp::Avg), {}}; };
 }
 
+CommHook hybrid_reduce_hook(Comm& shard, Comm& replicate) {
+  Comm* s = &shard;
+  Comm* r = &replicate;
+  return [s, r](GradBucket& bucket) {
+    at::Tensor mine = bucket.data.chunk(s->world_size())[static_cast<size_t>(s->rank())];
+    // Blocking in after_wait: the cross-group step needs the in-group result.
+    return BucketComm{s->reduce_scatter_inplace_async(bucket.data, ReduceOp::Avg),
+                      [r, mine]() mutable { r->all_reduce(mine, ReduceOp::Avg); }};
+  };
+}
+
 CommHook compressed_allreduce_hook(Comm& comm, at::ScalarType wire) {
   if (wire != at::kHalf && wire != at::kBFloat16) {
     fail("gradient compression: wire dtype must be fp16 or bf16, got {}", c10::toString(wire));
