@@ -95,4 +95,19 @@ inline void check_same_losses(const std::vector<double>& ref, const std::filesys
   }
 }
 
+// `ft <args>` resumes a parity-tiny run saved at step 4 and runs to step 8:
+// its four steps must match reference steps 5-8 within 1e-4.
+inline void check_resumed_steps(const std::string& args, const std::filesystem::path& metrics) {
+  const auto ref = reference_losses();
+  auto out = run_ft(args);
+  INFO("ft " << args << "\n" << out.output);
+  REQUIRE(out.exit_code == 0);
+  const auto got = step_losses(metrics);
+  REQUIRE(got.size() == 4);
+  for (size_t i = 0; i < 4; ++i) {
+    INFO("step " << i + 5);
+    CHECK(std::abs(got[i] - ref[i + 4]) < 1e-4);
+  }
+}
+
 }  // namespace ft_test

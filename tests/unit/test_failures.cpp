@@ -20,15 +20,17 @@ using Clock = std::chrono::steady_clock;
 
 bool alive(pid_t pid) { return ::kill(pid, 0) == 0; }
 
-void kill_rank_and_check(int nproc, int victim_rank) {
+// `strategy` "pipeline" runs nproc stages on the whole batch in 4 micro-batches.
+void kill_rank_and_check(int nproc, int victim_rank, const std::string& strategy = "ddp") {
   ft_test::TempDir tmp(fmt::format("kill-{}", nproc));
   const auto metrics = tmp.path() / "m.jsonl";
   const auto log = tmp.path() / "out.log";
-  const std::string batch = std::to_string(32 / nproc);
+  const bool pipeline = strategy == "pipeline";
+  const std::string batch = std::to_string(pipeline ? 8 : 32 / nproc);
   const pid_t launcher = ft_test::spawn_ft(
-      {"run", "--config", "configs/parity-tiny.yaml", "--strategy", "ddp", "--nproc", std::to_string(nproc),
-       "--threads", "1", "--max-steps", "100000", "--timeout", "10", "--set", "train.batch_size=" + batch,
-       "--metrics-out", metrics.string()},
+      {"run", "--config", "configs/parity-tiny.yaml", "--strategy", strategy, "--nproc", std::to_string(nproc),
+       "--threads", "1", "--max-steps", "100000", "--timeout", "10", "--set", "train.batch_size=" + batch, "--set",
+       std::string("train.grad_accum=") + (pipeline ? "4" : "1"), "--metrics-out", metrics.string()},
       log);
   REQUIRE(launcher > 0);
   // Wait until training is under way (two logged steps).
@@ -75,4 +77,6 @@ TEST_CASE("killing a rank stops the job, names the rank, leaves no process") {
   FT_REQUIRE_SHARED("fixtures/parity-tiny");
   SUBCASE("2 ranks, rank 1 killed") { kill_rank_and_check(2, 1); }
   SUBCASE("2 ranks, rank 0 killed") { kill_rank_and_check(2, 0); }
+  // A middle stage: its neighbours wait on its activation and its gradient.
+  SUBCASE("pipeline of 4 stages, stage 2 killed") { kill_rank_and_check(4, 2, "pipeline"); }
 }

@@ -46,6 +46,16 @@ const ParityCase kCases[] = {
      1e-5},
     {"fsdp", 4, 8, 1,
      "--set strategy.options.sharding_strategy=_HYBRID_SHARD_ZERO2 --set strategy.options.shard_group_size=2", 1e-5},
+    // Pipeline (the model cut into stages; micro-batches = train.grad_accum):
+    // 2 stages of 2 units, 4 stages of one unit each, both schedules.
+    {"pipeline", 2, 8, 4, "--set strategy.options.schedule=gpipe", 1e-5},
+    {"pipeline", 2, 8, 4, "--set strategy.options.schedule=1f1b", 1e-5},
+    {"pipeline", 4, 8, 4, "--set strategy.options.schedule=gpipe", 1e-5},
+    {"pipeline", 4, 8, 4, "--set strategy.options.schedule=1f1b", 1e-5},
+    // dp 2 x pp 2: two pipelines of 2 stages, each on half the batch.
+    {"pipeline", 4, 8, 2, "--set strategy.options.stages=2", 1e-5},
+    {"pipeline", 2, 8, 4, "--set train.activation_checkpointing=true", 1e-5},
+    {"pipeline", 2, 8, 4, "--set model.padding_free=false --set train.activation_checkpointing=true", 1e-5},
     // The padded path (model.padding_free=false: every pad position computed,
     // as Hugging Face does) is kept for comparisons; it must agree as well.
     {"single", 1, 32, 1, "--set model.padding_free=false", 1e-5},
@@ -95,6 +105,8 @@ struct ControlCase {
   const char* settings;  // flags shared by the reference and the distributed run
   const char* strategy;
   int nproc;
+  int data_parallel = 0;  // ranks reading different data; 0: all nproc (a pipeline's stages read the same)
+  int grad_accum = 1;     // micro-batches per step, in the reference run too
 };
 
 const ControlCase kControlCases[] = {
@@ -105,15 +117,23 @@ const ControlCase kControlCases[] = {
     // Frozen base weights inside sharded units: backward still reads them
     // after the unit's last trainable grad arrived.
     {"LoRA r=4", "--set lora.rank=4 --set lora.alpha=8", "zero3", 2},
+    // Frozen embeddings on the first stage: it still receives (and drops) the
+    // gradient of what it sent.
+    // 4 micro-batches of 8 through 2 stages.
+    {"LoRA r=4", "--set lora.rank=4 --set lora.alpha=8", "pipeline", 2, 1, 4},
 };
 
-std::vector<double> control_losses(const char* settings, const char* strategy, int nproc) {
+// The case's run (a global batch of 32), or with `reference` the single-process one.
+std::vector<double> control_losses(const ControlCase& c, bool reference) {
+  const char* strategy = reference ? "single" : c.strategy;
+  const int nproc = reference ? 1 : c.nproc;
+  const int readers = reference ? 1 : (c.data_parallel > 0 ? c.data_parallel : c.nproc);
   ft_test::TempDir tmp(fmt::format("control-{}-{}", strategy, nproc));
   const auto metrics = tmp.path() / "metrics.jsonl";
   const std::string args = fmt::format(
       "run --config configs/parity-tiny.yaml --strategy {} --nproc {} --threads 1 --set train.batch_size={} "
-      "--metrics-out {} {}",
-      strategy, nproc, 32 / nproc, metrics.string(), settings);
+      "--set train.grad_accum={} --metrics-out {} {}",
+      strategy, nproc, 32 / readers / c.grad_accum, c.grad_accum, metrics.string(), c.settings);
   auto out = ft_test::run_ft(args);
   INFO("ft " << args << "\n" << out.output);
   REQUIRE(out.exit_code == 0);
@@ -126,8 +146,8 @@ TEST_CASE("fine-tuning controls: distributed runs reproduce the single-process r
   FT_REQUIRE_SHARED("fixtures/parity-tiny");
   for (const auto& c : kControlCases) {
     SUBCASE(fmt::format("{}: {} x{}", c.name, c.strategy, c.nproc).c_str()) {
-      const auto ref = control_losses(c.settings, "single", 1);
-      const auto got = control_losses(c.settings, c.strategy, c.nproc);
+      const auto ref = control_losses(c, /*reference=*/true);
+      const auto got = control_losses(c, /*reference=*/false);
       REQUIRE(ref.size() == 8);
       REQUIRE(got.size() == ref.size());
       // The controls must change the run, or the case proves nothing.

@@ -8,6 +8,8 @@
 
 namespace ft {
 
+class Comm;
+
 /// A strategy that can write its state as per-rank shards without
 /// gathering (zero1/2/3, fsdp).
 class __attribute__((visibility("default"))) ShardedCheckpointing {
@@ -21,6 +23,20 @@ class __attribute__((visibility("default"))) ShardedCheckpointing {
   /// shards before every rank returned (barrier). Read back with
   /// ft::read_sharded_checkpoint / `ft consolidate`.
   virtual void save_sharded(const std::filesystem::path& dir) = 0;
+};
+
+/// A strategy whose ranks are not all data-parallel: the ranks of one
+/// pipeline (or tensor-parallel group) read the same batch. The Trainer then
+/// shards training and evaluation data, and normalises losses, over
+/// data_comm() (the data-parallel group holding this rank; a world of one
+/// when there is no data parallelism) instead of the job's Comm. Values
+/// logged by reducing over the job's Comm must be equal within each such
+/// group, which the strategy guarantees by returning the same logits on all
+/// of its ranks. Valid from setup() to teardown().
+class __attribute__((visibility("default"))) DataParallelGroup {
+ public:
+  virtual ~DataParallelGroup();
+  virtual Comm& data_comm() = 0;
 };
 
 }  // namespace ft

@@ -86,6 +86,13 @@ class UnitRunner {
   virtual ~UnitRunner() = default;
   virtual at::Tensor run(int index, RunPass pass, const at::Tensor& input,
                          const std::function<at::Tensor(const at::Tensor&)>& fn) = 0;
+  /// False when unit `index` runs in another process (a pipeline stage):
+  /// the model then never wraps it in activation checkpointing, so run()
+  /// sees it once, in the forward's own grad mode.
+  virtual bool computes(int index) const {
+    (void)index;
+    return true;
+  }
 };
 
 class BertForSequenceClassification : public torch::nn::Module {

@@ -373,7 +373,8 @@ at::Tensor BertForSequenceClassification::forward(const Batch& input) {
     auto layer_unit = [runner = &run, layer = bert.layers[i], layout, i](const at::Tensor& h, RunPass pass) {
       return runner->run(i + 1, pass, h, [&](const at::Tensor& in) { return layer->forward(in, *layout); });
     };
-    x = checkpointing_ ? checkpoint(x, bert.layers[i]->parameters(), layer_unit) : layer_unit(x, RunPass::kPlain);
+    x = checkpointing_ && run.computes(i + 1) ? checkpoint(x, bert.layers[i]->parameters(), layer_unit)
+                                              : layer_unit(x, RunPass::kPlain);
   }
   at::Tensor logits;
   if (parts_->mlm) {

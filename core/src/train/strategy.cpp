@@ -14,5 +14,6 @@ void Strategy::set_training(bool training) {
 }
 
 ShardedCheckpointing::~ShardedCheckpointing() = default;
+DataParallelGroup::~DataParallelGroup() = default;
 
 }  // namespace ft

@@ -87,6 +87,11 @@ struct Trainer::Impl {
         comm(cm), events(ev), tracer(tracer_options(config.runtime, cm.rank())) {}
 
   bool is_rank0() const { return comm.rank() == 0; }
+  // Where data is sharded: the job, or the strategy's data-parallel group.
+  Comm& data_comm() const {
+    auto* g = strategy->ability<DataParallelGroup>();
+    return g ? g->data_comm() : comm;
+  }
   c10::Device device() const {
     return config.runtime.device == "cuda" ? c10::Device(c10::kCUDA, comm.local_rank()) : c10::Device(c10::kCPU);
   }
@@ -178,7 +183,7 @@ struct Trainer::Impl {
     strategy->set_training(false);
     torch::NoGradGuard no_grad;
     const int64_t per_rank = config.train.eval_batch_size > 0 ? config.train.eval_batch_size : config.train.batch_size;
-    auto report = objective->evaluate(*strategy, *inputs.dev, comm, events, per_rank);
+    auto report = objective->evaluate(*strategy, *inputs.dev, data_comm(), events, per_rank);
     strategy->set_training(true);
     return report;
   }
@@ -325,8 +330,8 @@ Trainer::Impl::Schedule Trainer::Impl::make_schedule() const {
   SamplerOptions so;
   so.dataset_size = inputs.train->size();
   so.per_rank_batch = t.batch_size;
-  so.world = comm.world_size();
-  so.rank = comm.rank();
+  so.world = data_comm().world_size();
+  so.rank = data_comm().rank();
   so.accum = t.grad_accum;
   so.shuffle = t.shuffle;
   so.drop_last = t.drop_last;
@@ -385,7 +390,7 @@ StepResult Trainer::Impl::train_step(const Schedule& plan, int64_t epoch, double
   for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
     micro_batches.push_back(objective->batch(*inputs.train, plan.sampler.micro_batch(epoch, state.step_in_epoch, micro), epoch));
   }
-  const double divisor = objective->step_divisor(micro_batches, comm);
+  const double divisor = objective->step_divisor(micro_batches, data_comm());
   data_range.end();
   for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
     const Batch& batch = micro_batches[static_cast<size_t>(micro)];

@@ -1,0 +1,306 @@
+// PipelineStrategy: setup, the unit runner, the schedule and the step.
+// Checkpoint state is in pipeline_state.cpp.
+#include "pipeline_strategy.h"
+
+#include <c10/core/GradMode.h>
+#include <c10/core/StorageImpl.h>
+#include <cmath>
+#include <cstdio>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "ft/error.h"
+#include "ft/model.h"
+#include "ft/precision.h"
+
+namespace ft {
+
+namespace {
+// Point-to-point tags: activations flow to the next stage, their gradients
+// back; each receiver hears one direction from one peer, so the tags only
+// make the intent readable.
+constexpr int kActivationTag = 1;
+constexpr int kGradientTag = 2;
+}  // namespace
+
+class PipelineStrategy::Runner final : public UnitRunner {
+ public:
+  explicit Runner(PipelineStrategy* owner) : owner_(owner) {}
+  at::Tensor run(int index, RunPass, const at::Tensor& input,
+                 const std::function<at::Tensor(const at::Tensor&)>& fn) override {
+    return owner_->run_unit(index, input, fn);
+  }
+  bool computes(int index) const override { return owner_->owns(index); }
+
+ private:
+  PipelineStrategy* owner_;
+};
+
+PipelineStrategy::PipelineStrategy() = default;
+
+PipelineStrategy::~PipelineStrategy() {
+  if (model_) model_->set_unit_runner(nullptr);
+}
+
+Comm& PipelineStrategy::data_comm() { return mesh_->comm("dp"); }
+
+int PipelineStrategy::owner_of(int unit) const {
+  int s = 0;
+  while (unit >= bounds_[static_cast<size_t>(s) + 1]) ++s;
+  return s;
+}
+
+void PipelineStrategy::setup(std::shared_ptr<BertForSequenceClassification> model, const OptimizerSpec& optimizer,
+                             const ParamPlan& plan, StrategyContext& ctx) {
+  ctx_ = &ctx;
+  model_ = std::move(model);
+  Comm& world = *ctx.comm;
+  options_ = pipeline_options_from(ctx.options, world.world_size());
+  stages_ = options_.stages;
+  if (model_->config().head == BertHead::kMaskedLM && stages_ > 1) {
+    fail("pipeline: the masked-LM head's decoder is the word-embedding matrix of the first stage (tied "
+         "weights); pretrain with a data-parallel or sharded strategy, then fine-tune under pipeline");
+  }
+  mesh_ = std::make_unique<DeviceMesh>(world, std::vector<MeshDim>{{"pp", stages_}, {"dp", world.world_size() / stages_}},
+                                       "strategy.options.stages");
+  stage_ = mesh_->coordinate("pp");
+
+  model_->to(ctx.device);
+  for (auto& item : model_->named_parameters()) {
+    auto it = plan.find(item.key());
+    item.value().set_requires_grad(it == plan.end() || it->second.trainable);
+  }
+  unit_params_ = model_->unit_parameters();
+  std::vector<int64_t> sizes;
+  for (const auto& params : unit_params_) {
+    int64_t n = 0;
+    for (const auto& [name, t] : params) n += t.numel();
+    sizes.push_back(options_.balance_by_parameters ? n : 1);
+  }
+  bounds_ = balance_stages(sizes, stages_);
+  first_ = bounds_[static_cast<size_t>(stage_)];
+  end_ = bounds_[static_cast<size_t>(stage_) + 1];
+
+  // Rank 0's weights everywhere (as DDP), then each stage keeps its own units.
+  if (world.world_size() > 1) {
+    c10::NoGradGuard no_grad;
+    std::vector<at::Tensor> parts;
+    for (const auto& params : unit_params_)
+      for (const auto& [name, t] : params) parts.push_back(t.detach().reshape({-1}).to(at::kFloat));
+    at::Tensor flat = at::cat(parts);
+    world.broadcast(flat, 0);
+    int64_t off = 0;
+    for (const auto& params : unit_params_) {
+      for (const auto& [name, t] : params) {
+        t.detach().copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+        off += t.numel();
+      }
+    }
+  }
+  TensorList own;
+  for (int u = first_; u < end_; ++u)
+    for (const auto& named : unit_params_[static_cast<size_t>(u)]) own.push_back(named);
+  auto slots = slots_from_plan(own, plan);
+  for (const auto& s : slots) trainable_.push_back(s.param);
+  optimizer_ = std::make_unique<TensorOptimizer>(optimizer, std::move(slots));
+  free_other_units();
+  norm_buf_ = at::zeros({1}, at::kDouble);
+  runner_ = std::make_unique<Runner>(this);
+  model_->set_unit_runner(runner_.get());
+  if (world.rank() == 0) {
+    std::fputs(describe_stages().c_str(), stdout);
+    std::fflush(stdout);
+  }
+}
+
+// Another stage's weights are never read here: their storage goes, their
+// sizes stay (parameter counts and names still describe the whole model).
+void PipelineStrategy::free_other_units() {
+  for (int u = 0; u < static_cast<int>(unit_params_.size()); ++u) {
+    if (owns(u)) continue;
+    for (const auto& [name, t] : unit_params_[static_cast<size_t>(u)]) {
+      c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+      at::DataPtr old = impl->set_data_ptr(at::DataPtr(nullptr, t.device()));
+      impl->set_nbytes(0);
+    }
+  }
+}
+
+std::string PipelineStrategy::describe_stages() const {
+  auto unit_name = [&](int u) {
+    if (u == 0) return std::string("embeddings");
+    if (u + 1 == static_cast<int>(unit_params_.size())) return std::string("head");
+    return fmt::format("layer {}", u - 1);
+  };
+  std::vector<std::string> parts;
+  for (int s = 0; s < stages_; ++s) {
+    const int a = bounds_[static_cast<size_t>(s)], b = bounds_[static_cast<size_t>(s) + 1];
+    int64_t n = 0;
+    for (int u = a; u < b; ++u)
+      for (const auto& [name, t] : unit_params_[static_cast<size_t>(u)]) n += t.numel();
+    parts.push_back(fmt::format("stage {}: {}{} ({:.2f}M params)", s, unit_name(a),
+                                b - a > 1 ? " .. " + unit_name(b - 1) : std::string(), static_cast<double>(n) / 1e6));
+  }
+  return fmt::format("pipeline: {} stages, schedule {}, balanced by {}; {}; mesh {}\n", stages_,
+                     options_.schedule == PipeSchedule::kGPipe ? "gpipe" : "1f1b",
+                     options_.balance_by_parameters ? "parameters" : "units", fmt::join(parts, "; "),
+                     mesh_->describe("pp"));
+}
+
+// ---------------------------------------------------------------- forward
+
+at::Tensor PipelineStrategy::run_unit(int unit, const at::Tensor& input,
+                                      const std::function<at::Tensor(const at::Tensor&)>& fn) {
+  // The embeddings turn token ids (padded [B, S] or packed [T]) into
+  // activations of that shape plus the hidden size; layers keep the shape.
+  if (unit == 0) {
+    activation_shape_ = input.sizes().vec();
+    activation_shape_.push_back(model_->config().hidden_size);
+  }
+  if (owns(unit)) return fn(input);
+  // The first unit after this stage's: `input` is what this stage computed,
+  // with its graph (a checkpointed last layer's output included).
+  if (unit == end_) {
+    at::Tensor wire = input.detach().to(at::kFloat).contiguous();
+    activation_sends_.push_back({pipe().send_async(wire, stage_ + 1, kActivationTag), wire});
+    if (at::GradMode::is_enabled()) current_.sent = input;
+    return input;
+  }
+  if (unit == first_ - 1) {
+    at::Tensor in = at::empty(activation_shape_, at::TensorOptions().dtype(at::kFloat).device(ctx_->device));
+    pipe().recv(in, stage_ - 1, kActivationTag);
+    if (at::GradMode::is_enabled()) {
+      in.set_requires_grad(true);
+      current_.received = in;
+    }
+    return in;
+  }
+  // A unit of another stage: nothing runs here, and nothing reads the result.
+  return input;
+}
+
+at::Tensor PipelineStrategy::forward(const Batch& batch) {
+  const Batch b = model_inputs_on(batch, ctx_->device);
+  current_ = Micro{};
+  at::Tensor logits;
+  {
+    auto autocast = ctx_->precision->autocast();
+    logits = model_->forward(b);
+  }
+  if (stages_ > 1) {
+    at::Tensor shared = last_stage() ? logits.detach().to(at::kFloat).contiguous()
+                                     : at::empty({b.input_ids.size(0), model_->config().num_labels},
+                                                 at::TensorOptions().dtype(at::kFloat).device(ctx_->device));
+    pipe().broadcast(shared, stages_ - 1);
+    if (!last_stage()) logits = shared;
+  }
+  // The last stage had every activation of this forward: sends are done.
+  for (auto& s : activation_sends_) s.work.wait();
+  activation_sends_.clear();
+  if (at::GradMode::is_enabled()) waiting_.push_back(std::move(current_));
+  current_ = Micro{};
+  return logits;
+}
+
+// ---------------------------------------------------------------- backward
+
+void PipelineStrategy::run_backward(Micro& m) {
+  if (last_stage()) {
+    ctx_->precision->scale_loss(m.loss).backward();
+  } else {
+    at::Tensor grad = at::empty(activation_shape_, at::TensorOptions().dtype(at::kFloat).device(ctx_->device));
+    if (m.sent.defined()) grad = at::empty(m.sent.sizes(), grad.options());
+    pipe().recv(grad, stage_ + 1, kGradientTag);
+    // Nothing before this point trains (a frozen first stage): the grad is
+    // still received, so the sender's send completes.
+    if (m.sent.defined() && m.sent.requires_grad()) m.sent.backward(grad.to(m.sent.scalar_type()));
+  }
+  if (stage_ > 0) {
+    at::Tensor g = m.received.grad();
+    at::Tensor wire = g.defined() ? g.to(at::kFloat).contiguous() : at::zeros_like(m.received);
+    gradient_sends_.push_back({pipe().send_async(wire, stage_ - 1, kGradientTag), wire});
+  }
+  m = Micro{};
+}
+
+void PipelineStrategy::backward(const at::Tensor& loss, bool sync_grads) {
+  if (waiting_.empty()) fail("pipeline: backward without a training forward");
+  waiting_.back().loss = loss;
+  // 1F1B: stage s lets p-1-s forwards wait (the last stage none); GPipe: all of them.
+  const size_t limit = options_.schedule == PipeSchedule::kOneFOneB ? static_cast<size_t>(stages_ - 1 - stage_)
+                                                                     : waiting_.size();
+  while (!waiting_.empty() && (sync_grads || waiting_.size() > limit)) {
+    run_backward(waiting_.front());
+    waiting_.pop_front();
+  }
+  if (sync_grads) {
+    wait_sends();
+    average_over_replicas();
+  }
+}
+
+void PipelineStrategy::wait_sends() {
+  for (auto* list : {&activation_sends_, &gradient_sends_}) {
+    for (auto& s : *list) s.work.wait();
+    list->clear();
+  }
+}
+
+// dp replicas of this stage: one flat all-reduce Avg of its gradients.
+void PipelineStrategy::average_over_replicas() {
+  Comm& dp = data_comm();
+  if (dp.world_size() == 1 || trainable_.empty()) return;
+  c10::NoGradGuard no_grad;
+  std::vector<at::Tensor> parts;
+  for (const auto& p : trainable_) {
+    parts.push_back(p.grad().defined() ? p.grad().reshape({-1}) : at::zeros({p.numel()}, p.options()));
+  }
+  at::Tensor flat = at::cat(parts);
+  dp.all_reduce(flat, ReduceOp::Avg);
+  int64_t off = 0;
+  for (auto& p : trainable_) {
+    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+    p.grad().copy_(flat.narrow(0, off, p.numel()).view(p.sizes()));
+    off += p.numel();
+  }
+}
+
+// ---------------------------------------------------------------- step
+
+StepResult PipelineStrategy::step(const StepOptions& options) {
+  wait_sends();
+  std::vector<at::Tensor> grads;
+  for (const auto& p : trainable_) grads.push_back(p.grad());
+  StepResult result;
+  bool found_inf = ctx_->precision->unscale_and_check(grads);
+  if (ctx_->precision->uses_loss_scaling() && stages_ > 1) {
+    at::Tensor flag = at::full({1}, found_inf ? 1.0f : 0.0f, at::kFloat);
+    pipe().all_reduce(flag, ReduceOp::Max);
+    found_inf = flag.item<float>() > 0.0f;
+  }
+  result.skipped = found_inf;
+  if (!found_inf) {
+    // Stages hold disjoint parameters: the global norm sums their squares.
+    norm_buf_.fill_(grad_norm_squared(grads));
+    if (stages_ > 1) pipe().all_reduce(norm_buf_, ReduceOp::Sum);
+    result.grad_norm = std::sqrt(norm_buf_.item<double>());
+    clip_grads(grads, result.grad_norm, options.max_grad_norm);
+    optimizer_->step(options.lr, grads);
+  } else {
+    result.grad_norm = std::nan("");
+  }
+  c10::NoGradGuard no_grad;
+  for (auto& g : grads)
+    if (g.defined()) g.zero_();
+  ctx_->precision->update(found_inf);
+  return result;
+}
+
+void PipelineStrategy::teardown() {
+  wait_sends();
+  if (model_) model_->set_unit_runner(nullptr);
+}
+
+}  // namespace ft

@@ -1,0 +1,134 @@
+// PipelineStrategy: the model cut by units (embeddings, encoder layers, head)
+// into contiguous stages, one per rank of a pipeline group, with the
+// accumulation micro-batches (train.grad_accum) flowing through them.
+//
+//   stage s owns units [first, end): only their parameters, gradients and
+//   optimizer state live on its rank; the other units' storage is freed.
+//   forward: a UnitRunner runs the owned units; the stage before sends the
+//     activation entering `first` (fp32, point to point), this stage sends
+//     the one leaving end-1 to the next. The last stage computes the logits
+//     and broadcasts them to its pipeline group, so every rank returns the
+//     same logits and the Trainer's loss, logging and evaluation work
+//     unchanged on every stage.
+//   backward: deferred by the schedule. The last stage back-propagates the
+//     loss; every other stage receives the gradient of the activation it
+//     sent and back-propagates that; each sends the gradient of the
+//     activation it received to the stage before.
+//     gpipe: every forward of the step first, all backwards at the last
+//            micro-batch (activations of all m micro-batches kept).
+//     1f1b:  stage s keeps at most p-1-s micro-batches waiting for their
+//            backward (the last stage none), so it alternates one forward
+//            and one backward after a warm-up of p-1-s forwards.
+//   step: data-parallel replicas of a stage average its gradients (dp
+//     groups), the global grad norm sums the stages' squared norms (pp
+//     group), then each stage updates its own parameters.
+//
+// Ranks form a DeviceMesh {pp: stages, dp: world / stages} (pp outermost,
+// as Megatron orders them): with 4 ranks and 2 stages, pipelines {0,2}
+// {1,3}, data-parallel groups {0,1} {2,3}. Data is sharded over dp.
+//
+// Checkpoints stay full and HF-named: model_state() and optimizer_state()
+// broadcast each unit from its owner, so any other strategy resumes them.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ft/abilities.h"
+#include "ft/comm.h"
+#include "ft/device_mesh.h"
+#include "ft/optim.h"
+#include "ft/strategy.h"
+
+namespace ft {
+
+enum class PipeSchedule { kGPipe, kOneFOneB };
+
+/// strategy.options for pipeline (all optional):
+///   stages    (int >= 1, default: the world size) pipeline stages; the rest of
+///             the world (world / stages) are data-parallel replicas
+///   schedule  1f1b (default) | gpipe
+///   balance   parameters (default: contiguous stages of about equal parameter
+///             count) | units (about equal unit count)
+/// The micro-batches per step are train.grad_accum (DeepSpeed's rule).
+struct PipelineOptions {
+  int stages = 1;
+  PipeSchedule schedule = PipeSchedule::kOneFOneB;
+  bool balance_by_parameters = true;
+};
+PipelineOptions pipeline_options_from(const std::map<std::string, std::string>& options, int world_size);
+
+/// Contiguous split of `sizes` (one per unit) into `stages` non-empty parts
+/// that minimises the largest part; returns the first unit of each stage
+/// followed by sizes.size().
+std::vector<int> balance_stages(const std::vector<int64_t>& sizes, int stages);
+
+class PipelineStrategy final : public Strategy, public DataParallelGroup {
+ public:
+  PipelineStrategy();
+  ~PipelineStrategy() override;
+
+  void setup(std::shared_ptr<BertForSequenceClassification> model, const OptimizerSpec& optimizer,
+             const ParamPlan& plan, StrategyContext& ctx) override;
+  at::Tensor forward(const Batch& batch) override;
+  void backward(const at::Tensor& loss, bool sync_grads) override;
+  StepResult step(const StepOptions& options) override;
+  TensorList model_state() override;
+  OptimizerState optimizer_state() override;
+  void load_state(const TensorList& model, const OptimizerState* optimizer) override;
+  /// Only this stage's units: parameters, their grads, their optimizer state.
+  StateBytes state_bytes() const override;
+  void teardown() override;
+  Comm& data_comm() override;
+
+  bool owns(int unit) const { return unit >= first_ && unit < end_; }
+  /// The unit runner's body (see the top of this file).
+  at::Tensor run_unit(int unit, const at::Tensor& input, const std::function<at::Tensor(const at::Tensor&)>& fn);
+
+ private:
+  class Runner;
+  // One micro-batch between its forward and its backward.
+  struct Micro {
+    at::Tensor received;  // activation from the stage before (a leaf); undefined on stage 0
+    at::Tensor sent;      // activation sent to the stage after; undefined on the last stage
+    at::Tensor loss;      // last stage: the micro-batch's loss
+  };
+
+  bool last_stage() const { return stage_ + 1 == stages_; }
+  int owner_of(int unit) const;
+  Comm& pipe() { return mesh_->comm("pp"); }
+  void run_backward(Micro& m);
+  void wait_sends();
+  void average_over_replicas();
+  void free_other_units();
+  std::string describe_stages() const;
+
+  StrategyContext* ctx_ = nullptr;
+  PipelineOptions options_;
+  std::unique_ptr<DeviceMesh> mesh_;
+  std::vector<int> bounds_;  // first unit of each stage, then the unit count
+  int stage_ = 0, stages_ = 1, first_ = 0, end_ = 0;
+  std::unique_ptr<Runner> runner_;
+  std::unique_ptr<TensorOptimizer> optimizer_;
+  std::vector<at::Tensor> trainable_;  // this stage's, in model order
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> unit_params_;  // every unit's, HF names
+
+  // Forward bookkeeping of the current micro-batch.
+  std::vector<int64_t> activation_shape_;
+  Micro current_;
+  std::deque<Micro> waiting_;  // forwards whose backward the schedule has not run yet
+  struct Send {
+    Work work;
+    at::Tensor tensor;  // kept alive until the send completes
+  };
+  std::vector<Send> activation_sends_;  // this micro-batch's; done once its logits arrive
+  std::vector<Send> gradient_sends_;    // done by the end of the step's last backward
+  at::Tensor norm_buf_;
+};
+
+}  // namespace ft

@@ -1,0 +1,111 @@
+// The pipeline strategy: the stage split, its options, checkpoints that any
+// strategy resumes, and what each stage holds. Parity against the PyTorch
+// reference (2 and 4 stages x gpipe/1f1b, dp x pp, checkpointing, LoRA) is
+// in test_parity.cpp.
+#include <fmt/format.h>
+
+#include "ft/model.h"
+#include "ft/safetensors.h"
+#include "ft_run.h"
+#include "pipeline_strategy.h"
+
+TEST_CASE("balance_stages: contiguous stages with the smallest largest stage") {
+  CHECK(ft::balance_stages({4, 1, 1, 1, 1}, 2) == std::vector<int>{0, 1, 5});
+  CHECK(ft::balance_stages({1, 1, 1, 1}, 4) == std::vector<int>{0, 1, 2, 3, 4});
+  CHECK(ft::balance_stages({1, 1, 1, 1}, 2) == std::vector<int>{0, 2, 4});
+  // Ties go to the later cut: {3, 3 | 3} and {3 | 3, 3} are equal; the first stage keeps more.
+  CHECK(ft::balance_stages({3, 3, 3}, 2) == std::vector<int>{0, 2, 3});
+  CHECK(ft::balance_stages({5}, 1) == std::vector<int>{0, 1});
+  CHECK(ft_test::error_of([] { ft::balance_stages({1, 1}, 3); }) ==
+        "pipeline: 3 stages for a model of 2 units; use 1 to 2 stages");
+}
+
+TEST_CASE("pipeline options: defaults and errors naming the key") {
+  auto o = ft::pipeline_options_from({}, 4);
+  CHECK((o.stages == 4 && o.schedule == ft::PipeSchedule::kOneFOneB && o.balance_by_parameters));
+  auto g = ft::pipeline_options_from({{"stages", "2"}, {"schedule", "GPipe"}, {"balance", "units"}}, 4);
+  CHECK((g.stages == 2 && g.schedule == ft::PipeSchedule::kGPipe && !g.balance_by_parameters));
+  CHECK(ft_test::error_of([] { ft::pipeline_options_from({{"stages", "3"}}, 4); }) ==
+        "strategy.options.stages: 3 stages do not divide the 4 ranks into whole pipelines; pick a divisor of 4");
+  CHECK(ft_test::error_of([] { ft::pipeline_options_from({{"schedule", "zb"}}, 2); }) ==
+        "strategy.options.schedule: 'zb' is not one of 1f1b, gpipe");
+  CHECK(ft_test::error_of([] { ft::pipeline_options_from({{"micro_batches", "4"}}, 2); }) ==
+        "strategy.options.micro_batches: unknown option for pipeline (known: stages, schedule, balance)");
+}
+
+namespace {
+
+ft_test::RunOutput parity_run(const std::string& flags, const std::filesystem::path& metrics) {
+  return ft_test::run_ft(
+      fmt::format("run --config configs/parity-tiny.yaml --threads 1 --metrics-out {} {}", metrics.string(), flags));
+}
+
+}  // namespace
+
+TEST_CASE("pipeline x2 saves at step 4; single and zero3 x2 resume it and match the reference") {
+  FT_REQUIRE_SHARED("fixtures/parity-tiny");
+  ft_test::TempDir tmp("pipe-resume");
+  auto pipe = parity_run(fmt::format("--strategy pipeline --nproc 2 --set train.batch_size=8 --set train.grad_accum=4 "
+                                     "--max-steps 4 --output-dir {}",
+                                     (tmp.path() / "pipe").string()),
+                         tmp.path() / "pipe.jsonl");
+  INFO(pipe.output);
+  REQUIRE(pipe.exit_code == 0);
+  CHECK(pipe.output.find("pipeline: 2 stages, schedule 1f1b, balanced by parameters; stage 0: embeddings") !=
+        std::string::npos);
+  const auto saved = tmp.path() / "pipe" / "final";
+  // The checkpoint is the full HF model, not a stage of it.
+  ft::BertConfig c = ft::BertConfig::from_json_file((saved / "config.json").string());
+  ft::BertForSequenceClassification model(c);
+  const auto weights = ft::safetensors::load((saved / "model.safetensors").string());
+  CHECK(weights.size() == model.weights().size());
+
+  for (const char* flags : {"--strategy single", "--strategy zero3 --nproc 2 --set train.batch_size=16",
+                            "--strategy pipeline --nproc 2 --set train.batch_size=16 --set train.grad_accum=2 "
+                            "--set strategy.options.schedule=gpipe"}) {
+    CAPTURE(flags);
+    const auto metrics = tmp.path() / "resume.jsonl";
+    std::filesystem::remove(metrics);
+    ft_test::check_resumed_steps(fmt::format("run --config configs/parity-tiny.yaml --threads 1 --metrics-out {} {} "
+                                             "--resume {} --max-steps 8",
+                                             metrics.string(), flags, saved.string()),
+                                 metrics);
+  }
+}
+
+TEST_CASE("bench-mini: each pipeline stage holds only its units' parameters, gradients and optimizer state") {
+  FT_REQUIRE_SHARED("fixtures/bench-mini");
+  ft_test::TempDir tmp("pipe-mem");
+  ft::BertConfig c = ft::BertConfig::from_json_file((ft_test::shared_dir() / "fixtures/bench-mini/config.json").string());
+  ft::BertForSequenceClassification model(c);
+  std::vector<int64_t> sizes;
+  int64_t psi = 0;
+  for (const auto& unit : model.unit_parameters()) {
+    int64_t n = 0;
+    for (const auto& [name, t] : unit) n += t.numel();
+    sizes.push_back(n);
+    psi += n;
+  }
+  for (int stages : {2, 4}) {
+    CAPTURE(stages);
+    const auto bounds = ft::balance_stages(sizes, stages);
+    const auto metrics = tmp.path() / fmt::format("pipe{}.jsonl", stages);
+    auto out = ft_test::run_ft(fmt::format(
+        "run --config configs/bench-mini.yaml --strategy pipeline --nproc {} --threads 1 --set train.batch_size=2 "
+        "--max-steps 1 --metrics-out {}",
+        stages, metrics.string()));
+    INFO(out.output);
+    REQUIRE(out.exit_code == 0);
+    const auto per_rank = ft_test::summary_of(metrics).at("model_state_bytes").get<std::vector<double>>();
+    REQUIRE(per_rank.size() == static_cast<size_t>(stages));
+    double total = 0;
+    for (int s = 0; s < stages; ++s) {
+      int64_t n = 0;
+      for (int u = bounds[static_cast<size_t>(s)]; u < bounds[static_cast<size_t>(s) + 1]; ++u) n += sizes[static_cast<size_t>(u)];
+      // fp32 weights, their gradients, and AdamW's two moments: 16 bytes each.
+      CHECK(per_rank[static_cast<size_t>(s)] == doctest::Approx(16.0 * static_cast<double>(n)));
+      total += per_rank[static_cast<size_t>(s)];
+    }
+    CHECK(total == doctest::Approx(16.0 * static_cast<double>(psi)));
+  }
+}
