@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -56,6 +57,9 @@ struct RowDef {
   std::string seed_row;
   double seed_minutes = std::nan("");
   std::vector<std::string> sets;  // row-specific overrides (before the user's)
+  /// > 0: the ranks are pipeline stages reading the same data; the global
+  /// batch goes through them in this many micro-batches (train.grad_accum).
+  int micro_batches = 0;
 };
 
 /// The seed table's rows in its order (BENCHMARK.md's mapping), with the
@@ -75,6 +79,7 @@ std::vector<RowDef> known_rows() {
       {"auto", "auto", "auto", Launch::Spawn, "accelerate", 1.3667, {}},
       {"trainer", "Trainer preset", "ddp_amp", Launch::Spawn, "Trainer fp16", 0.4900, {}},
       {"fsdp", "fsdp", "fsdp", Launch::Spawn, "", std::nan(""), {}},
+      {"pipeline", "pipeline (1f1b, 4 micro-batches)", "pipeline", Launch::Spawn, "", std::nan(""), {}, 4},
   };
 }
 
@@ -190,6 +195,25 @@ std::string auto_choice(const std::string& log) {
   return log.substr(start, end == std::string::npos ? std::string::npos : end - start);
 }
 
+// "bubble 31% (theory 20%)": the stages' idle shares (their teardown lines) averaged.
+std::string pipeline_bubble(const std::string& log) {
+  const std::string key = "pipeline stage ";
+  double sum = 0;
+  int n = 0;
+  std::string theory;
+  for (size_t at = log.find(key); at != std::string::npos; at = log.find(key, at + 1)) {
+    const auto idle = log.find(": idle ", at);
+    const auto line_end = log.find('\n', at);
+    if (idle == std::string::npos || idle > line_end) continue;
+    sum += std::atof(log.c_str() + idle + 7);
+    ++n;
+    const auto eq = log.find(") = ", at);
+    if (eq != std::string::npos && eq < line_end) theory = log.substr(eq + 4, log.find('%', eq) - eq - 4);
+  }
+  if (n == 0) return "";
+  return fmt::format("bubble {:.0f}% (theory {}%)", sum / n, theory);
+}
+
 std::string shell_join(const std::vector<std::string>& argv) {
   std::string out;
   for (const auto& a : argv) {
@@ -216,7 +240,8 @@ BenchRow run_row(const RowDef& def, const BenchFlags& flags, const Workload& wl,
   const bool one_process = def.launch == Launch::OneProcess || def.launch == Launch::Replicas;
   const int ranks = one_process ? 1 : flags.nproc;
   const int threads = one_process ? cores : std::max(1, cores / ranks);
-  const int batch = flags.global_batch / ranks;
+  // Pipeline stages share each micro-batch; data-parallel ranks split the batch.
+  const int batch = def.micro_batches > 0 ? std::max(1, flags.global_batch / def.micro_batches) : flags.global_batch / ranks;
   std::vector<std::string> args = {exe.string(), "run", "--config", wl.config, "--strategy", def.strategy,
                                    "--metrics-out", metrics.string(), "--threads", std::to_string(threads)};
   for (const auto& d : flags.plugin_dirs) {
@@ -238,6 +263,7 @@ BenchRow run_row(const RowDef& def, const BenchFlags& flags, const Workload& wl,
     row.replicas = flags.nproc;
   }
   if (def.strategy == "auto") sets.push_back(fmt::format("strategy.options.batch_size={}", batch));
+  if (def.micro_batches > 0) sets.push_back(fmt::format("train.grad_accum={}", def.micro_batches));
   sets.insert(sets.end(), def.sets.begin(), def.sets.end());
   sets.insert(sets.end(), flags.sets.begin(), flags.sets.end());
   for (const auto& s : sets) {
@@ -287,6 +313,7 @@ BenchRow run_row(const RowDef& def, const BenchFlags& flags, const Workload& wl,
     row.error = first_error_line(output);
     if (row.error.empty()) row.error = result.exit_code ? fmt::format("exit code {}", result.exit_code) : "no summary in the metrics";
   }
+  if (def.strategy == "pipeline") row.note = pipeline_bubble(output);
   if (def.strategy == "auto") {
     const std::string pick = auto_choice(output);
     if (!pick.empty()) {

@@ -18,8 +18,26 @@ PipelineOptions pipeline_options_from(const std::map<std::string, std::string>& 
   }
   o.schedule = r.get_choice("schedule", "1f1b", {"1f1b", "gpipe"}) == "gpipe" ? PipeSchedule::kGPipe
                                                                                : PipeSchedule::kOneFOneB;
-  o.balance_by_parameters = r.get_choice("balance", "parameters", {"parameters", "units"}) == "parameters";
+  const std::string balance = r.get_choice("balance", "compute", {"compute", "parameters", "units"});
+  o.balance = balance == "units" ? StageBalance::kUnits
+              : balance == "parameters" ? StageBalance::kParameters
+                                        : StageBalance::kCompute;
   return o;
+}
+
+std::vector<int64_t> unit_costs(const std::vector<TensorList>& units, StageBalance balance) {
+  std::vector<int64_t> out;
+  for (size_t u = 0; u < units.size(); ++u) {
+    int64_t n = 0;
+    for (const auto& [name, t] : units[u]) {
+      // Forward and backward cost ~6 FLOPs per matmul weight per token; an
+      // embedding table is a lookup, and vectors (biases, LayerNorm) are noise.
+      const bool matmul = u > 0 && t.dim() == 2;
+      if (balance == StageBalance::kParameters || matmul) n += t.numel();
+    }
+    out.push_back(balance == StageBalance::kUnits ? 1 : n);
+  }
+  return out;
 }
 
 // Linear partition by dynamic programming: best[k][i] is the smallest

@@ -73,13 +73,7 @@ void PipelineStrategy::setup(std::shared_ptr<BertForSequenceClassification> mode
     item.value().set_requires_grad(it == plan.end() || it->second.trainable);
   }
   unit_params_ = model_->unit_parameters();
-  std::vector<int64_t> sizes;
-  for (const auto& params : unit_params_) {
-    int64_t n = 0;
-    for (const auto& [name, t] : params) n += t.numel();
-    sizes.push_back(options_.balance_by_parameters ? n : 1);
-  }
-  bounds_ = balance_stages(sizes, stages_);
+  bounds_ = balance_stages(unit_costs(unit_params_, options_.balance), stages_);
   first_ = bounds_[static_cast<size_t>(stage_)];
   end_ = bounds_[static_cast<size_t>(stage_) + 1];
 
@@ -143,9 +137,11 @@ std::string PipelineStrategy::describe_stages() const {
     parts.push_back(fmt::format("stage {}: {}{} ({:.2f}M params)", s, unit_name(a),
                                 b - a > 1 ? " .. " + unit_name(b - 1) : std::string(), static_cast<double>(n) / 1e6));
   }
+  const char* balance = options_.balance == StageBalance::kCompute      ? "compute"
+                        : options_.balance == StageBalance::kParameters ? "parameters"
+                                                                        : "units";
   return fmt::format("pipeline: {} stages, schedule {}, balanced by {}; {}; mesh {}\n", stages_,
-                     options_.schedule == PipeSchedule::kGPipe ? "gpipe" : "1f1b",
-                     options_.balance_by_parameters ? "parameters" : "units", fmt::join(parts, "; "),
+                     options_.schedule == PipeSchedule::kGPipe ? "gpipe" : "1f1b", balance, fmt::join(parts, "; "),
                      mesh_->describe("pp"));
 }
 
@@ -170,7 +166,7 @@ at::Tensor PipelineStrategy::run_unit(int unit, const at::Tensor& input,
   }
   if (unit == first_ - 1) {
     at::Tensor in = at::empty(activation_shape_, at::TensorOptions().dtype(at::kFloat).device(ctx_->device));
-    pipe().recv(in, stage_ - 1, kActivationTag);
+    idle([&] { pipe().recv(in, stage_ - 1, kActivationTag); });
     if (at::GradMode::is_enabled()) {
       in.set_requires_grad(true);
       current_.received = in;
@@ -181,24 +177,49 @@ at::Tensor PipelineStrategy::run_unit(int unit, const at::Tensor& input,
   return input;
 }
 
+template <typename F>
+void PipelineStrategy::idle(F&& wait) {
+  const auto t0 = Clock::now();
+  wait();
+  step_idle_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 at::Tensor PipelineStrategy::forward(const Batch& batch) {
   const Batch b = model_inputs_on(batch, ctx_->device);
   current_ = Micro{};
+  if (at::GradMode::is_enabled()) {
+    if (!in_step_) {
+      in_step_ = true;
+      step_start_ = Clock::now();
+      step_idle_s_ = 0;
+      micro_in_step_ = 0;
+    }
+    ++micro_in_step_;
+  }
   at::Tensor logits;
   {
     auto autocast = ctx_->precision->autocast();
     logits = model_->forward(b);
   }
-  if (stages_ > 1) {
+  const bool training = at::GradMode::is_enabled();
+  if (stages_ > 1 && training && !last_stage()) {
+    // Training: the loss lives on the last stage; waiting for it here would
+    // serialise the pipeline.
+    logits = at::zeros({b.input_ids.size(0), model_->config().num_labels},
+                       at::TensorOptions().dtype(at::kFloat).device(ctx_->device));
+  } else if (stages_ > 1 && !training) {
     at::Tensor shared = last_stage() ? logits.detach().to(at::kFloat).contiguous()
                                      : at::empty({b.input_ids.size(0), model_->config().num_labels},
                                                  at::TensorOptions().dtype(at::kFloat).device(ctx_->device));
-    pipe().broadcast(shared, stages_ - 1);
+    idle([&] { pipe().broadcast(shared, stages_ - 1); });
     if (!last_stage()) logits = shared;
   }
-  // The last stage had every activation of this forward: sends are done.
-  for (auto& s : activation_sends_) s.work.wait();
-  activation_sends_.clear();
+  // Evaluation: the last stage had every activation of this forward, so the
+  // sends are done. (Training's are waited for at the step's end.)
+  if (!at::GradMode::is_enabled()) {
+    for (auto& s : activation_sends_) s.work.wait();
+    activation_sends_.clear();
+  }
   if (at::GradMode::is_enabled()) waiting_.push_back(std::move(current_));
   current_ = Micro{};
   return logits;
@@ -212,7 +233,7 @@ void PipelineStrategy::run_backward(Micro& m) {
   } else {
     at::Tensor grad = at::empty(activation_shape_, at::TensorOptions().dtype(at::kFloat).device(ctx_->device));
     if (m.sent.defined()) grad = at::empty(m.sent.sizes(), grad.options());
-    pipe().recv(grad, stage_ + 1, kGradientTag);
+    idle([&] { pipe().recv(grad, stage_ + 1, kGradientTag); });
     // Nothing before this point trains (a frozen first stage): the grad is
     // still received, so the sender's send completes.
     if (m.sent.defined() && m.sent.requires_grad()) m.sent.backward(grad.to(m.sent.scalar_type()));
@@ -236,7 +257,7 @@ void PipelineStrategy::backward(const at::Tensor& loss, bool sync_grads) {
     waiting_.pop_front();
   }
   if (sync_grads) {
-    wait_sends();
+    idle([&] { wait_sends(); });
     average_over_replicas();
   }
 }
@@ -284,7 +305,8 @@ StepResult PipelineStrategy::step(const StepOptions& options) {
   if (!found_inf) {
     // Stages hold disjoint parameters: the global norm sums their squares.
     norm_buf_.fill_(grad_norm_squared(grads));
-    if (stages_ > 1) pipe().all_reduce(norm_buf_, ReduceOp::Sum);
+    // The wait here is the end of the bubble: stage 0's last backward.
+    if (stages_ > 1) idle([&] { pipe().all_reduce(norm_buf_, ReduceOp::Sum); });
     result.grad_norm = std::sqrt(norm_buf_.item<double>());
     clip_grads(grads, result.grad_norm, options.max_grad_norm);
     optimizer_->step(options.lr, grads);
@@ -295,12 +317,34 @@ StepResult PipelineStrategy::step(const StepOptions& options) {
   for (auto& g : grads)
     if (g.defined()) g.zero_();
   ctx_->precision->update(found_inf);
+  end_step_timing();
   return result;
+}
+
+void PipelineStrategy::end_step_timing() {
+  if (!in_step_) return;
+  in_step_ = false;
+  micro_per_step_ = micro_in_step_;
+  if (++steps_ == 1) return;
+  wall_s_ += std::chrono::duration<double>(Clock::now() - step_start_).count();
+  idle_s_ += step_idle_s_;
+  ++timed_steps_;
 }
 
 void PipelineStrategy::teardown() {
   wait_sends();
   if (model_) model_->set_unit_runner(nullptr);
+  if (stages_ > 1 && timed_steps_ > 0 && wall_s_ > 0) {
+    // Each rank its own line (no collective at teardown); ft bench averages them.
+    const int p = stages_, m = micro_per_step_;
+    std::fputs(fmt::format("pipeline stage {}: idle {:.1f}% of the step time over {} steps (bubble theory "
+                           "(p-1)/(m+p-1) = {:.1f}% for p = {}, m = {})\n",
+                           stage_, 100.0 * idle_s_ / wall_s_, timed_steps_,
+                           100.0 * (p - 1) / static_cast<double>(m + p - 1), p, m)
+                   .c_str(),
+               stdout);
+    std::fflush(stdout);
+  }
 }
 
 }  // namespace ft

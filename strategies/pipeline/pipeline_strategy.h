@@ -31,6 +31,7 @@
 // broadcast each unit from its owner, so any other strategy resumes them.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -53,15 +54,21 @@ enum class PipeSchedule { kGPipe, kOneFOneB };
 ///   stages    (int >= 1, default: the world size) pipeline stages; the rest of
 ///             the world (world / stages) are data-parallel replicas
 ///   schedule  1f1b (default) | gpipe
-///   balance   parameters (default: contiguous stages of about equal parameter
-///             count) | units (about equal unit count)
+///   balance   compute (default: about equal matmul work, i.e. the 2-D weights
+///             outside the embedding tables, which are lookups) | parameters
+///             (about equal memory) | units (about equal unit count)
 /// The micro-batches per step are train.grad_accum (DeepSpeed's rule).
+enum class StageBalance { kCompute, kParameters, kUnits };
+
 struct PipelineOptions {
   int stages = 1;
   PipeSchedule schedule = PipeSchedule::kOneFOneB;
-  bool balance_by_parameters = true;
+  StageBalance balance = StageBalance::kCompute;
 };
 PipelineOptions pipeline_options_from(const std::map<std::string, std::string>& options, int world_size);
+
+/// What balance_stages() evens out, per unit (unit 0 is the embeddings).
+std::vector<int64_t> unit_costs(const std::vector<TensorList>& units, StageBalance balance);
 
 /// Contiguous split of `sizes` (one per unit) into `stages` non-empty parts
 /// that minimises the largest part; returns the first unit of each stage
@@ -85,6 +92,7 @@ class PipelineStrategy final : public Strategy, public DataParallelGroup {
   StateBytes state_bytes() const override;
   void teardown() override;
   Comm& data_comm() override;
+  bool holds_loss() const override { return last_stage(); }
 
   bool owns(int unit) const { return unit >= first_ && unit < end_; }
   /// The unit runner's body (see the top of this file).
@@ -129,6 +137,19 @@ class PipelineStrategy final : public Strategy, public DataParallelGroup {
   std::vector<Send> activation_sends_;  // this micro-batch's; done once its logits arrive
   std::vector<Send> gradient_sends_;    // done by the end of the step's last backward
   at::Tensor norm_buf_;
+
+  // The bubble: time this stage waits on its neighbours (receives and the
+  // logits broadcast) over the step's wall time, from the second step on
+  // (the first pays for allocation). Printed per stage at teardown.
+  using Clock = std::chrono::steady_clock;
+  template <typename F>
+  void idle(F&& wait);
+  void end_step_timing();
+  Clock::time_point step_start_{};
+  bool in_step_ = false;
+  double step_idle_s_ = 0, idle_s_ = 0, wall_s_ = 0;
+  int64_t timed_steps_ = 0, steps_ = 0;
+  int micro_in_step_ = 0, micro_per_step_ = 0;
 };
 
 }  // namespace ft

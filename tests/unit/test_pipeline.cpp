@@ -9,6 +9,22 @@
 #include "ft_run.h"
 #include "pipeline_strategy.h"
 
+TEST_CASE("unit_costs: compute counts the matmul weights, parameters every element") {
+  ft::BertConfig c = ft::BertConfig::preset("tiny");
+  c.vocab_size = 1000;
+  ft::BertForSequenceClassification model(c);
+  const auto units = model.unit_parameters();
+  const auto compute = ft::unit_costs(units, ft::StageBalance::kCompute);
+  const auto params = ft::unit_costs(units, ft::StageBalance::kParameters);
+  REQUIRE(compute.size() == 4);  // embeddings, 2 layers, head
+  CHECK(compute[0] == 0);
+  const int64_t h = c.hidden_size, i = c.intermediate_size;
+  CHECK(compute[1] == 4 * h * h + 2 * h * i);
+  CHECK(compute[3] == h * h + c.num_labels * h);  // pooler and classifier
+  CHECK(params[0] == (c.vocab_size + c.max_position_embeddings + c.type_vocab_size) * h + 2 * h);
+  CHECK(ft::unit_costs(units, ft::StageBalance::kUnits) == std::vector<int64_t>{1, 1, 1, 1});
+}
+
 TEST_CASE("balance_stages: contiguous stages with the smallest largest stage") {
   CHECK(ft::balance_stages({4, 1, 1, 1, 1}, 2) == std::vector<int>{0, 1, 5});
   CHECK(ft::balance_stages({1, 1, 1, 1}, 4) == std::vector<int>{0, 1, 2, 3, 4});
@@ -22,9 +38,9 @@ TEST_CASE("balance_stages: contiguous stages with the smallest largest stage") {
 
 TEST_CASE("pipeline options: defaults and errors naming the key") {
   auto o = ft::pipeline_options_from({}, 4);
-  CHECK((o.stages == 4 && o.schedule == ft::PipeSchedule::kOneFOneB && o.balance_by_parameters));
+  CHECK((o.stages == 4 && o.schedule == ft::PipeSchedule::kOneFOneB && o.balance == ft::StageBalance::kCompute));
   auto g = ft::pipeline_options_from({{"stages", "2"}, {"schedule", "GPipe"}, {"balance", "units"}}, 4);
-  CHECK((g.stages == 2 && g.schedule == ft::PipeSchedule::kGPipe && !g.balance_by_parameters));
+  CHECK((g.stages == 2 && g.schedule == ft::PipeSchedule::kGPipe && g.balance == ft::StageBalance::kUnits));
   CHECK(ft_test::error_of([] { ft::pipeline_options_from({{"stages", "3"}}, 4); }) ==
         "strategy.options.stages: 3 stages do not divide the 4 ranks into whole pipelines; pick a divisor of 4");
   CHECK(ft_test::error_of([] { ft::pipeline_options_from({{"schedule", "zb"}}, 2); }) ==
@@ -51,7 +67,8 @@ TEST_CASE("pipeline x2 saves at step 4; single and zero3 x2 resume it and match 
                          tmp.path() / "pipe.jsonl");
   INFO(pipe.output);
   REQUIRE(pipe.exit_code == 0);
-  CHECK(pipe.output.find("pipeline: 2 stages, schedule 1f1b, balanced by parameters; stage 0: embeddings") !=
+  // Balanced by compute: the embedding table is a lookup, so layer 0 joins it.
+  CHECK(pipe.output.find("pipeline: 2 stages, schedule 1f1b, balanced by compute; stage 0: embeddings .. layer 0 (") !=
         std::string::npos);
   const auto saved = tmp.path() / "pipe" / "final";
   // The checkpoint is the full HF model, not a stage of it.
@@ -78,17 +95,13 @@ TEST_CASE("bench-mini: each pipeline stage holds only its units' parameters, gra
   ft_test::TempDir tmp("pipe-mem");
   ft::BertConfig c = ft::BertConfig::from_json_file((ft_test::shared_dir() / "fixtures/bench-mini/config.json").string());
   ft::BertForSequenceClassification model(c);
-  std::vector<int64_t> sizes;
+  const auto units = model.unit_parameters();
+  const auto sizes = ft::unit_costs(units, ft::StageBalance::kParameters);
   int64_t psi = 0;
-  for (const auto& unit : model.unit_parameters()) {
-    int64_t n = 0;
-    for (const auto& [name, t] : unit) n += t.numel();
-    sizes.push_back(n);
-    psi += n;
-  }
+  for (int64_t n : sizes) psi += n;
   for (int stages : {2, 4}) {
     CAPTURE(stages);
-    const auto bounds = ft::balance_stages(sizes, stages);
+    const auto bounds = ft::balance_stages(ft::unit_costs(units, ft::StageBalance::kCompute), stages);
     const auto metrics = tmp.path() / fmt::format("pipe{}.jsonl", stages);
     auto out = ft_test::run_ft(fmt::format(
         "run --config configs/bench-mini.yaml --strategy pipeline --nproc {} --threads 1 --set train.batch_size=2 "

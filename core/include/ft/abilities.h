@@ -29,14 +29,17 @@ class __attribute__((visibility("default"))) ShardedCheckpointing {
 /// pipeline (or tensor-parallel group) read the same batch. The Trainer then
 /// shards training and evaluation data, and normalises losses, over
 /// data_comm() (the data-parallel group holding this rank; a world of one
-/// when there is no data parallelism) instead of the job's Comm. Values
-/// logged by reducing over the job's Comm must be equal within each such
-/// group, which the strategy guarantees by returning the same logits on all
-/// of its ranks. Valid from setup() to teardown().
+/// when there is no data parallelism) instead of the job's Comm. Evaluation
+/// forwards must return the same logits on every rank of such a group.
+/// Valid from setup() to teardown().
 class __attribute__((visibility("default"))) DataParallelGroup {
  public:
   virtual ~DataParallelGroup();
   virtual Comm& data_comm() = 0;
+  /// False where a training forward returns placeholder logits (a
+  /// pipeline's stages before the last): the Trainer leaves this rank's loss
+  /// out of the logged average, and the strategy's backward() ignores it.
+  virtual bool holds_loss() const { return true; }
 };
 
 }  // namespace ft

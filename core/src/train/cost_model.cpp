@@ -140,6 +140,8 @@ int64_t theory_state_bytes(const std::string& strategy, int64_t params, int worl
   if (strategy == "zero1") return 8 * p + 8 * p / n;
   if (strategy == "zero2") return 8 * p + 8 * p / n;
   if (strategy == "zero3" || strategy == "fsdp") return 4 * p + 12 * p / n;
+  // Stages of equal size (the ideal split; ft bench lists every stage).
+  if (strategy == "pipeline") return 16 * p / n;
   return -1;
 }
 
@@ -149,6 +151,7 @@ std::string theory_formula(const std::string& strategy) {
   if (strategy == "zero1") return "8Ψ+8Ψ/N";
   if (strategy == "zero2") return "8Ψ+8Ψ/N";
   if (strategy == "zero3" || strategy == "fsdp") return "4Ψ+12Ψ/N";
+  if (strategy == "pipeline") return "16Ψ/N";
   return "";
 }
 

@@ -416,9 +416,14 @@ void Trainer::Impl::log_step(const Schedule& plan, FitProgress& p, const StepRes
                     p.timed_seconds > 0 ? static_cast<double>(p.timed_samples) / p.timed_seconds : 0.0);
     return;
   }
-  auto l = at::tensor({p.loss_since_log / static_cast<double>(p.steps_since_log)}, at::kDouble);
-  comm.all_reduce(l, ReduceOp::Avg);
-  p.last_loss = l.item<double>();
+  // Averaged over the ranks that compute the loss (all but a pipeline's
+  // earlier stages): a sum of the losses and one of the counts.
+  auto* group = strategy->ability<DataParallelGroup>();
+  const bool holds = group == nullptr || group->holds_loss();
+  auto l = at::tensor({holds ? p.loss_since_log / static_cast<double>(p.steps_since_log) : 0.0, holds ? 1.0 : 0.0},
+                      at::kDouble);
+  comm.all_reduce(l, ReduceOp::Sum);
+  p.last_loss = l[0].item<double>() / std::max(1.0, l[1].item<double>());
   StepEvent ev{state.global_step, plan.total, epoch, p.last_loss, lr, r.grad_norm,
                static_cast<double>(p.samples_since_log) / std::max(1e-9, p.log_window_seconds),
                precision->loss_scale(), r.skipped};
