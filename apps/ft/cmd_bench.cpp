@@ -57,8 +57,9 @@ struct RowDef {
   std::string seed_row;
   double seed_minutes = std::nan("");
   std::vector<std::string> sets;  // row-specific overrides (before the user's)
-  /// > 0: the ranks are pipeline stages reading the same data; the global
-  /// batch goes through them in this many micro-batches (train.grad_accum).
+  /// > 0: the ranks split the model, not the data (pipeline stages, a
+  /// tensor-parallel group), so the whole global batch goes through them,
+  /// in this many micro-batches (train.grad_accum).
   int micro_batches = 0;
 };
 
@@ -80,6 +81,7 @@ std::vector<RowDef> known_rows() {
       {"trainer", "Trainer preset", "ddp_amp", Launch::Spawn, "Trainer fp16", 0.4900, {}},
       {"fsdp", "fsdp", "fsdp", Launch::Spawn, "", std::nan(""), {}},
       {"pipeline", "pipeline (1f1b, 4 micro-batches)", "pipeline", Launch::Spawn, "", std::nan(""), {}, 4},
+      {"tensor", "tensor (Megatron)", "tensor", Launch::Spawn, "", std::nan(""), {}, 1},
   };
 }
 
@@ -240,7 +242,7 @@ BenchRow run_row(const RowDef& def, const BenchFlags& flags, const Workload& wl,
   const bool one_process = def.launch == Launch::OneProcess || def.launch == Launch::Replicas;
   const int ranks = one_process ? 1 : flags.nproc;
   const int threads = one_process ? cores : std::max(1, cores / ranks);
-  // Pipeline stages share each micro-batch; data-parallel ranks split the batch.
+  // Model-parallel ranks share each micro-batch; data-parallel ranks split the batch.
   const int batch = def.micro_batches > 0 ? std::max(1, flags.global_batch / def.micro_batches) : flags.global_batch / ranks;
   std::vector<std::string> args = {exe.string(), "run", "--config", wl.config, "--strategy", def.strategy,
                                    "--metrics-out", metrics.string(), "--threads", std::to_string(threads)};

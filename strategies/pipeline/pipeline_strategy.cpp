@@ -13,6 +13,7 @@
 
 #include "ft/error.h"
 #include "ft/model.h"
+#include "ft/param_sync.h"
 #include "ft/precision.h"
 
 namespace ft {
@@ -78,21 +79,10 @@ void PipelineStrategy::setup(std::shared_ptr<BertForSequenceClassification> mode
   end_ = bounds_[static_cast<size_t>(stage_) + 1];
 
   // Rank 0's weights everywhere (as DDP), then each stage keeps its own units.
-  if (world.world_size() > 1) {
-    c10::NoGradGuard no_grad;
-    std::vector<at::Tensor> parts;
-    for (const auto& params : unit_params_)
-      for (const auto& [name, t] : params) parts.push_back(t.detach().reshape({-1}).to(at::kFloat));
-    at::Tensor flat = at::cat(parts);
-    world.broadcast(flat, 0);
-    int64_t off = 0;
-    for (const auto& params : unit_params_) {
-      for (const auto& [name, t] : params) {
-        t.detach().copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
-        off += t.numel();
-      }
-    }
-  }
+  std::vector<at::Tensor> all;
+  for (const auto& params : unit_params_)
+    for (const auto& [name, t] : params) all.push_back(t);
+  broadcast_tensors(world, all, 0);
   TensorList own;
   for (int u = first_; u < end_; ++u)
     for (const auto& named : unit_params_[static_cast<size_t>(u)]) own.push_back(named);
@@ -258,7 +248,7 @@ void PipelineStrategy::backward(const at::Tensor& loss, bool sync_grads) {
   }
   if (sync_grads) {
     idle([&] { wait_sends(); });
-    average_over_replicas();
+    average_grads(data_comm(), trainable_);  // dp replicas of this stage
   }
 }
 
@@ -269,54 +259,19 @@ void PipelineStrategy::wait_sends() {
   }
 }
 
-// dp replicas of this stage: one flat all-reduce Avg of its gradients.
-void PipelineStrategy::average_over_replicas() {
-  Comm& dp = data_comm();
-  if (dp.world_size() == 1 || trainable_.empty()) return;
-  c10::NoGradGuard no_grad;
-  std::vector<at::Tensor> parts;
-  for (const auto& p : trainable_) {
-    parts.push_back(p.grad().defined() ? p.grad().reshape({-1}) : at::zeros({p.numel()}, p.options()));
-  }
-  at::Tensor flat = at::cat(parts);
-  dp.all_reduce(flat, ReduceOp::Avg);
-  int64_t off = 0;
-  for (auto& p : trainable_) {
-    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
-    p.grad().copy_(flat.narrow(0, off, p.numel()).view(p.sizes()));
-    off += p.numel();
-  }
-}
-
 // ---------------------------------------------------------------- step
 
 StepResult PipelineStrategy::step(const StepOptions& options) {
   wait_sends();
   std::vector<at::Tensor> grads;
   for (const auto& p : trainable_) grads.push_back(p.grad());
-  StepResult result;
-  bool found_inf = ctx_->precision->unscale_and_check(grads);
-  if (ctx_->precision->uses_loss_scaling() && stages_ > 1) {
-    at::Tensor flag = at::full({1}, found_inf ? 1.0f : 0.0f, at::kFloat);
-    pipe().all_reduce(flag, ReduceOp::Max);
-    found_inf = flag.item<float>() > 0.0f;
-  }
-  result.skipped = found_inf;
-  if (!found_inf) {
+  const StepResult result = update_from_grads(grads, *ctx_->precision, *optimizer_, options, &pipe(), [&] {
     // Stages hold disjoint parameters: the global norm sums their squares.
     norm_buf_.fill_(grad_norm_squared(grads));
     // The wait here is the end of the bubble: stage 0's last backward.
     if (stages_ > 1) idle([&] { pipe().all_reduce(norm_buf_, ReduceOp::Sum); });
-    result.grad_norm = std::sqrt(norm_buf_.item<double>());
-    clip_grads(grads, result.grad_norm, options.max_grad_norm);
-    optimizer_->step(options.lr, grads);
-  } else {
-    result.grad_norm = std::nan("");
-  }
-  c10::NoGradGuard no_grad;
-  for (auto& g : grads)
-    if (g.defined()) g.zero_();
-  ctx_->precision->update(found_inf);
+    return norm_buf_.item<double>();
+  });
   end_step_timing();
   return result;
 }

@@ -112,7 +112,6 @@ class PipelineStrategy final : public Strategy, public DataParallelGroup {
   Comm& pipe() { return mesh_->comm("pp"); }
   void run_backward(Micro& m);
   void wait_sends();
-  void average_over_replicas();
   void free_other_units();
   std::string describe_stages() const;
 

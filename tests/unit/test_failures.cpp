@@ -20,13 +20,14 @@ using Clock = std::chrono::steady_clock;
 
 bool alive(pid_t pid) { return ::kill(pid, 0) == 0; }
 
-// `strategy` "pipeline" runs nproc stages on the whole batch in 4 micro-batches.
+// Model-parallel strategies run the whole batch on every rank: "pipeline" in
+// 4 micro-batches through nproc stages, "tensor" on one group of nproc ranks.
 void kill_rank_and_check(int nproc, int victim_rank, const std::string& strategy = "ddp") {
   ft_test::TempDir tmp(fmt::format("kill-{}", nproc));
   const auto metrics = tmp.path() / "m.jsonl";
   const auto log = tmp.path() / "out.log";
   const bool pipeline = strategy == "pipeline";
-  const std::string batch = std::to_string(pipeline ? 8 : 32 / nproc);
+  const std::string batch = std::to_string(pipeline ? 8 : strategy == "tensor" ? 32 : 32 / nproc);
   const pid_t launcher = ft_test::spawn_ft(
       {"run", "--config", "configs/parity-tiny.yaml", "--strategy", strategy, "--nproc", std::to_string(nproc),
        "--threads", "1", "--max-steps", "100000", "--timeout", "10", "--set", "train.batch_size=" + batch, "--set",
@@ -79,4 +80,5 @@ TEST_CASE("killing a rank stops the job, names the rank, leaves no process") {
   SUBCASE("2 ranks, rank 0 killed") { kill_rank_and_check(2, 0); }
   // A middle stage: its neighbours wait on its activation and its gradient.
   SUBCASE("pipeline of 4 stages, stage 2 killed") { kill_rank_and_check(4, 2, "pipeline"); }
+  SUBCASE("tensor x2, rank 1 killed") { kill_rank_and_check(2, 1, "tensor"); }
 }

@@ -56,6 +56,12 @@ const ParityCase kCases[] = {
     {"pipeline", 4, 8, 2, "--set strategy.options.stages=2", 1e-5},
     {"pipeline", 2, 8, 4, "--set train.activation_checkpointing=true", 1e-5},
     {"pipeline", 2, 8, 4, "--set model.padding_free=false --set train.activation_checkpointing=true", 1e-5},
+    // Tensor parallel (Megatron): parity-tiny has 2 heads, so 2 ranks per
+    // group; 4 ranks run as dp 2 x tp 2.
+    {"tensor", 2, 32, 1, "", 1e-5},
+    {"tensor", 2, 16, 2, "--set train.activation_checkpointing=true", 1e-5},
+    {"tensor", 2, 32, 1, "--set model.padding_free=false", 1e-5},
+    {"tensor", 4, 16, 1, "--set strategy.options.tp_size=2", 1e-5},
     // The padded path (model.padding_free=false: every pad position computed,
     // as Hugging Face does) is kept for comparisons; it must agree as well.
     {"single", 1, 32, 1, "--set model.padding_free=false", 1e-5},

@@ -58,7 +58,7 @@ ft_test::RunOutput parity_run(const std::string& flags, const std::filesystem::p
 
 }  // namespace
 
-TEST_CASE("pipeline x2 saves at step 4; single and zero3 x2 resume it and match the reference") {
+TEST_CASE("pipeline x2 saves at step 4; single, zero3 x2, tensor x2 and gpipe resume it and match the reference") {
   FT_REQUIRE_SHARED("fixtures/parity-tiny");
   ft_test::TempDir tmp("pipe-resume");
   auto pipe = parity_run(fmt::format("--strategy pipeline --nproc 2 --set train.batch_size=8 --set train.grad_accum=4 "
@@ -78,6 +78,7 @@ TEST_CASE("pipeline x2 saves at step 4; single and zero3 x2 resume it and match 
   CHECK(weights.size() == model.weights().size());
 
   for (const char* flags : {"--strategy single", "--strategy zero3 --nproc 2 --set train.batch_size=16",
+                            "--strategy tensor --nproc 2 --set train.batch_size=32",
                             "--strategy pipeline --nproc 2 --set train.batch_size=16 --set train.grad_accum=2 "
                             "--set strategy.options.schedule=gpipe"}) {
     CAPTURE(flags);

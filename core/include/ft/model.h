@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -95,6 +96,15 @@ class UnitRunner {
   }
 };
 
+// Megatron tensor parallelism (strategies/tensor): the two conjugate
+// operators of one tensor-parallel group of `size` ranks.
+struct TensorParallelOps {
+  int rank = 0;
+  int size = 1;
+  std::function<at::Tensor(const at::Tensor&)> enter;   // f: identity forward, gradient summed over the group
+  std::function<at::Tensor(const at::Tensor&)> reduce;  // g: summed over the group forward, identity backward
+};
+
 class BertForSequenceClassification : public torch::nn::Module {
  public:
   explicit BertForSequenceClassification(const BertConfig& config);
@@ -134,6 +144,15 @@ class BertForSequenceClassification : public torch::nn::Module {
   int64_t prefix_length() const;  // P, or 0
 
   const BertConfig& config() const { return config_; }
+
+  // Keeps this rank's slice of every encoder layer (Megatron): query, key,
+  // value and intermediate.dense by output rows (its heads, its share of
+  // the FFN), attention.output.dense and output.dense by input columns, with
+  // their biases added once after ops.reduce. Embeddings, LayerNorms and the
+  // head stay whole. Returns each sliced parameter's HF name and the
+  // dimension it was cut along. Layers with parameters of their own beyond
+  // BERT's (LoRA, adapters, prefixes) are refused.
+  std::map<std::string, int> shard_tensor_parallel(const TensorParallelOps& ops);
 
   // Unit structure (see file comment).
   int num_units() const;

@@ -165,8 +165,11 @@ struct ResidualOutputImpl : torch::nn::Module {
     norm = register_module("LayerNorm", make_layer_norm(c));
     dropout = register_module("dropout", Dropout(c.hidden_dropout_prob));
   }
+  // Row-parallel under tensor parallelism: partial products summed, then the bias once.
+  std::shared_ptr<const TensorParallelOps> tp;
   at::Tensor forward(const at::Tensor& x, const at::Tensor& residual) {
-    return norm(drop(dropout, dense(x)) + residual);
+    at::Tensor y = tp ? tp->reduce(at::linear(x, dense->weight)) + dense->bias : dense(x);
+    return norm(drop(dropout, y) + residual);
   }
 };
 
@@ -177,8 +180,9 @@ struct AttentionImpl : torch::nn::Module {
     self = register_module("self", std::make_shared<SelfAttentionImpl>(c));
     output = register_module("output", std::make_shared<ResidualOutputImpl>(c, c.hidden_size));
   }
+  std::shared_ptr<const TensorParallelOps> tp;  // column-parallel input: f
   at::Tensor forward(const at::Tensor& x, const TokenLayout& layout) {
-    return output->forward(self->forward(x, layout), x);
+    return output->forward(self->forward(tp ? tp->enter(x) : x, layout), x);
   }
 };
 
@@ -200,9 +204,10 @@ struct LayerImpl : torch::nn::Module {
     intermediate = register_module("intermediate", std::make_shared<IntermediateImpl>(c));
     output = register_module("output", std::make_shared<ResidualOutputImpl>(c, c.intermediate_size));
   }
+  std::shared_ptr<const TensorParallelOps> tp;
   at::Tensor forward(const at::Tensor& x, const TokenLayout& layout) {
     auto a = attention->forward(x, layout);
-    return output->forward(intermediate->forward(a), a);
+    return output->forward(intermediate->forward(tp ? tp->enter(a) : a), a);
   }
 };
 
@@ -342,6 +347,58 @@ int BertForSequenceClassification::unit_of(const std::string& name) const {
     return 1 + std::stoi(name.substr(layer_prefix.size()));
   }
   return num_units() - 1;
+}
+
+namespace {
+// Rows (dim 0) or columns (dim 1) [rank*n/size, (rank+1)*n/size) of a Linear.
+void keep_slice(Linear& l, int dim, const TensorParallelOps& ops, bool slice_bias) {
+  c10::NoGradGuard no_grad;
+  const int64_t n = l->weight.size(dim) / ops.size;
+  l->weight.set_data(l->weight.narrow(dim, ops.rank * n, n).clone());
+  if (slice_bias) l->bias.set_data(l->bias.narrow(0, ops.rank * n, n).clone());
+}
+}  // namespace
+
+std::map<std::string, int> BertForSequenceClassification::shard_tensor_parallel(const TensorParallelOps& ops) {
+  const auto& c = config_;
+  if (c.num_attention_heads % ops.size != 0 || c.intermediate_size % ops.size != 0) {
+    fail("tensor parallelism over {} ranks needs num_attention_heads ({}) and intermediate_size ({}) divisible by {}",
+         ops.size, c.num_attention_heads, c.intermediate_size, ops.size);
+  }
+  auto shared = std::make_shared<const TensorParallelOps>(ops);
+  std::map<std::string, int> split;
+  for (size_t i = 0; i < parts_->bert->layers.size(); ++i) {
+    auto& layer = *parts_->bert->layers[i];
+    const std::string prefix = unit_prefix(static_cast<int>(i) + 1);
+    for (const auto& p : layer.named_parameters()) {
+      static const std::set<std::string> kOwn = {
+          "attention.self.query.weight", "attention.self.query.bias", "attention.self.key.weight",
+          "attention.self.key.bias", "attention.self.value.weight", "attention.self.value.bias",
+          "attention.output.dense.weight", "attention.output.dense.bias", "attention.output.LayerNorm.weight",
+          "attention.output.LayerNorm.bias", "intermediate.dense.weight", "intermediate.dense.bias",
+          "output.dense.weight", "output.dense.bias", "output.LayerNorm.weight", "output.LayerNorm.bias"};
+      if (!kOwn.count(p.key())) {
+        fail("tensor parallelism slices BERT's own layer weights; {}{} (LoRA, adapters or prefix tuning) is not one "
+             "of them: train it with pipeline, ddp or a zero/fsdp strategy",
+             prefix, p.key());
+      }
+    }
+    auto& self = *layer.attention->self;
+    for (auto* l : {&self.query, &self.key, &self.value}) keep_slice(*l, 0, ops, true);
+    self.heads /= ops.size;
+    keep_slice(layer.intermediate->dense, 0, ops, true);
+    keep_slice(layer.attention->output->dense, 1, ops, false);
+    keep_slice(layer.output->dense, 1, ops, false);
+    layer.attention->tp = layer.attention->output->tp = layer.tp = layer.output->tp = shared;
+    for (const char* name : {"attention.self.query.", "attention.self.key.", "attention.self.value.",
+                             "intermediate.dense."}) {
+      split[prefix + name + "weight"] = 0;
+      split[prefix + name + "bias"] = 0;
+    }
+    split[prefix + "attention.output.dense.weight"] = 1;
+    split[prefix + "output.dense.weight"] = 1;
+  }
+  return split;
 }
 
 std::shared_ptr<const TokenLayout> BertForSequenceClassification::layout_of(const Batch& batch) const {

@@ -142,7 +142,7 @@ int64_t theory_state_bytes(const std::string& strategy, int64_t params, int worl
   if (strategy == "zero3" || strategy == "fsdp") return 4 * p + 12 * p / n;
   // Stages of equal size (the ideal split; ft bench lists every stage).
   if (strategy == "pipeline") return 16 * p / n;
-  return -1;
+  return -1;  // tensor: depends on which tensors are sliced (docs/model-parallel.md)
 }
 
 std::string theory_formula(const std::string& strategy) {

@@ -9,6 +9,7 @@
 #include "ft/comm.h"
 #include "ft/error.h"
 #include "ft/model.h"
+#include "ft/param_sync.h"
 #include "ft/precision.h"
 
 namespace ft {
@@ -54,20 +55,8 @@ std::vector<at::Tensor> ReplicatedStrategy::grads() const {
 StepResult ReplicatedStrategy::step(const StepOptions& options) {
   finish_grad_sync();
   auto g = grads();
-  StepResult result;
-  result.skipped = ctx_->precision->unscale_and_check(g);
-  if (!result.skipped) {
-    result.grad_norm = std::sqrt(grad_norm_squared(g));
-    clip_grads(g, result.grad_norm, options.max_grad_norm);
-    optimizer_->step(options.lr, g);
-  } else {
-    result.grad_norm = std::nan("");
-  }
-  c10::NoGradGuard no_grad;
-  for (auto& grad : g)
-    if (grad.defined()) grad.zero_();
-  ctx_->precision->update(result.skipped);
-  return result;
+  // Every replica holds the same averaged grads: no flag to share.
+  return update_from_grads(g, *ctx_->precision, *optimizer_, options, nullptr, [&] { return grad_norm_squared(g); });
 }
 
 TensorList ReplicatedStrategy::model_state() {

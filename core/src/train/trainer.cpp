@@ -149,8 +149,10 @@ struct Trainer::Impl {
     model->set_activation_checkpointing(t.activation_checkpointing);  // before setup: dp copies both to replicas
     model->set_padding_free(config.model.padding_free);
     strategy->setup(model, spec, plan, ctx);
-    // Dropout masks differ per rank (as in DDP) but are reproducible.
-    at::manual_seed(static_cast<uint64_t>(config.train.seed) + 1000003ULL * static_cast<uint64_t>(comm.rank()));
+    // Dropout masks differ per data-parallel rank (as in DDP) but are
+    // reproducible; ranks that share a batch (a tensor-parallel group) share
+    // the stream, so the activations they hold in common stay identical.
+    at::manual_seed(static_cast<uint64_t>(config.train.seed) + 1000003ULL * static_cast<uint64_t>(data_comm().rank()));
   }
 
   std::vector<at::Tensor> gather_rng_states() {

@@ -1,0 +1,71 @@
+#include "ft/param_sync.h"
+
+#include <c10/core/GradMode.h>
+#include <cmath>
+
+#include <ATen/ATen.h>
+
+#include "ft/comm.h"
+#include "ft/optim.h"
+#include "ft/precision.h"
+
+namespace ft {
+
+void broadcast_tensors(Comm& comm, const std::vector<at::Tensor>& tensors, int root) {
+  if (comm.world_size() == 1 || tensors.empty()) return;
+  c10::NoGradGuard no_grad;
+  std::vector<at::Tensor> parts;
+  for (const auto& t : tensors) parts.push_back(t.detach().reshape({-1}).to(at::kFloat));
+  at::Tensor flat = at::cat(parts);
+  comm.broadcast(flat, root);
+  int64_t off = 0;
+  for (const auto& t : tensors) {
+    t.detach().copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+    off += t.numel();
+  }
+}
+
+void average_grads(Comm& comm, const std::vector<at::Tensor>& params) {
+  if (comm.world_size() == 1 || params.empty()) return;
+  c10::NoGradGuard no_grad;
+  std::vector<at::Tensor> parts;
+  for (const auto& p : params) {
+    parts.push_back(p.grad().defined() ? p.grad().reshape({-1}) : at::zeros({p.numel()}, p.options()));
+  }
+  at::Tensor flat = at::cat(parts);
+  comm.all_reduce(flat, ReduceOp::Avg);
+  int64_t off = 0;
+  for (auto p : params) {
+    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+    p.grad().copy_(flat.narrow(0, off, p.numel()).view(p.sizes()));
+    off += p.numel();
+  }
+}
+
+StepResult update_from_grads(const std::vector<at::Tensor>& grads, Precision& precision, TensorOptimizer& optimizer,
+                             const StepOptions& options, Comm* overflow_comm,
+                             const std::function<double()>& global_norm_squared) {
+  StepResult result;
+  bool found_inf = precision.unscale_and_check(grads);
+  if (precision.uses_loss_scaling() && overflow_comm && overflow_comm->world_size() > 1) {
+    at::Tensor flag = at::full({1}, found_inf ? 1.0f : 0.0f, at::kFloat);
+    overflow_comm->all_reduce(flag, ReduceOp::Max);
+    found_inf = flag.item<float>() > 0.0f;
+  }
+  result.skipped = found_inf;
+  if (!found_inf) {
+    result.grad_norm = std::sqrt(global_norm_squared());
+    clip_grads(grads, result.grad_norm, options.max_grad_norm);
+    optimizer.step(options.lr, grads);
+  } else {
+    result.grad_norm = std::nan("");
+  }
+  c10::NoGradGuard no_grad;
+  for (const auto& g : grads) {
+    if (g.defined()) at::Tensor(g).zero_();
+  }
+  precision.update(found_inf);
+  return result;
+}
+
+}  // namespace ft

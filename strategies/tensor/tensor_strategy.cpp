@@ -1,0 +1,211 @@
+// TensorStrategy: the group operators, setup, step and full checkpoints.
+#include "tensor_strategy.h"
+
+#include <c10/core/GradMode.h>
+#include <cmath>
+#include <cstdio>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/autograd.h>
+
+#include "ft/error.h"
+#include "ft/model.h"
+#include "ft/options.h"
+#include "ft/param_sync.h"
+#include "ft/precision.h"
+
+namespace ft {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+Comm* comm_of(AutogradContext* ctx) { return reinterpret_cast<Comm*>(ctx->saved_data["comm"].toInt()); }
+
+at::Tensor summed(Comm& c, const at::Tensor& t) {
+  at::Tensor s = t.contiguous().clone();
+  c.all_reduce(s, ReduceOp::Sum);
+  return s;
+}
+
+// Megatron's f: the input of a column-parallel block. Every rank's slice
+// contributes to the input's gradient.
+struct Enter : torch::autograd::Function<Enter> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm) {
+    ctx->saved_data["comm"] = comm;
+    return x.clone();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {summed(*comm_of(ctx), grads[0]), at::Tensor()};
+  }
+};
+
+// Megatron's g: the output of a row-parallel block, summed over the group.
+struct Reduce : torch::autograd::Function<Reduce> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm) {
+    return summed(*reinterpret_cast<Comm*>(comm), x);
+  }
+  static variable_list backward(AutogradContext*, variable_list grads) { return {grads[0], at::Tensor()}; }
+};
+
+}  // namespace
+
+int tensor_parallel_size_from(const std::map<std::string, std::string>& options, int world_size) {
+  const OptionReader r(options, "tensor", {"tp_size"});
+  const int t = r.get_int("tp_size", world_size, {1}, "ranks per tensor-parallel group, e.g. 2");
+  if (world_size % t != 0) {
+    fail("strategy.options.tp_size: {} does not divide the {} ranks into whole tensor-parallel groups; pick a divisor "
+         "of {}",
+         t, world_size, world_size);
+  }
+  return t;
+}
+
+void TensorStrategy::setup(std::shared_ptr<BertForSequenceClassification> model, const OptimizerSpec& optimizer,
+                           const ParamPlan& plan, StrategyContext& ctx) {
+  ctx_ = &ctx;
+  model_ = std::move(model);
+  Comm& world = *ctx.comm;
+  const int t = tensor_parallel_size_from(ctx.options, world.world_size());
+  mesh_ = std::make_unique<DeviceMesh>(world, std::vector<MeshDim>{{"dp", world.world_size() / t}, {"tp", t}},
+                                       "strategy.options.tp_size");
+  model_->to(ctx.device);
+  for (auto& item : model_->named_parameters()) {
+    auto it = plan.find(item.key());
+    item.value().set_requires_grad(it == plan.end() || it->second.trainable);
+  }
+  {  // rank 0's weights everywhere, before slicing
+    std::vector<at::Tensor> all;
+    for (const auto& [name, w] : model_->weights()) all.push_back(w);
+    broadcast_tensors(world, all, 0);
+  }
+  if (t > 1) {
+    const auto comm = static_cast<int64_t>(reinterpret_cast<intptr_t>(&tp()));
+    TensorParallelOps ops;
+    ops.rank = tp().rank();
+    ops.size = t;
+    ops.enter = [comm](const at::Tensor& x) { return Enter::apply(x, comm); };
+    ops.reduce = [comm](const at::Tensor& x) { return Reduce::apply(x, comm); };
+    split_ = model_->shard_tensor_parallel(ops);
+  }
+  auto slots = slots_from_plan(model_->weights(), plan);
+  for (const auto& s : slots) {
+    trainable_.push_back(s.param);
+    sliced_.push_back(split_.count(s.name) > 0);
+  }
+  optimizer_ = std::make_unique<TensorOptimizer>(optimizer, std::move(slots));
+  norm_buf_ = at::zeros({1}, at::kDouble);
+  if (world.rank() == 0) {
+    const auto& c = model_->config();
+    std::fputs(fmt::format("tensor: {} rank(s) per layer: {} of {} heads and {} of {} FFN units each; mesh {}\n", t,
+                           c.num_attention_heads / t, c.num_attention_heads, c.intermediate_size / t,
+                           c.intermediate_size, mesh_->describe("tp"))
+                   .c_str(),
+               stdout);
+    std::fflush(stdout);
+  }
+}
+
+at::Tensor TensorStrategy::forward(const Batch& batch) {
+  const Batch b = model_inputs_on(batch, ctx_->device);
+  auto autocast = ctx_->precision->autocast();
+  return model_->forward(b);
+}
+
+void TensorStrategy::backward(const at::Tensor& loss, bool sync_grads) {
+  ctx_->precision->scale_loss(loss).backward();
+  if (sync_grads) average_grads(data_comm(), trainable_);  // data-parallel replicas
+}
+
+StepResult TensorStrategy::step(const StepOptions& options) {
+  std::vector<at::Tensor> grads, sliced, whole;
+  for (size_t i = 0; i < trainable_.size(); ++i) {
+    grads.push_back(trainable_[i].grad());
+    (sliced_[i] ? sliced : whole).push_back(trainable_[i].grad());
+  }
+  return update_from_grads(grads, *ctx_->precision, *optimizer_, options, &tp(), [&] {
+    // Slices are disjoint parts of one tensor; replicated tensors count once.
+    norm_buf_.fill_(grad_norm_squared(sliced));
+    if (tp().world_size() > 1) tp().all_reduce(norm_buf_, ReduceOp::Sum);
+    return norm_buf_.item<double>() + grad_norm_squared(whole);
+  });
+}
+
+// ---------------------------------------------------------------- state
+
+at::Tensor TensorStrategy::gather_full(const std::string& param, const at::Tensor& local) {
+  auto it = split_.find(param);
+  at::Tensor mine = local.detach().to(at::kCPU, at::kFloat).contiguous();
+  if (it == split_.end()) return mine.clone();
+  std::vector<at::Tensor> parts;
+  tp().all_gather(parts, mine);
+  return at::cat(parts, it->second);
+}
+
+TensorList TensorStrategy::model_state() {
+  c10::NoGradGuard no_grad;
+  TensorList out;
+  for (const auto& [name, w] : model_->weights()) out.emplace_back(name, gather_full(name, w));
+  return out;
+}
+
+OptimizerState TensorStrategy::optimizer_state() {
+  c10::NoGradGuard no_grad;
+  OptimizerState mine = optimizer_->state();
+  OptimizerState s;
+  s.step = mine.step;
+  for (const auto& [key, t] : mine.tensors) {
+    // "<param>.<buffer>", e.g. "...query.weight.exp_avg": sliced as its parameter.
+    s.tensors.emplace_back(key, gather_full(key.substr(0, key.rfind('.')), t));
+  }
+  return s;
+}
+
+void TensorStrategy::load_state(const TensorList& model, const OptimizerState* optimizer) {
+  c10::NoGradGuard no_grad;
+  std::map<std::string, const at::Tensor*> given;
+  // DDP-style "module." prefixes are accepted, as BertForSequenceClassification::load_weights does.
+  for (const auto& [name, t] : model) given[name.rfind("module.", 0) == 0 ? name.substr(7) : name] = &t;
+  const int r = tp().rank();
+  // This rank's slice of a full tensor for `param` shaped like `local`.
+  auto slice = [&](const std::string& param, const at::Tensor& full, const at::Tensor& local, const std::string& what) {
+    auto it = split_.find(param);
+    at::Tensor part = it == split_.end() ? full : full.narrow(it->second, r * local.size(it->second), local.size(it->second));
+    if (part.sizes() != local.sizes()) {
+      fail("{}: '{}' has shape [{}], the model needs [{}]", what, param, fmt::join(full.sizes(), ", "),
+           fmt::join(local.sizes(), ", "));
+    }
+    return part;
+  };
+  for (const auto& [name, w] : model_->weights()) {
+    auto it = given.find(name);
+    if (it == given.end()) fail("checkpoint: missing tensor '{}'", name);
+    w.detach().copy_(slice(name, *it->second, w, "checkpoint"));
+  }
+  if (!optimizer) return;
+  std::map<std::string, const at::Tensor*> by_name;
+  for (const auto& [name, t] : optimizer->tensors) by_name[name] = &t;
+  OptimizerState own;
+  own.step = optimizer->step;
+  for (const auto& [key, local] : optimizer_->state().tensors) {
+    auto it = by_name.find(key);
+    if (it == by_name.end()) fail("checkpoint optimizer state: no '{}'", key);
+    own.tensors.emplace_back(key, slice(key.substr(0, key.rfind('.')), *it->second, local, "checkpoint optimizer state"));
+  }
+  optimizer_->load_state(own, "checkpoint optimizer state");
+}
+
+StateBytes TensorStrategy::state_bytes() const {
+  StateBytes b;
+  for (const auto& p : model_->parameters()) {
+    b.params += p.numel() * static_cast<int64_t>(p.element_size());
+    if (p.grad().defined()) b.grads += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
+  }
+  b.optimizer = optimizer_->state_bytes();
+  return b;
+}
+
+}  // namespace ft

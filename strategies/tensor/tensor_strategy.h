@@ -1,0 +1,71 @@
+// TensorStrategy: Megatron-LM tensor parallelism of the encoder layers.
+//
+// In each layer of a tensor-parallel group of t ranks (rank r):
+//   query, key, value   column-parallel: rows of heads r*H/t .. (r+1)*H/t,
+//                       so attention runs on this rank's heads only
+//   attention.output    row-parallel: the matching input columns; partial
+//                       products summed over the group (g), then the bias
+//   intermediate.dense  column-parallel: rows r*I/t .. (r+1)*I/t
+//   output.dense        row-parallel, summed (g), then the bias
+// f (identity forward, gradient summed over the group backward) feeds each
+// column-parallel block, so one all-reduce runs per block in forward (g) and
+// one in backward (f). Embeddings, LayerNorms and the head are replicated:
+// their inputs and gradients are the same on every rank of the group, so
+// they need no communication and their updates agree.
+//
+// Ranks form a DeviceMesh {dp: world / t, tp: t} (tp innermost: its
+// all-reduces are the most frequent, so they stay on neighbouring ranks).
+// The Trainer shards data over dp; dp replicas average all gradients.
+// Dropout: ranks of a tensor-parallel group share the data-parallel rank's
+// seed, so replicated activations get the same masks.
+//
+// Checkpoints are full and HF-named: sliced tensors are all-gathered along
+// the dimension they were cut on.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ft/abilities.h"
+#include "ft/comm.h"
+#include "ft/device_mesh.h"
+#include "ft/optim.h"
+#include "ft/strategy.h"
+
+namespace ft {
+
+/// strategy.options for tensor (all optional):
+///   tp_size  (int >= 1, default: the world size) ranks per tensor-parallel
+///            group; world / tp_size groups are data-parallel replicas
+int tensor_parallel_size_from(const std::map<std::string, std::string>& options, int world_size);
+
+class TensorStrategy final : public Strategy, public DataParallelGroup {
+ public:
+  void setup(std::shared_ptr<BertForSequenceClassification> model, const OptimizerSpec& optimizer,
+             const ParamPlan& plan, StrategyContext& ctx) override;
+  at::Tensor forward(const Batch& batch) override;
+  void backward(const at::Tensor& loss, bool sync_grads) override;
+  StepResult step(const StepOptions& options) override;
+  TensorList model_state() override;
+  OptimizerState optimizer_state() override;
+  void load_state(const TensorList& model, const OptimizerState* optimizer) override;
+  StateBytes state_bytes() const override;
+  Comm& data_comm() override { return mesh_->comm("dp"); }
+
+ private:
+  Comm& tp() { return mesh_->comm("tp"); }
+  // The full tensor of a parameter (or of its optimizer buffer) named `param`.
+  at::Tensor gather_full(const std::string& param, const at::Tensor& local);
+
+  StrategyContext* ctx_ = nullptr;
+  std::unique_ptr<DeviceMesh> mesh_;
+  std::map<std::string, int> split_;  // sliced parameter -> dimension
+  std::unique_ptr<TensorOptimizer> optimizer_;
+  std::vector<at::Tensor> trainable_;
+  std::vector<bool> sliced_;  // per trainable_: its squared norm is summed over the group
+  at::Tensor norm_buf_;
+};
+
+}  // namespace ft

@@ -1,0 +1,112 @@
+// The tensor strategy: the model's Megatron slicing, options, what a rank
+// holds, refusals, and checkpoints that any strategy resumes. Parity against
+// the PyTorch reference (tp 2, dp 2 x tp 2, checkpointing, padded) is in
+// test_parity.cpp.
+#include <fmt/format.h>
+
+#include <ATen/ATen.h>
+
+#include "ft/model.h"
+#include "ft_run.h"
+#include "tensor_strategy.h"
+
+TEST_CASE("shard_tensor_parallel keeps this rank's heads and FFN slice, named by the cut dimension") {
+  ft::BertConfig c = ft::BertConfig::preset("tiny");
+  c.vocab_size = 100;
+  at::manual_seed(0);
+  ft::BertForSequenceClassification full(c);
+  const auto before = full.weights();
+  std::map<std::string, at::Tensor> whole;
+  for (const auto& [name, t] : before) whole[name] = t.detach().clone();
+  ft::TensorParallelOps ops;
+  ops.rank = 1;
+  ops.size = 2;
+  ops.enter = ops.reduce = [](const at::Tensor& x) { return x; };
+  const auto split = full.shard_tensor_parallel(ops);
+  const std::string l0 = "bert.encoder.layer.0.";
+  CHECK(split.at(l0 + "attention.self.query.weight") == 0);
+  CHECK(split.at(l0 + "attention.self.value.bias") == 0);
+  CHECK(split.at(l0 + "intermediate.dense.weight") == 0);
+  CHECK(split.at(l0 + "attention.output.dense.weight") == 1);
+  CHECK(split.at(l0 + "output.dense.weight") == 1);
+  CHECK(split.count(l0 + "output.dense.bias") == 0);  // added once, after the sum
+  CHECK(split.size() == 2 * 10);
+  std::map<std::string, at::Tensor> now;
+  for (const auto& [name, t] : full.weights()) now[name] = t;
+  const int64_t h = c.hidden_size, i = c.intermediate_size;
+  CHECK(at::equal(now[l0 + "attention.self.key.weight"], whole[l0 + "attention.self.key.weight"].narrow(0, h / 2, h / 2)));
+  CHECK(at::equal(now[l0 + "intermediate.dense.bias"], whole[l0 + "intermediate.dense.bias"].narrow(0, i / 2, i / 2)));
+  CHECK(at::equal(now[l0 + "output.dense.weight"], whole[l0 + "output.dense.weight"].narrow(1, i / 2, i / 2)));
+  CHECK(at::equal(now["bert.embeddings.word_embeddings.weight"], whole["bert.embeddings.word_embeddings.weight"]));
+
+  ops.size = 3;
+  ft::BertForSequenceClassification other(c);
+  CHECK(ft_test::error_of([&] { other.shard_tensor_parallel(ops); }) ==
+        "tensor parallelism over 3 ranks needs num_attention_heads (2) and intermediate_size (512) divisible by 3");
+}
+
+TEST_CASE("tensor options: tp_size defaults to the world and must divide it") {
+  CHECK(ft::tensor_parallel_size_from({}, 4) == 4);
+  CHECK(ft::tensor_parallel_size_from({{"tp_size", "2"}}, 4) == 2);
+  CHECK(ft_test::error_of([] { ft::tensor_parallel_size_from({{"tp_size", "3"}}, 4); }) ==
+        "strategy.options.tp_size: 3 does not divide the 4 ranks into whole tensor-parallel groups; pick a divisor "
+        "of 4");
+}
+
+TEST_CASE("tensor x2: LoRA is refused with one line; a run saved at step 4 resumes under single and pipeline") {
+  FT_REQUIRE_SHARED("fixtures/parity-tiny");
+  ft_test::TempDir tmp("tensor");
+  auto lora = ft_test::run_ft("run --config configs/parity-tiny.yaml --strategy tensor --nproc 2 --threads 1 "
+                              "--set train.batch_size=32 --set lora.rank=4 --max-steps 1");
+  CHECK(lora.exit_code != 0);
+  CHECK(lora.output.find("bert.encoder.layer.0.attention.self.query.lora_A.weight (LoRA, adapters or prefix tuning) "
+                         "is not one of them") != std::string::npos);
+
+  const auto metrics = tmp.path() / "tensor.jsonl";
+  auto run = ft_test::run_ft(fmt::format("run --config configs/parity-tiny.yaml --strategy tensor --nproc 2 --threads 1 "
+                                         "--set train.batch_size=32 --max-steps 4 --output-dir {} --metrics-out {}",
+                                         (tmp.path() / "tp").string(), metrics.string()));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.output.find("tensor: 2 rank(s) per layer: 1 of 2 heads and 256 of 512 FFN units each; mesh dp 1 x tp 2") !=
+        std::string::npos);
+  const auto saved = tmp.path() / "tp" / "final";
+  for (const char* flags : {"--strategy single", "--strategy pipeline --nproc 2 --set train.batch_size=8 "
+                                                 "--set train.grad_accum=4"}) {
+    CAPTURE(flags);
+    const auto resumed = tmp.path() / "resume.jsonl";
+    std::filesystem::remove(resumed);
+    ft_test::check_resumed_steps(fmt::format("run --config configs/parity-tiny.yaml --threads 1 --metrics-out {} {} "
+                                             "--resume {} --max-steps 8",
+                                             resumed.string(), flags, saved.string()),
+                                 resumed);
+  }
+}
+
+TEST_CASE("bench-mini: a tensor x2 rank holds the replicated tensors and half of each sliced one") {
+  FT_REQUIRE_SHARED("fixtures/bench-mini");
+  ft_test::TempDir tmp("tensor-mem");
+  ft::BertConfig c = ft::BertConfig::from_json_file((ft_test::shared_dir() / "fixtures/bench-mini/config.json").string());
+  ft::BertForSequenceClassification model(c);
+  double psi = 0;
+  for (const auto& [name, t] : model.weights()) psi += static_cast<double>(t.numel());
+  ft::TensorParallelOps ops;
+  ops.size = 2;
+  ops.enter = ops.reduce = [](const at::Tensor& x) { return x; };
+  double sliced = 0;
+  const auto split = model.shard_tensor_parallel(ops);
+  for (const auto& [name, t] : model.weights()) {
+    if (split.count(name)) sliced += static_cast<double>(t.numel());  // this rank's half
+  }
+  const auto metrics = tmp.path() / "tp.jsonl";
+  auto out = ft_test::run_ft(fmt::format(
+      "run --config configs/bench-mini.yaml --strategy tensor --nproc 2 --threads 1 --set train.batch_size=4 "
+      "--max-steps 1 --metrics-out {}",
+      metrics.string()));
+  INFO(out.output);
+  REQUIRE(out.exit_code == 0);
+  const auto per_rank = ft_test::summary_of(metrics).at("model_state_bytes").get<std::vector<double>>();
+  REQUIRE(per_rank.size() == 2);
+  for (double b : per_rank) CHECK(b == doctest::Approx(16.0 * (psi - sliced)));
+  MESSAGE("tensor x2 model state per rank: " << per_rank[0] / (16.0 * psi) << " of ddp's");
+}
