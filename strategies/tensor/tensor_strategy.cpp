@@ -100,9 +100,13 @@ void TensorStrategy::setup(std::shared_ptr<BertForSequenceClassification> model,
   norm_buf_ = at::zeros({1}, at::kDouble);
   if (world.rank() == 0) {
     const auto& c = model_->config();
-    std::fputs(fmt::format("tensor: {} rank(s) per layer: {} of {} heads and {} of {} FFN units each; mesh {}\n", t,
-                           c.num_attention_heads / t, c.num_attention_heads, c.intermediate_size / t,
-                           c.intermediate_size, mesh_->describe("tp"))
+    const bool vocab = split_.count("bert.embeddings.word_embeddings.weight") > 0;
+    std::fputs(fmt::format("tensor: {} rank(s) per layer: {} of {} heads and {} of {} FFN units each; word embeddings "
+                           "{}; mesh {}\n",
+                           t, c.num_attention_heads / t, c.num_attention_heads, c.intermediate_size / t,
+                           c.intermediate_size, vocab ? fmt::format("vocab-parallel ({} rows each)", c.vocab_size / t)
+                                                      : std::string("replicated"),
+                           mesh_->describe("tp"))
                    .c_str(),
                stdout);
     std::fflush(stdout);

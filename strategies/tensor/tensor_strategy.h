@@ -9,9 +9,11 @@
 //   output.dense        row-parallel, summed (g), then the bias
 // f (identity forward, gradient summed over the group backward) feeds each
 // column-parallel block, so one all-reduce runs per block in forward (g) and
-// one in backward (f). Embeddings, LayerNorms and the head are replicated:
-// their inputs and gradients are the same on every rank of the group, so
-// they need no communication and their updates agree.
+// one in backward (f). The word embeddings are vocab-parallel (rank r looks
+// up its rows, g sums) unless a tied MLM decoder needs them whole. Position
+// and type embeddings, LayerNorms and the head are replicated: their inputs
+// and gradients are the same on every rank of the group, so they need no
+// communication and their updates agree.
 //
 // Ranks form a DeviceMesh {dp: world / t, tp: t} (tp innermost: its
 // all-reduces are the most frequent, so they stay on neighbouring ranks).

@@ -148,10 +148,13 @@ class BertForSequenceClassification : public torch::nn::Module {
   // Keeps this rank's slice of every encoder layer (Megatron): query, key,
   // value and intermediate.dense by output rows (its heads, its share of
   // the FFN), attention.output.dense and output.dense by input columns, with
-  // their biases added once after ops.reduce. Embeddings, LayerNorms and the
-  // head stay whole. Returns each sliced parameter's HF name and the
-  // dimension it was cut along. Layers with parameters of their own beyond
-  // BERT's (LoRA, adapters, prefixes) are refused.
+  // their biases added once after ops.reduce. The word embeddings are
+  // vocab-parallel (rows split, lookups summed by ops.reduce) when the rows
+  // divide evenly and no tied MLM decoder reads them; position and type
+  // embeddings, LayerNorms and the head stay whole. Returns each sliced
+  // parameter's HF name and the dimension it was cut along. Layers with
+  // parameters of their own beyond BERT's (LoRA, adapters, prefixes) are
+  // refused.
   std::map<std::string, int> shard_tensor_parallel(const TensorParallelOps& ops);
 
   // Unit structure (see file comment).

@@ -49,7 +49,7 @@ struct EmbeddingsImpl : torch::nn::Module {
   // positions start.
   int64_t position_offset = 0;
 
-  explicit EmbeddingsImpl(const BertConfig& c) : vocab_size(c.vocab_size) {
+  explicit EmbeddingsImpl(const BertConfig& c) : vocab_size(c.vocab_size), pad_token_id(c.pad_token_id) {
     word_embeddings = register_module(
         "word_embeddings",
         Embedding(torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size).padding_idx(c.pad_token_id)));
@@ -69,9 +69,25 @@ struct EmbeddingsImpl : torch::nn::Module {
     return drop(dropout, norm(x));
   }
 
+  // Vocab-parallel under tensor parallelism: this rank holds rows
+  // vocab_begin.., looks up only those ids and the group sums the results.
+  std::shared_ptr<const TensorParallelOps> tp;
+  int64_t vocab_begin = 0;
+  int64_t pad_token_id = 0;
+
+  at::Tensor lookup(const at::Tensor& ids) {
+    if (!tp) return word_embeddings(ids);
+    const at::Tensor& w = word_embeddings->weight;
+    const at::Tensor local = ids - vocab_begin;
+    const at::Tensor outside = local.lt(0).logical_or(local.ge(w.size(0)));
+    const int64_t pad = pad_token_id - vocab_begin;  // the padding row gets no gradient, on its owner only
+    const at::Tensor e = at::embedding(w, local.masked_fill(outside, 0), pad >= 0 && pad < w.size(0) ? pad : -1);
+    return tp->reduce(e.masked_fill(outside.unsqueeze(-1), 0));
+  }
+
   at::Tensor words(const at::Tensor& ids) {
-    if (!prompt.defined()) return word_embeddings(ids);
-    const at::Tensor w = word_embeddings(ids.clamp_max(vocab_size - 1));
+    if (!prompt.defined()) return lookup(ids);
+    const at::Tensor w = lookup(ids.clamp_max(vocab_size - 1));
     const at::Tensor p = prompt.to(w.scalar_type()).index_select(0, (ids - vocab_size).clamp_min(0));
     return at::where(ids.ge(vocab_size).unsqueeze(1), p, w);
   }
@@ -367,6 +383,17 @@ std::map<std::string, int> BertForSequenceClassification::shard_tensor_parallel(
   }
   auto shared = std::make_shared<const TensorParallelOps>(ops);
   std::map<std::string, int> split;
+  // Vocab-parallel word embeddings, unless the tied MLM decoder needs the
+  // whole table on every rank or the rows do not divide evenly.
+  auto& emb = *parts_->bert->embeddings;
+  if (!parts_->mlm && c.vocab_size % ops.size == 0) {
+    c10::NoGradGuard no_grad;
+    const int64_t rows = c.vocab_size / ops.size;
+    emb.word_embeddings->weight.set_data(emb.word_embeddings->weight.narrow(0, ops.rank * rows, rows).clone());
+    emb.vocab_begin = ops.rank * rows;
+    emb.tp = shared;
+    split["bert.embeddings.word_embeddings.weight"] = 0;
+  }
   for (size_t i = 0; i < parts_->bert->layers.size(); ++i) {
     auto& layer = *parts_->bert->layers[i];
     const std::string prefix = unit_prefix(static_cast<int>(i) + 1);
