@@ -9,6 +9,7 @@
 
 #include "ft/error.h"
 #include "ft/model.h"
+#include "ft/param_sync.h"
 #include "pipeline_strategy.h"
 
 namespace ft {
@@ -120,15 +121,10 @@ void PipelineStrategy::load_state(const TensorList& model, const OptimizerState*
 }
 
 StateBytes PipelineStrategy::state_bytes() const {
-  StateBytes b;
-  for (int u = first_; u < end_; ++u) {
-    for (const auto& [name, t] : unit_params_[static_cast<size_t>(u)]) {
-      b.params += t.numel() * static_cast<int64_t>(t.element_size());
-      if (t.grad().defined()) b.grads += t.grad().numel() * static_cast<int64_t>(t.grad().element_size());
-    }
-  }
-  b.optimizer = optimizer_->state_bytes();
-  return b;
+  std::vector<at::Tensor> own;
+  for (int u = first_; u < end_; ++u)
+    for (const auto& [name, t] : unit_params_[static_cast<size_t>(u)]) own.push_back(t);
+  return held_state_bytes(own, *optimizer_);
 }
 
 }  // namespace ft

@@ -13,6 +13,7 @@
 
 #include "ft/error.h"
 #include "ft/model.h"
+#include "ft/param_plan.h"
 #include "ft/param_sync.h"
 #include "ft/precision.h"
 
@@ -69,10 +70,7 @@ void PipelineStrategy::setup(std::shared_ptr<BertForSequenceClassification> mode
   stage_ = mesh_->coordinate("pp");
 
   model_->to(ctx.device);
-  for (auto& item : model_->named_parameters()) {
-    auto it = plan.find(item.key());
-    item.value().set_requires_grad(it == plan.end() || it->second.trainable);
-  }
+  apply_trainable(*model_, plan);
   unit_params_ = model_->unit_parameters();
   bounds_ = balance_stages(unit_costs(unit_params_, options_.balance), stages_);
   first_ = bounds_[static_cast<size_t>(stage_)];

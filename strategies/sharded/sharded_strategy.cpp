@@ -17,6 +17,7 @@
 #include "ft/error.h"
 #include "ft/grad_buffer.h"
 #include "ft/model.h"
+#include "ft/param_plan.h"
 #include "ft/precision.h"
 #include "ft/trace.h"
 
@@ -133,10 +134,7 @@ void ShardedStrategy::setup(std::shared_ptr<BertForSequenceClassification> model
       std::fflush(stdout);
     }
   }
-  for (auto& item : model_->named_parameters()) {
-    auto it = plan.find(item.key());
-    item.value().set_requires_grad(it == plan.end() || it->second.trainable);
-  }
+  apply_trainable(*model_, plan);
   build_units(plan);
 
   std::vector<OptimSlot> slots;

@@ -12,6 +12,7 @@
 
 #include "ft/error.h"
 #include "ft/model.h"
+#include "ft/param_plan.h"
 #include "ft/options.h"
 #include "ft/param_sync.h"
 #include "ft/precision.h"
@@ -73,10 +74,7 @@ void TensorStrategy::setup(std::shared_ptr<BertForSequenceClassification> model,
   mesh_ = std::make_unique<DeviceMesh>(world, std::vector<MeshDim>{{"dp", world.world_size() / t}, {"tp", t}},
                                        "strategy.options.tp_size");
   model_->to(ctx.device);
-  for (auto& item : model_->named_parameters()) {
-    auto it = plan.find(item.key());
-    item.value().set_requires_grad(it == plan.end() || it->second.trainable);
-  }
+  apply_trainable(*model_, plan);
   {  // rank 0's weights everywhere, before slicing
     std::vector<at::Tensor> all;
     for (const auto& [name, w] : model_->weights()) all.push_back(w);
@@ -203,13 +201,7 @@ void TensorStrategy::load_state(const TensorList& model, const OptimizerState* o
 }
 
 StateBytes TensorStrategy::state_bytes() const {
-  StateBytes b;
-  for (const auto& p : model_->parameters()) {
-    b.params += p.numel() * static_cast<int64_t>(p.element_size());
-    if (p.grad().defined()) b.grads += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
-  }
-  b.optimizer = optimizer_->state_bytes();
-  return b;
+  return held_state_bytes(model_->parameters(), *optimizer_);  // the slices, where sliced
 }
 
 }  // namespace ft

@@ -6,8 +6,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <fstream>
-#include <sstream>
 
 #include <ATen/ATen.h>
 
@@ -17,17 +15,11 @@
 #include "ft/error.h"
 #include "ft/launcher.h"
 #include "ft_test.h"
+#include "ft_workers.h"
 
 namespace {
 
 using ft::ReduceOp;
-
-std::string read_file(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // A listening socket on a free port, closed at scope exit.
 struct Listener {
@@ -119,31 +111,9 @@ TEST_CASE("world size 1: collectives are local and give the right values") {
 // Runs ft_test_comm_worker MODE on `nproc` ranks and checks that every rank
 // printed "all N checks passed" with N = `checks`.
 static void expect_worker_checks(int nproc, const char* mode, int checks) {
-  ft_test::TempDir dir("comm");
-  auto out_path = dir.path() / "out.txt";
-  auto err_path = dir.path() / "err.txt";
-  FILE* out = std::fopen(out_path.c_str(), "w");
-  FILE* err = std::fopen(err_path.c_str(), "w");
-  ft::LaunchOptions o;
-  o.nproc = nproc;
-  o.timeout_s = 5;
-  o.kill_grace_s = 1;
-  o.argv = {(ft_test::binary_dir() / "bin" / "ft_test_comm_worker").string(), mode};
-  o.extra_env["FT_TEST_COMM_TIMEOUT_MS"] = "10000";
-  o.stdout_fd = ::fileno(out);
-  o.stderr_fd = ::fileno(err);
-  ft::LaunchResult r = ft::launch_workers(o);
-  std::fclose(out);
-  std::fclose(err);
-  INFO("stdout:\n" << read_file(out_path) << "\nstderr:\n" << read_file(err_path));
-  CHECK(r.exit_code == 0);
-  CHECK(r.error.empty());
-  const std::string text = read_file(out_path);
-  CHECK(text.find("rank 0: all " + std::to_string(checks) + " checks passed\n") != std::string::npos);
-  for (int rank = 1; rank < nproc; ++rank) {
-    CHECK(text.find("[rank " + std::to_string(rank) + "] rank " + std::to_string(rank) + ": all " +
-                    std::to_string(checks) + " checks passed\n") != std::string::npos);
-  }
+  const auto text =
+      ft_test::run_workers("ft_test_comm_worker", nproc, mode, 5, {{"FT_TEST_COMM_TIMEOUT_MS", "10000"}});
+  ft_test::expect_all_passed(text, nproc, checks);
 }
 
 TEST_CASE("multi-rank collectives are exact on 2 and 4 ranks") {

@@ -7,8 +7,6 @@
 // ../shared/fixtures/parity-tiny against the PyTorch reference losses, and
 // option errors.
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <ATen/ATen.h>
@@ -19,15 +17,9 @@
 #include "ft/launcher.h"
 #include "ring.h"
 #include "ft_run.h"
+#include "ft_workers.h"
 
 namespace {
-
-std::string read_text(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string error_of(const std::function<void()>& fn) {
   try {
@@ -42,36 +34,10 @@ std::unique_ptr<ft::Comm> solo() { return ft::Comm::create(ft::DistEnv{}); }
 
 // Runs the worker on `nproc` ranks; returns stdout, fails the test on error.
 std::string run_worker(int nproc, const std::string& mode) {
-  ft_test::TempDir dir("hvd-" + mode);
-  auto out_path = dir.path() / "out.txt";
-  auto err_path = dir.path() / "err.txt";
-  FILE* out = std::fopen(out_path.c_str(), "w");
-  FILE* err = std::fopen(err_path.c_str(), "w");
-  ft::LaunchOptions o;
-  o.nproc = nproc;
-  o.timeout_s = 20;
-  o.kill_grace_s = 1;
-  o.argv = {(ft_test::binary_dir() / "bin" / "ft_test_hvd_worker").string(), mode};
-  o.stdout_fd = ::fileno(out);
-  o.stderr_fd = ::fileno(err);
-  ft::LaunchResult r = ft::launch_workers(o);
-  std::fclose(out);
-  std::fclose(err);
-  const std::string text = read_text(out_path);
-  INFO("stdout:\n" << text << "\nstderr:\n" << read_text(err_path));
-  CHECK(r.exit_code == 0);
-  CHECK(r.error.empty());
-  return text;
+  return ft_test::run_workers("ft_test_hvd_worker", nproc, mode, 20);
 }
 
-// "rank R: all N checks passed" for every rank (non-zero ranks are prefixed by the launcher).
-void expect_all_passed(const std::string& text, int nproc, int checks) {
-  INFO(text);
-  CHECK(text.find("rank 0: all " + std::to_string(checks) + " checks passed\n") != std::string::npos);
-  for (int rank = 1; rank < nproc; ++rank) {
-    CHECK(text.find(fmt::format("[rank {}] rank {}: all {} checks passed\n", rank, rank, checks)) != std::string::npos);
-  }
-}
+using ft_test::expect_all_passed;
 
 std::string run_ft_parity(const std::string& strategy_args, const std::filesystem::path& metrics) {
   const std::string args = fmt::format("run --config configs/parity-tiny.yaml {} --metrics-out {}", strategy_args,

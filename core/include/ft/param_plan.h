@@ -27,4 +27,8 @@ bool glob_match(const std::string& pattern, const std::string& name);
 ParamPlan build_param_plan(const BertForSequenceClassification& model, const TrainConfig& train,
                            const std::function<bool(const std::string&)>& lora_trainable = {});
 
+// Sets requires_grad on every parameter of `model` from the plan (what
+// every strategy's setup does first); a name the plan leaves out trains.
+void apply_trainable(BertForSequenceClassification& model, const ParamPlan& plan);
+
 }  // namespace ft

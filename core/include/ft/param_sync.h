@@ -32,4 +32,8 @@ StepResult update_from_grads(const std::vector<at::Tensor>& grads, Precision& pr
                              const StepOptions& options, Comm* overflow_comm,
                              const std::function<double()>& global_norm_squared);
 
+/// Model-state bytes of a rank holding `params` whole: their values, the
+/// grads they have, and the optimizer's state.
+StateBytes held_state_bytes(const std::vector<at::Tensor>& params, const TensorOptimizer& optimizer);
+
 }  // namespace ft

@@ -71,4 +71,11 @@ ParamPlan build_param_plan(const BertForSequenceClassification& model, const Tra
   return plan;
 }
 
+void apply_trainable(BertForSequenceClassification& model, const ParamPlan& plan) {
+  for (auto& item : model.named_parameters()) {
+    auto it = plan.find(item.key());
+    item.value().set_requires_grad(it == plan.end() || it->second.trainable);
+  }
+}
+
 }  // namespace ft

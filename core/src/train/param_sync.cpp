@@ -68,4 +68,14 @@ StepResult update_from_grads(const std::vector<at::Tensor>& grads, Precision& pr
   return result;
 }
 
+StateBytes held_state_bytes(const std::vector<at::Tensor>& params, const TensorOptimizer& optimizer) {
+  StateBytes b;
+  for (const auto& p : params) {
+    b.params += p.numel() * static_cast<int64_t>(p.element_size());
+    if (p.grad().defined()) b.grads += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
+  }
+  b.optimizer = optimizer.state_bytes();
+  return b;
+}
+
 }  // namespace ft

@@ -9,6 +9,7 @@
 #include "ft/comm.h"
 #include "ft/error.h"
 #include "ft/model.h"
+#include "ft/param_plan.h"
 #include "ft/param_sync.h"
 #include "ft/precision.h"
 
@@ -21,11 +22,7 @@ void ReplicatedStrategy::setup(std::shared_ptr<BertForSequenceClassification> mo
   model_ = std::move(model);
   model_->to(ctx.device);
   auto slots = slots_from_plan(model_->weights(), plan);
-  for (auto& item : model_->named_parameters()) {
-    auto it = plan.find(item.key());
-    const bool trainable = it == plan.end() || it->second.trainable;
-    item.value().set_requires_grad(trainable);
-  }
+  apply_trainable(*model_, plan);
   for (const auto& s : slots) trainable_.push_back(s.param);
   optimizer_ = std::make_unique<TensorOptimizer>(optimizer, std::move(slots));
   on_setup();
@@ -105,14 +102,6 @@ void ReplicatedStrategy::broadcast_model_from_rank0() {
   }
 }
 
-StateBytes ReplicatedStrategy::state_bytes() const {
-  StateBytes b;
-  for (const auto& p : model_->parameters()) {
-    b.params += p.numel() * static_cast<int64_t>(p.element_size());
-    if (p.grad().defined()) b.grads += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
-  }
-  b.optimizer = optimizer_->state_bytes();
-  return b;
-}
+StateBytes ReplicatedStrategy::state_bytes() const { return held_state_bytes(model_->parameters(), *optimizer_); }
 
 }  // namespace ft
