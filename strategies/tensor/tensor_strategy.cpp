@@ -52,6 +52,20 @@ struct Reduce : torch::autograd::Function<Reduce> {
   static variable_list backward(AutogradContext*, variable_list grads) { return {grads[0], at::Tensor()}; }
 };
 
+// Partial attention scores of ranks sharing a head: the scores are their
+// sum, and each rank's score gradient is only its share, so both directions sum.
+struct HeadSum : torch::autograd::Function<HeadSum> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm) {
+    ctx->saved_data["comm"] = comm;
+    return summed(*reinterpret_cast<Comm*>(comm), x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {summed(*comm_of(ctx), grads[0]), at::Tensor()};
+  }
+};
+
+int64_t handle(Comm& c) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(&c)); }
+
 }  // namespace
 
 int tensor_parallel_size_from(const std::map<std::string, std::string>& options, int world_size) {
@@ -80,28 +94,43 @@ void TensorStrategy::setup(std::shared_ptr<BertForSequenceClassification> model,
     for (const auto& [name, w] : model_->weights()) all.push_back(w);
     broadcast_tensors(world, all, 0);
   }
+  const int64_t heads = model_->config().num_attention_heads;
   if (t > 1) {
-    const auto comm = static_cast<int64_t>(reinterpret_cast<intptr_t>(&tp()));
+    const int64_t comm = handle(tp());
     TensorParallelOps ops;
     ops.rank = tp().rank();
     ops.size = t;
     ops.enter = [comm](const at::Tensor& x) { return Enter::apply(x, comm); };
     ops.reduce = [comm](const at::Tensor& x) { return Reduce::apply(x, comm); };
-    split_ = model_->shard_tensor_parallel(ops);
+    if (t > heads && t % heads == 0) {  // neighbouring tp ranks share a head
+      const int per_head = t / static_cast<int>(heads);
+      std::vector<std::vector<int>> groups(static_cast<size_t>(heads));
+      for (int r = 0; r < t; ++r) groups[static_cast<size_t>(r / per_head)].push_back(r);
+      head_comm_ = tp().split("tp_head", groups);
+      const int64_t head = handle(*head_comm_);
+      ops.head_sum = [head](const at::Tensor& x) { return HeadSum::apply(x, head); };
+    }
+    TensorParallelSplit split = model_->shard_tensor_parallel(ops);
+    split_ = std::move(split.sliced);
+    partial_ = std::move(split.partial_grads);
   }
   auto slots = slots_from_plan(model_->weights(), plan);
   for (const auto& s : slots) {
     trainable_.push_back(s.param);
     sliced_.push_back(split_.count(s.name) > 0);
+    if (partial_.count(s.name)) partial_grads_.push_back(s.param);
   }
   optimizer_ = std::make_unique<TensorOptimizer>(optimizer, std::move(slots));
   norm_buf_ = at::zeros({1}, at::kDouble);
   if (world.rank() == 0) {
     const auto& c = model_->config();
     const bool vocab = split_.count("bert.embeddings.word_embeddings.weight") > 0;
-    std::fputs(fmt::format("tensor: {} rank(s) per layer: {} of {} heads and {} of {} FFN units each; word embeddings "
+    const std::string share = t <= heads ? fmt::format("{} of {} heads", heads / t, heads)
+                                         : fmt::format("1/{} of a head ({} of {} dims)", t / heads,
+                                                       c.hidden_size / t, c.hidden_size / heads);
+    std::fputs(fmt::format("tensor: {} rank(s) per layer: {} and {} of {} FFN units each; word embeddings "
                            "{}; mesh {}\n",
-                           t, c.num_attention_heads / t, c.num_attention_heads, c.intermediate_size / t,
+                           t, share, c.intermediate_size / t,
                            c.intermediate_size, vocab ? fmt::format("vocab-parallel ({} rows each)", c.vocab_size / t)
                                                       : std::string("replicated"),
                            mesh_->describe("tp"))
@@ -119,7 +148,9 @@ at::Tensor TensorStrategy::forward(const Batch& batch) {
 
 void TensorStrategy::backward(const at::Tensor& loss, bool sync_grads) {
   ctx_->precision->scale_loss(loss).backward();
-  if (sync_grads) average_grads(data_comm(), trainable_);  // data-parallel replicas
+  if (!sync_grads) return;
+  sum_grads(tp(), partial_grads_);  // each rank holds its slice's share of these gradients
+  average_grads(data_comm(), trainable_);  // data-parallel replicas
 }
 
 StepResult TensorStrategy::step(const StepOptions& options) {

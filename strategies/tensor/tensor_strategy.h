@@ -27,6 +27,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -63,7 +64,10 @@ class TensorStrategy final : public Strategy, public DataParallelGroup {
 
   StrategyContext* ctx_ = nullptr;
   std::unique_ptr<DeviceMesh> mesh_;
+  std::unique_ptr<Comm> head_comm_;  // ranks sharing an attention head, when tp_size > heads
   std::map<std::string, int> split_;  // sliced parameter -> dimension
+  std::set<std::string> partial_;     // whole parameters whose gradients are summed over the group
+  std::vector<at::Tensor> partial_grads_;
   std::unique_ptr<TensorOptimizer> optimizer_;
   std::vector<at::Tensor> trainable_;
   std::vector<bool> sliced_;  // per trainable_: its squared norm is summed over the group

@@ -62,6 +62,10 @@ const ParityCase kCases[] = {
     {"tensor", 2, 16, 2, "--set train.activation_checkpointing=true", 1e-5},
     {"tensor", 2, 32, 1, "--set model.padding_free=false", 1e-5},
     {"tensor", 4, 16, 1, "--set strategy.options.tp_size=2", 1e-5},
+    // 4 ranks on the fixture's 2 heads: pairs of ranks share a head, each
+    // holding half its dimensions (their partial scores summed).
+    {"tensor", 4, 32, 1, "", 1e-5},
+    {"tensor", 4, 16, 2, "--set train.activation_checkpointing=true", 1e-5},
     // The padded path (model.padding_free=false: every pad position computed,
     // as Hugging Face does) is kept for comparisons; it must agree as well.
     {"single", 1, 32, 1, "--set model.padding_free=false", 1e-5},
@@ -127,6 +131,17 @@ const ControlCase kControlCases[] = {
     // gradient of what it sent.
     // 4 micro-batches of 8 through 2 stages.
     {"LoRA r=4", "--set lora.rank=4 --set lora.alpha=8", "pipeline", 2, 1, 4},
+    // Tensor parallel: LoRA on column- and row-parallel Linears (a slice of
+    // one matrix, partial gradients of the other), at 2 ranks and at 4
+    // (heads shared); adapters on the summed outputs; prefixes cut by heads.
+    // lr 1e-2: at 1e-3 the adapters move too little in 8 steps for unsummed
+    // partial gradients to show (measured 1e-4 off at most, 3e-3 at 1e-2).
+    {"LoRA r=4 on every Linear",
+     "--set lora.rank=4 --set lora.alpha=8 --set lora.targets=[query,key,value,dense] --set train.lr=1e-2", "tensor", 2,
+     1},
+    {"LoRA r=4", "--set lora.rank=4 --set lora.alpha=8 --set train.lr=1e-2", "tensor", 4, 1},
+    {"bottleneck adapters", "--set adapter.size=8 --set train.lr=1e-2", "tensor", 2, 1},
+    {"prefix tuning", "--set prefix.length=4 --set train.lr=1e-2", "tensor", 4, 1},
 };
 
 // The case's run (a global batch of 32), or with `reference` the single-process one.

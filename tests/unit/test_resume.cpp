@@ -23,6 +23,7 @@
 #include "ft/precision.h"
 #include "ft/safetensors.h"
 #include "ft_run.h"
+#include "ft_weights.h"
 #include "ft_tiny_task.h"
 
 namespace {
@@ -42,16 +43,6 @@ ft_test::RunOutput run_tiny(const fsys::path& dir, const std::string& extra, con
   return ft_test::run_ft(fmt::format("run --config {}/run.yaml --set train.grad_accum=2 --timeout 60 "
                                      "--metrics-out {} {}",
                                      dir.string(), metrics.string(), extra));
-}
-
-double max_abs_diff(const ft::TensorList& a, const ft::TensorList& b) {
-  if (a.size() != b.size()) return INFINITY;
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].first != b[i].first || a[i].second.sizes() != b[i].second.sizes()) return INFINITY;
-    worst = std::max(worst, (a[i].second - b[i].second).abs().max().item<double>());
-  }
-  return worst;
 }
 
 // Saved at step 3 of 8: mid-epoch (6 steps per epoch) and mid-warm-up (5
@@ -96,7 +87,7 @@ std::pair<double, double> check_resume(const Strategy& s) {
     CHECK(std::abs(tail[i] - all[i + 3]) <= kExact);
     worst = std::max(worst, std::abs(tail[i] - all[i + 3]));
   }
-  const double weights = max_abs_diff(ft::safetensors::load((resumed_dir / "final/model.safetensors").string()),
+  const double weights = ft_test::max_abs_diff(ft::safetensors::load((resumed_dir / "final/model.safetensors").string()),
                                       ft::safetensors::load((full_dir / "final/model.safetensors").string()));
   CHECK(weights <= kExact);
   // The resumed run's learning rates follow the same schedule.

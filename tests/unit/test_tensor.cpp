@@ -6,8 +6,11 @@
 
 #include <ATen/ATen.h>
 
+#include "ft/adapter.h"
+#include "ft/lora.h"
 #include "ft/model.h"
 #include "ft_run.h"
+#include "ft_weights.h"
 #include "tensor_strategy.h"
 
 TEST_CASE("shard_tensor_parallel keeps this rank's heads and FFN slice, named by the cut dimension") {
@@ -22,7 +25,7 @@ TEST_CASE("shard_tensor_parallel keeps this rank's heads and FFN slice, named by
   ops.rank = 1;
   ops.size = 2;
   ops.enter = ops.reduce = [](const at::Tensor& x) { return x; };
-  const auto split = full.shard_tensor_parallel(ops);
+  const auto split = full.shard_tensor_parallel(ops).sliced;
   const std::string l0 = "bert.encoder.layer.0.";
   CHECK(split.at(l0 + "attention.self.query.weight") == 0);
   CHECK(split.at(l0 + "attention.self.value.bias") == 0);
@@ -45,7 +48,74 @@ TEST_CASE("shard_tensor_parallel keeps this rank's heads and FFN slice, named by
   ops.size = 3;
   ft::BertForSequenceClassification other(c);
   CHECK(ft_test::error_of([&] { other.shard_tensor_parallel(ops); }) ==
-        "tensor parallelism over 3 ranks needs num_attention_heads (2) and intermediate_size (512) divisible by 3");
+        "tensor parallelism over 3 ranks: the 2 attention heads must divide by 3, or 3 by the heads with the head "
+        "dimension (64) divisible by the ranks per head; pick another strategy.options.tp_size");
+  ops.size = 2;
+  ft::BertForSequenceClassification extra(c);
+  extra.unit(1)->register_parameter("gate", at::zeros({4}));
+  CHECK(ft_test::error_of([&] { extra.shard_tensor_parallel(ops); }) ==
+        "tensor parallelism cannot place 'bert.encoder.layer.0.gate': it knows BERT's layer weights, LoRA on any of "
+        "the layer's Linears, bottleneck adapters on attention.output.dense and output.dense, and prefixes; train it "
+        "with pipeline, ddp or a zero/fsdp strategy");
+}
+
+TEST_CASE("shard_tensor_parallel: 4 ranks on 2 heads split each head's dimensions; LoRA, adapters and prefixes follow "
+          "their Linear") {
+  ft::BertConfig c = ft::BertConfig::preset("tiny");  // 2 heads of 64
+  c.vocab_size = 100;
+  at::manual_seed(0);
+  ft::BertForSequenceClassification model(c);
+  ft::LoraConfig lora;
+  lora.rank = 4;
+  lora.targets = {"query", "dense"};
+  ft::apply_lora(model, lora, 1);
+  const int64_t h = c.hidden_size, p = 3;
+  std::vector<at::Tensor> keys, values;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    keys.push_back(at::randn({p, h}));
+    values.push_back(at::randn({p, h}));
+  }
+  model.add_attention_prefix(keys, values);
+  std::map<std::string, at::Tensor> whole;
+  for (const auto& [name, t] : model.weights()) whole[name] = t.detach().clone();
+
+  ft::TensorParallelOps ops;
+  ops.rank = 3;
+  ops.size = 4;
+  ops.enter = ops.reduce = [](const at::Tensor& x) { return x; };
+  CHECK(ft_test::error_of([&] { model.shard_tensor_parallel(ops); }).find("the 2 attention heads must divide by 4") !=
+        std::string::npos);  // sharing heads needs head_sum
+  ops.head_sum = ops.enter;
+  const auto split = model.shard_tensor_parallel(ops);
+  std::map<std::string, at::Tensor> now;
+  for (const auto& [name, t] : model.weights()) now[name] = t;
+  const std::string l1 = "bert.encoder.layer.1.";
+  // Rank 3 of 4: the second half of head 1's 64 dimensions, i.e. rows 96..127.
+  CHECK(at::equal(now[l1 + "attention.self.query.weight"], whole[l1 + "attention.self.query.weight"].narrow(0, 96, 32)));
+  CHECK(at::equal(now[l1 + "attention.self.prefix_key"], whole[l1 + "attention.self.prefix_key"].narrow(1, 96, 32)));
+  CHECK(split.sliced.at(l1 + "attention.self.prefix_value") == 1);
+  // Column-parallel query: LoRA's B by rows, A whole with a partial gradient.
+  CHECK(split.sliced.at(l1 + "attention.self.query.lora_B.weight") == 0);
+  CHECK(now[l1 + "attention.self.query.lora_B.weight"].sizes() == at::IntArrayRef({32, 4}));
+  CHECK(split.partial_grads.count(l1 + "attention.self.query.lora_A.weight") == 1);
+  // Row-parallel output.dense: A by columns, B whole with a partial gradient.
+  CHECK(at::equal(now[l1 + "output.dense.lora_A.weight"], whole[l1 + "output.dense.lora_A.weight"].narrow(1, 384, 128)));
+  CHECK(split.partial_grads.count(l1 + "output.dense.lora_B.weight") == 1);
+  CHECK(split.sliced.at(l1 + "intermediate.dense.lora_B.weight") == 0);
+  // The head is replicated: its LoRA is neither sliced nor partial.
+  CHECK(split.sliced.count("bert.pooler.dense.lora_A.weight") == 0);
+  CHECK(split.partial_grads.size() == 2 * 4);  // per layer: query, attention.output, intermediate, output
+
+  ft::BertForSequenceClassification adapted(c);
+  ft::AdapterConfig adapter;
+  adapter.size = 8;
+  ft::apply_bottleneck_adapters(adapted, adapter, 1);
+  ops.size = 2;
+  ops.rank = 0;
+  const auto a = adapted.shard_tensor_parallel(ops);
+  CHECK(a.partial_grads.empty());
+  CHECK(a.sliced.count(l1 + "output.dense.adapter_up.weight") == 0);  // reads the summed output
+  CHECK(a.sliced.size() == 2 * 10 + 1);
 }
 
 TEST_CASE("tensor options: tp_size defaults to the world and must divide it") {
@@ -56,15 +126,9 @@ TEST_CASE("tensor options: tp_size defaults to the world and must divide it") {
         "of 4");
 }
 
-TEST_CASE("tensor x2: LoRA is refused with one line; a run saved at step 4 resumes under single and pipeline") {
+TEST_CASE("tensor x2: a run saved at step 4 resumes under single and pipeline") {
   FT_REQUIRE_SHARED("fixtures/parity-tiny");
   ft_test::TempDir tmp("tensor");
-  auto lora = ft_test::run_ft("run --config configs/parity-tiny.yaml --strategy tensor --nproc 2 --threads 1 "
-                              "--set train.batch_size=32 --set lora.rank=4 --max-steps 1");
-  CHECK(lora.exit_code != 0);
-  CHECK(lora.output.find("bert.encoder.layer.0.attention.self.query.lora_A.weight (LoRA, adapters or prefix tuning) "
-                         "is not one of them") != std::string::npos);
-
   const auto metrics = tmp.path() / "tensor.jsonl";
   auto run = ft_test::run_ft(fmt::format("run --config configs/parity-tiny.yaml --strategy tensor --nproc 2 --threads 1 "
                                          "--set train.batch_size=32 --max-steps 4 --output-dir {} --metrics-out {}",
@@ -86,6 +150,25 @@ TEST_CASE("tensor x2: LoRA is refused with one line; a run saved at step 4 resum
   }
 }
 
+// Losses alone are too blunt here: at parity-tiny's lr the attention
+// weights barely move the loss in 8 steps, so a wrong score gradient stays
+// within 1e-5 of it. The trained weights themselves must agree.
+TEST_CASE("tensor x4 on 2 heads (ranks sharing heads) ends with the single run's weights") {
+  FT_REQUIRE_SHARED("fixtures/parity-tiny");
+  ft_test::TempDir tmp("tensor-heads");
+  const std::pair<const char*, const char*> runs[] = {{"single", "--strategy single"},
+                                                      {"tp4", "--strategy tensor --nproc 4"}};
+  for (const auto& [dir, flags] : runs) {
+    ft_test::run_ok(fmt::format("run --config configs/parity-tiny.yaml --threads 1 --set train.batch_size=32 {} "
+                                "--output-dir {}",
+                                flags, (tmp.path() / dir).string()));
+  }
+  const double diff = ft_test::max_weight_diff(tmp.path() / "single/final/model.safetensors",
+                                               tmp.path() / "tp4/final/model.safetensors");
+  CHECK(diff < 1e-4);  // measured 2.9e-6; a score gradient left unsummed gives 1.3e-2
+  MESSAGE("tensor x4 vs single, largest weight difference after 8 steps: " << diff);
+}
+
 TEST_CASE("bench-mini: a tensor x2 rank holds the replicated tensors and half of each sliced one, <= 0.6 x ddp") {
   FT_REQUIRE_SHARED("fixtures/bench-mini");
   ft_test::TempDir tmp("tensor-mem");
@@ -97,7 +180,7 @@ TEST_CASE("bench-mini: a tensor x2 rank holds the replicated tensors and half of
   ops.size = 2;
   ops.enter = ops.reduce = [](const at::Tensor& x) { return x; };
   double sliced = 0;
-  const auto split = model.shard_tensor_parallel(ops);
+  const auto split = model.shard_tensor_parallel(ops).sliced;
   for (const auto& [name, t] : model.weights()) {
     if (split.count(name)) sliced += static_cast<double>(t.numel());  // this rank's half
   }

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -96,13 +97,29 @@ class UnitRunner {
   }
 };
 
-// Megatron tensor parallelism (strategies/tensor): the two conjugate
-// operators of one tensor-parallel group of `size` ranks.
+// Megatron tensor parallelism (strategies/tensor): the operators of one
+// tensor-parallel group of `size` ranks.
 struct TensorParallelOps {
   int rank = 0;
   int size = 1;
   std::function<at::Tensor(const at::Tensor&)> enter;   // f: identity forward, gradient summed over the group
   std::function<at::Tensor(const at::Tensor&)> reduce;  // g: summed over the group forward, identity backward
+  // Needed only when the group has more ranks than the model has attention
+  // heads: then size / num_attention_heads neighbouring ranks share a head,
+  // each holding a contiguous part of its dimensions, and this sums their
+  // partial attention scores over those ranks (forward, and the partial
+  // score gradients backward).
+  std::function<at::Tensor(const at::Tensor&)> head_sum;
+};
+
+// What shard_tensor_parallel did to the parameters, by HF name.
+struct TensorParallelSplit {
+  std::map<std::string, int> sliced;  // -> the dimension it was cut along (rank r holds part r)
+  // Whole on every rank, but each rank's gradient is only its slice's share
+  // of the sum: LoRA's A on a column-parallel Linear (B is sliced by rows),
+  // and LoRA's B on a row-parallel one (A is sliced by columns). The strategy
+  // sums these gradients over the group before the update.
+  std::set<std::string> partial_grads;
 };
 
 class BertForSequenceClassification : public torch::nn::Module {
@@ -151,11 +168,15 @@ class BertForSequenceClassification : public torch::nn::Module {
   // their biases added once after ops.reduce. The word embeddings are
   // vocab-parallel (rows split, lookups summed by ops.reduce) when the rows
   // divide evenly and no tied MLM decoder reads them; position and type
-  // embeddings, LayerNorms and the head stay whole. Returns each sliced
-  // parameter's HF name and the dimension it was cut along. Layers with
-  // parameters of their own beyond BERT's (LoRA, adapters, prefixes) are
-  // refused.
-  std::map<std::string, int> shard_tensor_parallel(const TensorParallelOps& ops);
+  // embeddings, LayerNorms and the head stay whole. Parameter-efficient
+  // additions follow the Linear they sit on: LoRA's B rows on a
+  // column-parallel Linear and A's columns on a row-parallel one are sliced
+  // (the other matrix stays whole, see partial_grads); bottleneck adapters
+  // read the summed output and stay whole; prefix keys and values are cut
+  // by heads like the layer's own. The heads must divide by ops.size, or
+  // ops.size by the heads (with ops.head_sum set and the head dimension
+  // divisible by ops.size / heads).
+  TensorParallelSplit shard_tensor_parallel(const TensorParallelOps& ops);
 
   // Unit structure (see file comment).
   int num_units() const;

@@ -22,6 +22,8 @@ void broadcast_tensors(Comm& comm, const std::vector<at::Tensor>& tensors, int r
 /// Each parameter's .grad becomes the average over `comm` (a missing grad
 /// counts as zeros and is created). Collective; no-op on a world of one.
 void average_grads(Comm& comm, const std::vector<at::Tensor>& params);
+/// As average_grads, but the sum: for gradients each rank holds a share of.
+void sum_grads(Comm& comm, const std::vector<at::Tensor>& params);
 
 /// The update once this rank's gradients are complete: unscale them (fp16)
 /// with the overflow flag OR-ed over `overflow_comm` (the ranks holding

@@ -1,97 +1,21 @@
-// BERT modules. Names of members registered with register_module() are the
-// HF names, which is what makes weights interchangeable.
+// BertForSequenceClassification: building, unit structure, forward, prompt
+// learning and initialisation over the modules of bert_modules.h.
 #include "ft/model.h"
 
 #include <cmath>
-#include <set>
 
-#include <torch/nn/modules/container/modulelist.h>
-#include <torch/nn/modules/dropout.h>
-#include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/linear.h>
-#include <torch/nn/modules/normalization.h>
-#include <torch/nn/init.h>
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
+#include <torch/nn/init.h>
 
 #include <fmt/ranges.h>
 
+#include "bert_modules.h"
 #include "ft/activation_checkpoint.h"
-#include "ft/dropout.h"
 #include "ft/error.h"
-#include "ft/packed_attention.h"
-#include "ft/token_layout.h"
 
 namespace ft {
 namespace {
-
-using torch::nn::Dropout;
-using torch::nn::Embedding;
-using torch::nn::LayerNorm;
-using Linear = AdaptableLinear;  // LoRA can wrap any of them
-
-// Every dropout of the model goes through ft's counter-based kernel.
-at::Tensor drop(const Dropout& d, const at::Tensor& x) { return fast_dropout(x, d->options.p(), d->is_training()); }
-
-LayerNorm make_layer_norm(const BertConfig& c) {
-  return LayerNorm(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps));
-}
-
-struct EmbeddingsImpl : torch::nn::Module {
-  Embedding word_embeddings{nullptr}, position_embeddings{nullptr}, token_type_embeddings{nullptr};
-  LayerNorm norm{nullptr};
-  Dropout dropout{nullptr};
-  int64_t vocab_size;
-  // Prompt tuning: [P, hidden], the rows of ids vocab_size + p (the virtual
-  // tokens encoder_input() puts before every sequence).
-  at::Tensor prompt;
-  // Prefix tuning: HF's past_key_values_length, where the real tokens'
-  // positions start.
-  int64_t position_offset = 0;
-
-  explicit EmbeddingsImpl(const BertConfig& c) : vocab_size(c.vocab_size), pad_token_id(c.pad_token_id) {
-    word_embeddings = register_module(
-        "word_embeddings",
-        Embedding(torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size).padding_idx(c.pad_token_id)));
-    position_embeddings = register_module(
-        "position_embeddings", Embedding(c.max_position_embeddings, c.hidden_size));
-    token_type_embeddings =
-        register_module("token_type_embeddings", Embedding(c.type_vocab_size, c.hidden_size));
-    norm = register_module("LayerNorm", make_layer_norm(c));
-    dropout = register_module("dropout", Dropout(c.hidden_dropout_prob));
-  }
-
-  // ids and types: [T] per token (TokenLayout); returns [T, hidden].
-  at::Tensor forward(const at::Tensor& ids, const at::Tensor& types, const TokenLayout& layout) {
-    auto positions = layout.positions(ids.options().dtype(at::kLong));
-    if (position_offset > 0) positions = positions + position_offset;
-    auto x = words(ids) + token_type_embeddings(types) + position_embeddings(positions);
-    return drop(dropout, norm(x));
-  }
-
-  // Vocab-parallel under tensor parallelism: this rank holds rows
-  // vocab_begin.., looks up only those ids and the group sums the results.
-  std::shared_ptr<const TensorParallelOps> tp;
-  int64_t vocab_begin = 0;
-  int64_t pad_token_id = 0;
-
-  at::Tensor lookup(const at::Tensor& ids) {
-    if (!tp) return word_embeddings(ids);
-    const at::Tensor& w = word_embeddings->weight;
-    const at::Tensor local = ids - vocab_begin;
-    const at::Tensor outside = local.lt(0).logical_or(local.ge(w.size(0)));
-    const int64_t pad = pad_token_id - vocab_begin;  // the padding row gets no gradient, on its owner only
-    const at::Tensor e = at::embedding(w, local.masked_fill(outside, 0), pad >= 0 && pad < w.size(0) ? pad : -1);
-    return tp->reduce(e.masked_fill(outside.unsqueeze(-1), 0));
-  }
-
-  at::Tensor words(const at::Tensor& ids) {
-    if (!prompt.defined()) return lookup(ids);
-    const at::Tensor w = lookup(ids.clamp_max(vocab_size - 1));
-    const at::Tensor p = prompt.to(w.scalar_type()).index_select(0, (ids - vocab_size).clamp_min(0));
-    return at::where(ids.ge(vocab_size).unsqueeze(1), p, w);
-  }
-};
 
 // The batch as the encoder reads it. Under prompt tuning, P virtual-token
 // columns come first, as PEFT prepends the prompt to inputs_embeds: ids
@@ -120,200 +44,9 @@ Batch encoder_input(const Batch& batch, const BertConfig& config, int64_t prompt
   return out;
 }
 
-struct SelfAttentionImpl : torch::nn::Module {
-  Linear query{nullptr}, key{nullptr}, value{nullptr};
-  Dropout dropout{nullptr};
-  int64_t heads, head_dim;
-  // Prefix tuning: [P, hidden] keys and values every query also attends to.
-  at::Tensor prefix_key, prefix_value;
-
-  explicit SelfAttentionImpl(const BertConfig& c)
-      : heads(c.num_attention_heads), head_dim(c.hidden_size / c.num_attention_heads) {
-    query = register_module("query", Linear(c.hidden_size, c.hidden_size));
-    key = register_module("key", Linear(c.hidden_size, c.hidden_size));
-    value = register_module("value", Linear(c.hidden_size, c.hidden_size));
-    dropout = register_module("dropout", Dropout(c.attention_probs_dropout_prob));
-  }
-
-  // [T, h] tokens -> [rows, heads, width, d]: each sequence on its own.
-  at::Tensor split_heads(const at::Tensor& x, const TokenLayout& layout) const {
-    return layout.to_attention(x).view({layout.rows, layout.width, heads, head_dim}).permute({0, 2, 1, 3});
-  }
-
-  // [P, hidden] -> [rows, heads, P, d] in `like`'s dtype, the same for every row.
-  at::Tensor prefix_heads(const at::Tensor& prefix, const at::Tensor& like) const {
-    const int64_t p = prefix.size(0);
-    return prefix.to(like.scalar_type()).view({1, p, heads, head_dim}).permute({0, 2, 1, 3}).expand(
-        {like.size(0), heads, p, head_dim});
-  }
-
-  // x: [T, hidden]. Only this product sees padding, up to the longest row.
-  at::Tensor forward(const at::Tensor& x, const TokenLayout& layout) {
-    if (!layout.sequence_lengths.empty() && packed_attention_available()) {
-      return packed_attention(query(x), key(x), value(x), layout.sequence_lengths, heads, dropout->options.p(),
-                              dropout->is_training(), prefix_key, prefix_value);
-    }
-    auto q = split_heads(query(x), layout);
-    auto k = split_heads(key(x), layout);
-    auto v = split_heads(value(x), layout);
-    at::Tensor mask = layout.additive_mask;
-    if (prefix_key.defined()) {  // HF: past_key_values before the keys, attended (mask 1)
-      k = at::cat({prefix_heads(prefix_key, k), k}, 2);
-      v = at::cat({prefix_heads(prefix_value, v), v}, 2);
-      mask = at::cat({at::zeros({layout.rows, 1, 1, prefix_key.size(0)}, mask.options()), mask}, -1);
-    }
-    auto scores = at::matmul(q, k.transpose(-1, -2)) / std::sqrt(static_cast<double>(head_dim));
-    scores = scores + mask;
-    auto probs = drop(dropout, at::softmax(scores, -1));
-    auto context = at::matmul(probs, v).permute({0, 2, 1, 3}).reshape({layout.rows * layout.width, heads * head_dim});
-    return layout.from_attention(context);
-  }
-};
-
-// dense -> dropout -> residual -> LayerNorm (BertSelfOutput and BertOutput).
-struct ResidualOutputImpl : torch::nn::Module {
-  Linear dense{nullptr};
-  LayerNorm norm{nullptr};
-  Dropout dropout{nullptr};
-
-  ResidualOutputImpl(const BertConfig& c, int64_t in_features) {
-    dense = register_module("dense", Linear(in_features, c.hidden_size));
-    norm = register_module("LayerNorm", make_layer_norm(c));
-    dropout = register_module("dropout", Dropout(c.hidden_dropout_prob));
-  }
-  // Row-parallel under tensor parallelism: partial products summed, then the bias once.
-  std::shared_ptr<const TensorParallelOps> tp;
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& residual) {
-    at::Tensor y = tp ? tp->reduce(at::linear(x, dense->weight)) + dense->bias : dense(x);
-    return norm(drop(dropout, y) + residual);
-  }
-};
-
-struct AttentionImpl : torch::nn::Module {
-  std::shared_ptr<SelfAttentionImpl> self;
-  std::shared_ptr<ResidualOutputImpl> output;
-  explicit AttentionImpl(const BertConfig& c) {
-    self = register_module("self", std::make_shared<SelfAttentionImpl>(c));
-    output = register_module("output", std::make_shared<ResidualOutputImpl>(c, c.hidden_size));
-  }
-  std::shared_ptr<const TensorParallelOps> tp;  // column-parallel input: f
-  at::Tensor forward(const at::Tensor& x, const TokenLayout& layout) {
-    return output->forward(self->forward(tp ? tp->enter(x) : x, layout), x);
-  }
-};
-
-struct IntermediateImpl : torch::nn::Module {
-  Linear dense{nullptr};
-  explicit IntermediateImpl(const BertConfig& c) {
-    if (c.hidden_act != "gelu") fail("config.json: hidden_act '{}' is not supported; use 'gelu'", c.hidden_act);
-    dense = register_module("dense", Linear(c.hidden_size, c.intermediate_size));
-  }
-  at::Tensor forward(const at::Tensor& x) { return at::gelu(dense(x)); }
-};
-
-struct LayerImpl : torch::nn::Module {
-  std::shared_ptr<AttentionImpl> attention;
-  std::shared_ptr<IntermediateImpl> intermediate;
-  std::shared_ptr<ResidualOutputImpl> output;
-  explicit LayerImpl(const BertConfig& c) {
-    attention = register_module("attention", std::make_shared<AttentionImpl>(c));
-    intermediate = register_module("intermediate", std::make_shared<IntermediateImpl>(c));
-    output = register_module("output", std::make_shared<ResidualOutputImpl>(c, c.intermediate_size));
-  }
-  std::shared_ptr<const TensorParallelOps> tp;
-  at::Tensor forward(const at::Tensor& x, const TokenLayout& layout) {
-    auto a = attention->forward(x, layout);
-    return output->forward(intermediate->forward(tp ? tp->enter(a) : a), a);
-  }
-};
-
-struct PoolerImpl : torch::nn::Module {
-  Linear dense{nullptr};
-  explicit PoolerImpl(const BertConfig& c) {
-    dense = register_module("dense", Linear(c.hidden_size, c.hidden_size));
-  }
-  // first: [rows, hidden], each row's column-0 ([CLS]) state.
-  at::Tensor forward(const at::Tensor& first) { return at::tanh(dense(first)); }
-};
-
-// The classification head as one unit. The model registers its parts under
-// the HF names ("bert.pooler.*", "classifier.*"); this module only groups them.
-struct HeadUnit : torch::nn::Module {
-  std::shared_ptr<PoolerImpl> pooler;
-  Dropout dropout;
-  Linear classifier;
-  HeadUnit(std::shared_ptr<PoolerImpl> p, Dropout d, Linear c)
-      : pooler(std::move(p)), dropout(std::move(d)), classifier(std::move(c)) {
-    // Registered here too so unit(L+1)->parameters() sees them.
-    register_module("pooler", pooler);
-    register_module("dropout", dropout);
-    register_module("classifier", classifier);
-  }
-  at::Tensor forward(const at::Tensor& first) {
-    return classifier(drop(dropout, pooler->forward(first)));
-  }
-};
-
-// cls.predictions of HF's BertForMaskedLM: transform (dense, gelu,
-// LayerNorm), then the decoder, whose weight is the word embeddings (tied)
-// and whose bias is cls.predictions.bias.
-struct MaskedLmHeadImpl : torch::nn::Module {
-  Linear dense{nullptr};
-  LayerNorm norm{nullptr};
-  at::Tensor bias;
-  // Not registered: the weight belongs to unit 0. Read at call time, so it
-  // is whatever tensor the embeddings hold then (a gathered shard, a replica's).
-  std::shared_ptr<EmbeddingsImpl> embeddings;
-
-  MaskedLmHeadImpl(const BertConfig& c, std::shared_ptr<EmbeddingsImpl> e) : embeddings(std::move(e)) {
-    auto transform = register_module("transform", std::make_shared<torch::nn::Module>());
-    dense = transform->register_module("dense", Linear(c.hidden_size, c.hidden_size));
-    norm = transform->register_module("LayerNorm", make_layer_norm(c));
-    bias = register_parameter("bias", at::zeros({c.vocab_size}));
-  }
-  // hidden: [M, hidden] states of the masked tokens -> [M, vocab].
-  at::Tensor forward(const at::Tensor& hidden) {
-    return at::linear(norm(at::gelu(dense(hidden))), embeddings->word_embeddings->weight, bias);
-  }
-};
-
-struct BertModelImpl : torch::nn::Module {
-  std::shared_ptr<EmbeddingsImpl> embeddings;
-  std::shared_ptr<torch::nn::Module> encoder;
-  torch::nn::ModuleList layer;
-  std::vector<std::shared_ptr<LayerImpl>> layers;
-  std::shared_ptr<PoolerImpl> pooler;
-  explicit BertModelImpl(const BertConfig& c) {
-    embeddings = register_module("embeddings", std::make_shared<EmbeddingsImpl>(c));
-    encoder = register_module("encoder", std::make_shared<torch::nn::Module>());
-    layer = encoder->register_module("layer", torch::nn::ModuleList());
-    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-      layers.push_back(std::make_shared<LayerImpl>(c));
-      layer->push_back(layers.back());
-    }
-    // BertForMaskedLM has no pooler (HF: add_pooling_layer=False).
-    if (c.head == BertHead::kSequenceClassification) pooler = register_module("pooler", std::make_shared<PoolerImpl>(c));
-  }
-};
-
-class DirectRunner final : public UnitRunner {
- public:
-  at::Tensor run(int, RunPass, const at::Tensor& input,
-                 const std::function<at::Tensor(const at::Tensor&)>& fn) override {
-    return fn(input);
-  }
-};
-
 }  // namespace
 
-struct BertForSequenceClassification::Parts {
-  std::shared_ptr<BertModelImpl> bert;
-  Dropout dropout{nullptr};
-  Linear classifier{nullptr};
-  std::shared_ptr<HeadUnit> head;             // sequence classification
-  std::shared_ptr<MaskedLmHeadImpl> mlm;      // masked LM
-  DirectRunner direct;
-};
+using namespace model_detail;
 
 BertForSequenceClassification::BertForSequenceClassification(const BertConfig& config)
     : config_(config), parts_(std::make_unique<Parts>()) {
@@ -363,69 +96,6 @@ int BertForSequenceClassification::unit_of(const std::string& name) const {
     return 1 + std::stoi(name.substr(layer_prefix.size()));
   }
   return num_units() - 1;
-}
-
-namespace {
-// Rows (dim 0) or columns (dim 1) [rank*n/size, (rank+1)*n/size) of a Linear.
-void keep_slice(Linear& l, int dim, const TensorParallelOps& ops, bool slice_bias) {
-  c10::NoGradGuard no_grad;
-  const int64_t n = l->weight.size(dim) / ops.size;
-  l->weight.set_data(l->weight.narrow(dim, ops.rank * n, n).clone());
-  if (slice_bias) l->bias.set_data(l->bias.narrow(0, ops.rank * n, n).clone());
-}
-}  // namespace
-
-std::map<std::string, int> BertForSequenceClassification::shard_tensor_parallel(const TensorParallelOps& ops) {
-  const auto& c = config_;
-  if (c.num_attention_heads % ops.size != 0 || c.intermediate_size % ops.size != 0) {
-    fail("tensor parallelism over {} ranks needs num_attention_heads ({}) and intermediate_size ({}) divisible by {}",
-         ops.size, c.num_attention_heads, c.intermediate_size, ops.size);
-  }
-  auto shared = std::make_shared<const TensorParallelOps>(ops);
-  std::map<std::string, int> split;
-  // Vocab-parallel word embeddings, unless the tied MLM decoder needs the
-  // whole table on every rank or the rows do not divide evenly.
-  auto& emb = *parts_->bert->embeddings;
-  if (!parts_->mlm && c.vocab_size % ops.size == 0) {
-    c10::NoGradGuard no_grad;
-    const int64_t rows = c.vocab_size / ops.size;
-    emb.word_embeddings->weight.set_data(emb.word_embeddings->weight.narrow(0, ops.rank * rows, rows).clone());
-    emb.vocab_begin = ops.rank * rows;
-    emb.tp = shared;
-    split["bert.embeddings.word_embeddings.weight"] = 0;
-  }
-  for (size_t i = 0; i < parts_->bert->layers.size(); ++i) {
-    auto& layer = *parts_->bert->layers[i];
-    const std::string prefix = unit_prefix(static_cast<int>(i) + 1);
-    for (const auto& p : layer.named_parameters()) {
-      static const std::set<std::string> kOwn = {
-          "attention.self.query.weight", "attention.self.query.bias", "attention.self.key.weight",
-          "attention.self.key.bias", "attention.self.value.weight", "attention.self.value.bias",
-          "attention.output.dense.weight", "attention.output.dense.bias", "attention.output.LayerNorm.weight",
-          "attention.output.LayerNorm.bias", "intermediate.dense.weight", "intermediate.dense.bias",
-          "output.dense.weight", "output.dense.bias", "output.LayerNorm.weight", "output.LayerNorm.bias"};
-      if (!kOwn.count(p.key())) {
-        fail("tensor parallelism slices BERT's own layer weights; {}{} (LoRA, adapters or prefix tuning) is not one "
-             "of them: train it with pipeline, ddp or a zero/fsdp strategy",
-             prefix, p.key());
-      }
-    }
-    auto& self = *layer.attention->self;
-    for (auto* l : {&self.query, &self.key, &self.value}) keep_slice(*l, 0, ops, true);
-    self.heads /= ops.size;
-    keep_slice(layer.intermediate->dense, 0, ops, true);
-    keep_slice(layer.attention->output->dense, 1, ops, false);
-    keep_slice(layer.output->dense, 1, ops, false);
-    layer.attention->tp = layer.attention->output->tp = layer.tp = layer.output->tp = shared;
-    for (const char* name : {"attention.self.query.", "attention.self.key.", "attention.self.value.",
-                             "intermediate.dense."}) {
-      split[prefix + name + "weight"] = 0;
-      split[prefix + name + "bias"] = 0;
-    }
-    split[prefix + "attention.output.dense.weight"] = 1;
-    split[prefix + "output.dense.weight"] = 1;
-  }
-  return split;
 }
 
 std::shared_ptr<const TokenLayout> BertForSequenceClassification::layout_of(const Batch& batch) const {

@@ -25,7 +25,9 @@ void broadcast_tensors(Comm& comm, const std::vector<at::Tensor>& tensors, int r
   }
 }
 
-void average_grads(Comm& comm, const std::vector<at::Tensor>& params) {
+namespace {
+
+void reduce_grads(Comm& comm, const std::vector<at::Tensor>& params, ReduceOp op) {
   if (comm.world_size() == 1 || params.empty()) return;
   c10::NoGradGuard no_grad;
   std::vector<at::Tensor> parts;
@@ -33,7 +35,7 @@ void average_grads(Comm& comm, const std::vector<at::Tensor>& params) {
     parts.push_back(p.grad().defined() ? p.grad().reshape({-1}) : at::zeros({p.numel()}, p.options()));
   }
   at::Tensor flat = at::cat(parts);
-  comm.all_reduce(flat, ReduceOp::Avg);
+  comm.all_reduce(flat, op);
   int64_t off = 0;
   for (auto p : params) {
     if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
@@ -41,6 +43,11 @@ void average_grads(Comm& comm, const std::vector<at::Tensor>& params) {
     off += p.numel();
   }
 }
+
+}  // namespace
+
+void average_grads(Comm& comm, const std::vector<at::Tensor>& params) { reduce_grads(comm, params, ReduceOp::Avg); }
+void sum_grads(Comm& comm, const std::vector<at::Tensor>& params) { reduce_grads(comm, params, ReduceOp::Sum); }
 
 StepResult update_from_grads(const std::vector<at::Tensor>& grads, Precision& precision, TensorOptimizer& optimizer,
                              const StepOptions& options, Comm* overflow_comm,

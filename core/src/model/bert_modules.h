@@ -1,0 +1,310 @@
+// BERT's modules, private to core/src/model: model.cpp builds and runs them,
+// tensor_parallel.cpp slices them. Names of members registered with
+// register_module() are the HF names, which is what makes weights
+// interchangeable.
+#pragma once
+
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include "ft/dropout.h"
+#include "ft/error.h"
+#include "ft/model.h"
+#include "ft/packed_attention.h"
+#include "ft/token_layout.h"
+
+namespace ft {
+namespace model_detail {
+
+using torch::nn::Dropout;
+using torch::nn::Embedding;
+using torch::nn::LayerNorm;
+using Linear = AdaptableLinear;  // LoRA can wrap any of them
+
+// Every dropout of the model goes through ft's counter-based kernel.
+inline at::Tensor drop(const Dropout& d, const at::Tensor& x) { return fast_dropout(x, d->options.p(), d->is_training()); }
+
+inline LayerNorm make_layer_norm(const BertConfig& c) {
+  return LayerNorm(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps));
+}
+
+struct EmbeddingsImpl : torch::nn::Module {
+  Embedding word_embeddings{nullptr}, position_embeddings{nullptr}, token_type_embeddings{nullptr};
+  LayerNorm norm{nullptr};
+  Dropout dropout{nullptr};
+  int64_t vocab_size;
+  // Prompt tuning: [P, hidden], the rows of ids vocab_size + p (the virtual
+  // tokens encoder_input() puts before every sequence).
+  at::Tensor prompt;
+  // Prefix tuning: HF's past_key_values_length, where the real tokens'
+  // positions start.
+  int64_t position_offset = 0;
+
+  explicit EmbeddingsImpl(const BertConfig& c) : vocab_size(c.vocab_size), pad_token_id(c.pad_token_id) {
+    word_embeddings = register_module(
+        "word_embeddings",
+        Embedding(torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size).padding_idx(c.pad_token_id)));
+    position_embeddings = register_module(
+        "position_embeddings", Embedding(c.max_position_embeddings, c.hidden_size));
+    token_type_embeddings =
+        register_module("token_type_embeddings", Embedding(c.type_vocab_size, c.hidden_size));
+    norm = register_module("LayerNorm", make_layer_norm(c));
+    dropout = register_module("dropout", Dropout(c.hidden_dropout_prob));
+  }
+
+  // ids and types: [T] per token (TokenLayout); returns [T, hidden].
+  at::Tensor forward(const at::Tensor& ids, const at::Tensor& types, const TokenLayout& layout) {
+    auto positions = layout.positions(ids.options().dtype(at::kLong));
+    if (position_offset > 0) positions = positions + position_offset;
+    auto x = words(ids) + token_type_embeddings(types) + position_embeddings(positions);
+    return drop(dropout, norm(x));
+  }
+
+  // Vocab-parallel under tensor parallelism: this rank holds rows
+  // vocab_begin.., looks up only those ids and the group sums the results.
+  std::shared_ptr<const TensorParallelOps> tp;
+  int64_t vocab_begin = 0;
+  int64_t pad_token_id = 0;
+
+  at::Tensor lookup(const at::Tensor& ids) {
+    if (!tp) return word_embeddings(ids);
+    const at::Tensor& w = word_embeddings->weight;
+    const at::Tensor local = ids - vocab_begin;
+    const at::Tensor outside = local.lt(0).logical_or(local.ge(w.size(0)));
+    const int64_t pad = pad_token_id - vocab_begin;  // the padding row gets no gradient, on its owner only
+    const at::Tensor e = at::embedding(w, local.masked_fill(outside, 0), pad >= 0 && pad < w.size(0) ? pad : -1);
+    return tp->reduce(e.masked_fill(outside.unsqueeze(-1), 0));
+  }
+
+  at::Tensor words(const at::Tensor& ids) {
+    if (!prompt.defined()) return lookup(ids);
+    const at::Tensor w = lookup(ids.clamp_max(vocab_size - 1));
+    const at::Tensor p = prompt.to(w.scalar_type()).index_select(0, (ids - vocab_size).clamp_min(0));
+    return at::where(ids.ge(vocab_size).unsqueeze(1), p, w);
+  }
+};
+
+struct SelfAttentionImpl : torch::nn::Module {
+  Linear query{nullptr}, key{nullptr}, value{nullptr};
+  Dropout dropout{nullptr};
+  int64_t heads, head_dim;  // this rank's, under tensor parallelism
+  // The model's head dimension, which scales the scores even when this rank
+  // holds only part of each head's dimensions.
+  int64_t score_dim;
+  // Prefix tuning: [P, hidden] keys and values every query also attends to.
+  at::Tensor prefix_key, prefix_value;
+  // Set when ranks share heads (TensorParallelOps::head_sum).
+  std::shared_ptr<const TensorParallelOps> tp;
+
+  explicit SelfAttentionImpl(const BertConfig& c)
+      : heads(c.num_attention_heads),
+        head_dim(c.hidden_size / c.num_attention_heads),
+        score_dim(c.hidden_size / c.num_attention_heads) {
+    query = register_module("query", Linear(c.hidden_size, c.hidden_size));
+    key = register_module("key", Linear(c.hidden_size, c.hidden_size));
+    value = register_module("value", Linear(c.hidden_size, c.hidden_size));
+    dropout = register_module("dropout", Dropout(c.attention_probs_dropout_prob));
+  }
+
+  // [T, h] tokens -> [rows, heads, width, d]: each sequence on its own.
+  at::Tensor split_heads(const at::Tensor& x, const TokenLayout& layout) const {
+    return layout.to_attention(x).view({layout.rows, layout.width, heads, head_dim}).permute({0, 2, 1, 3});
+  }
+
+  // [P, hidden] -> [rows, heads, P, d] in `like`'s dtype, the same for every row.
+  at::Tensor prefix_heads(const at::Tensor& prefix, const at::Tensor& like) const {
+    const int64_t p = prefix.size(0);
+    return prefix.to(like.scalar_type()).view({1, p, heads, head_dim}).permute({0, 2, 1, 3}).expand(
+        {like.size(0), heads, p, head_dim});
+  }
+
+  // x: [T, hidden]. Only this product sees padding, up to the longest row.
+  at::Tensor forward(const at::Tensor& x, const TokenLayout& layout) {
+    // The packed kernel takes the softmax over whole heads; shared heads need
+    // their partial scores summed first.
+    if (!tp && !layout.sequence_lengths.empty() && packed_attention_available()) {
+      return packed_attention(query(x), key(x), value(x), layout.sequence_lengths, heads, dropout->options.p(),
+                              dropout->is_training(), prefix_key, prefix_value);
+    }
+    auto q = split_heads(query(x), layout);
+    auto k = split_heads(key(x), layout);
+    auto v = split_heads(value(x), layout);
+    at::Tensor mask = layout.additive_mask;
+    if (prefix_key.defined()) {  // HF: past_key_values before the keys, attended (mask 1)
+      k = at::cat({prefix_heads(prefix_key, k), k}, 2);
+      v = at::cat({prefix_heads(prefix_value, v), v}, 2);
+      mask = at::cat({at::zeros({layout.rows, 1, 1, prefix_key.size(0)}, mask.options()), mask}, -1);
+    }
+    auto scores = at::matmul(q, k.transpose(-1, -2));
+    if (tp) scores = tp->head_sum(scores);
+    scores = scores / std::sqrt(static_cast<double>(score_dim));
+    scores = scores + mask;
+    auto probs = drop(dropout, at::softmax(scores, -1));
+    auto context = at::matmul(probs, v).permute({0, 2, 1, 3}).reshape({layout.rows * layout.width, heads * head_dim});
+    return layout.from_attention(context);
+  }
+};
+
+// dense -> dropout -> residual -> LayerNorm (BertSelfOutput and BertOutput).
+struct ResidualOutputImpl : torch::nn::Module {
+  Linear dense{nullptr};
+  LayerNorm norm{nullptr};
+  Dropout dropout{nullptr};
+
+  ResidualOutputImpl(const BertConfig& c, int64_t in_features) {
+    dense = register_module("dense", Linear(in_features, c.hidden_size));
+    norm = register_module("LayerNorm", make_layer_norm(c));
+    dropout = register_module("dropout", Dropout(c.hidden_dropout_prob));
+  }
+  // Row-parallel under tensor parallelism: partial products summed, then the
+  // bias once. LoRA's term is a partial product too (its A holds this rank's
+  // input columns), so it joins the same sum; a bottleneck adapter reads the
+  // summed output.
+  std::shared_ptr<const TensorParallelOps> tp;
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& residual) {
+    return norm(drop(dropout, tp ? row_parallel(x) : dense(x)) + residual);
+  }
+  at::Tensor row_parallel(const at::Tensor& x) {
+    at::Tensor part = at::linear(x, dense->weight);
+    if (dense->adapter) part = part + dense->adapter(x);
+    at::Tensor y = tp->reduce(part) + dense->bias;
+    return dense->output_adapter ? y + dense->output_adapter(y) : y;
+  }
+};
+
+struct AttentionImpl : torch::nn::Module {
+  std::shared_ptr<SelfAttentionImpl> self;
+  std::shared_ptr<ResidualOutputImpl> output;
+  explicit AttentionImpl(const BertConfig& c) {
+    self = register_module("self", std::make_shared<SelfAttentionImpl>(c));
+    output = register_module("output", std::make_shared<ResidualOutputImpl>(c, c.hidden_size));
+  }
+  std::shared_ptr<const TensorParallelOps> tp;  // column-parallel input: f
+  at::Tensor forward(const at::Tensor& x, const TokenLayout& layout) {
+    return output->forward(self->forward(tp ? tp->enter(x) : x, layout), x);
+  }
+};
+
+struct IntermediateImpl : torch::nn::Module {
+  Linear dense{nullptr};
+  explicit IntermediateImpl(const BertConfig& c) {
+    if (c.hidden_act != "gelu") fail("config.json: hidden_act '{}' is not supported; use 'gelu'", c.hidden_act);
+    dense = register_module("dense", Linear(c.hidden_size, c.intermediate_size));
+  }
+  at::Tensor forward(const at::Tensor& x) { return at::gelu(dense(x)); }
+};
+
+struct LayerImpl : torch::nn::Module {
+  std::shared_ptr<AttentionImpl> attention;
+  std::shared_ptr<IntermediateImpl> intermediate;
+  std::shared_ptr<ResidualOutputImpl> output;
+  explicit LayerImpl(const BertConfig& c) {
+    attention = register_module("attention", std::make_shared<AttentionImpl>(c));
+    intermediate = register_module("intermediate", std::make_shared<IntermediateImpl>(c));
+    output = register_module("output", std::make_shared<ResidualOutputImpl>(c, c.intermediate_size));
+  }
+  std::shared_ptr<const TensorParallelOps> tp;
+  at::Tensor forward(const at::Tensor& x, const TokenLayout& layout) {
+    auto a = attention->forward(x, layout);
+    return output->forward(intermediate->forward(tp ? tp->enter(a) : a), a);
+  }
+};
+
+struct PoolerImpl : torch::nn::Module {
+  Linear dense{nullptr};
+  explicit PoolerImpl(const BertConfig& c) {
+    dense = register_module("dense", Linear(c.hidden_size, c.hidden_size));
+  }
+  // first: [rows, hidden], each row's column-0 ([CLS]) state.
+  at::Tensor forward(const at::Tensor& first) { return at::tanh(dense(first)); }
+};
+
+// The classification head as one unit. The model registers its parts under
+// the HF names ("bert.pooler.*", "classifier.*"); this module only groups them.
+struct HeadUnit : torch::nn::Module {
+  std::shared_ptr<PoolerImpl> pooler;
+  Dropout dropout;
+  Linear classifier;
+  HeadUnit(std::shared_ptr<PoolerImpl> p, Dropout d, Linear c)
+      : pooler(std::move(p)), dropout(std::move(d)), classifier(std::move(c)) {
+    // Registered here too so unit(L+1)->parameters() sees them.
+    register_module("pooler", pooler);
+    register_module("dropout", dropout);
+    register_module("classifier", classifier);
+  }
+  at::Tensor forward(const at::Tensor& first) {
+    return classifier(drop(dropout, pooler->forward(first)));
+  }
+};
+
+// cls.predictions of HF's BertForMaskedLM: transform (dense, gelu,
+// LayerNorm), then the decoder, whose weight is the word embeddings (tied)
+// and whose bias is cls.predictions.bias.
+struct MaskedLmHeadImpl : torch::nn::Module {
+  Linear dense{nullptr};
+  LayerNorm norm{nullptr};
+  at::Tensor bias;
+  // Not registered: the weight belongs to unit 0. Read at call time, so it
+  // is whatever tensor the embeddings hold then (a gathered shard, a replica's).
+  std::shared_ptr<EmbeddingsImpl> embeddings;
+
+  MaskedLmHeadImpl(const BertConfig& c, std::shared_ptr<EmbeddingsImpl> e) : embeddings(std::move(e)) {
+    auto transform = register_module("transform", std::make_shared<torch::nn::Module>());
+    dense = transform->register_module("dense", Linear(c.hidden_size, c.hidden_size));
+    norm = transform->register_module("LayerNorm", make_layer_norm(c));
+    bias = register_parameter("bias", at::zeros({c.vocab_size}));
+  }
+  // hidden: [M, hidden] states of the masked tokens -> [M, vocab].
+  at::Tensor forward(const at::Tensor& hidden) {
+    return at::linear(norm(at::gelu(dense(hidden))), embeddings->word_embeddings->weight, bias);
+  }
+};
+
+struct BertModelImpl : torch::nn::Module {
+  std::shared_ptr<EmbeddingsImpl> embeddings;
+  std::shared_ptr<torch::nn::Module> encoder;
+  torch::nn::ModuleList layer;
+  std::vector<std::shared_ptr<LayerImpl>> layers;
+  std::shared_ptr<PoolerImpl> pooler;
+  explicit BertModelImpl(const BertConfig& c) {
+    embeddings = register_module("embeddings", std::make_shared<EmbeddingsImpl>(c));
+    encoder = register_module("encoder", std::make_shared<torch::nn::Module>());
+    layer = encoder->register_module("layer", torch::nn::ModuleList());
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      layers.push_back(std::make_shared<LayerImpl>(c));
+      layer->push_back(layers.back());
+    }
+    // BertForMaskedLM has no pooler (HF: add_pooling_layer=False).
+    if (c.head == BertHead::kSequenceClassification) pooler = register_module("pooler", std::make_shared<PoolerImpl>(c));
+  }
+};
+
+class DirectRunner final : public UnitRunner {
+ public:
+  at::Tensor run(int, RunPass, const at::Tensor& input,
+                 const std::function<at::Tensor(const at::Tensor&)>& fn) override {
+    return fn(input);
+  }
+};
+
+}  // namespace model_detail
+
+struct BertForSequenceClassification::Parts {
+  std::shared_ptr<model_detail::BertModelImpl> bert;
+  torch::nn::Dropout dropout{nullptr};
+  model_detail::Linear classifier{nullptr};
+  std::shared_ptr<model_detail::HeadUnit> head;          // sequence classification
+  std::shared_ptr<model_detail::MaskedLmHeadImpl> mlm;   // masked LM
+  model_detail::DirectRunner direct;
+};
+
+}  // namespace ft

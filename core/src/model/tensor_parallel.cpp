@@ -1,0 +1,129 @@
+// BertForSequenceClassification::shard_tensor_parallel: Megatron's slicing of
+// the encoder (strategies/tensor runs it; docs/model-parallel.md has the
+// layout and its costs).
+#include <string>
+
+#include <c10/core/GradMode.h>
+#include <fmt/format.h>
+
+#include "bert_modules.h"
+#include "ft/error.h"
+#include "ft/model.h"
+
+namespace ft {
+using namespace model_detail;
+
+namespace {
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+// The six Linears of a layer; column-parallel ones are cut by output rows,
+// row-parallel ones by input columns.
+struct CutLinear {
+  const char* name;
+  bool column;
+};
+const CutLinear kLinears[] = {{"attention.self.query", true},   {"attention.self.key", true},
+                              {"attention.self.value", true},   {"intermediate.dense", true},
+                              {"attention.output.dense", false}, {"output.dense", false}};
+
+enum class Cut { kWhole, kRows, kColumns, kPartialGrad, kUnknown };
+
+// How a layer parameter (name relative to the layer) is laid out across the group.
+Cut cut_of(const std::string& name) {
+  if (name == "attention.self.prefix_key" || name == "attention.self.prefix_value") return Cut::kColumns;  // by heads
+  if (name == "attention.output.LayerNorm.weight" || name == "attention.output.LayerNorm.bias" ||
+      name == "output.LayerNorm.weight" || name == "output.LayerNorm.bias") {
+    return Cut::kWhole;
+  }
+  for (const auto& l : kLinears) {
+    const std::string prefix = std::string(l.name) + ".";
+    if (!starts_with(name, prefix)) continue;
+    const std::string rest = name.substr(prefix.size());
+    if (rest == "weight") return l.column ? Cut::kRows : Cut::kColumns;
+    if (rest == "bias") return l.column ? Cut::kRows : Cut::kWhole;  // a row-parallel bias is added after the sum
+    if (rest == "lora_A.weight") return l.column ? Cut::kPartialGrad : Cut::kColumns;
+    if (rest == "lora_B.weight") return l.column ? Cut::kRows : Cut::kPartialGrad;
+    // A bottleneck adapter on a row-parallel Linear reads the summed output.
+    if (!l.column && starts_with(rest, "adapter_")) return Cut::kWhole;
+    return Cut::kUnknown;
+  }
+  return Cut::kUnknown;
+}
+
+// Keeps part `rank` of `size` along `dim`, in place: set_data() keeps every
+// handle to the tensor (module members, LoRA closures) pointing at the slice.
+void keep_part(const at::Tensor& t, int dim, const TensorParallelOps& ops) {
+  const int64_t n = t.size(dim) / ops.size;
+  t.set_data(t.narrow(dim, ops.rank * n, n).clone());
+}
+
+}  // namespace
+
+TensorParallelSplit BertForSequenceClassification::shard_tensor_parallel(const TensorParallelOps& ops) {
+  const auto& c = config_;
+  const int64_t heads = c.num_attention_heads, head_dim = c.hidden_size / c.num_attention_heads;
+  const bool whole_heads = heads % ops.size == 0;
+  const int64_t per_head = whole_heads ? 1 : ops.size / heads;  // ranks sharing one head
+  if (!whole_heads && (ops.size % heads != 0 || head_dim % per_head != 0 || !ops.head_sum)) {
+    fail("tensor parallelism over {} ranks: the {} attention heads must divide by {}, or {} by the heads with the head "
+         "dimension ({}) divisible by the ranks per head; pick another strategy.options.tp_size",
+         ops.size, heads, ops.size, ops.size, head_dim);
+  }
+  if (c.intermediate_size % ops.size != 0) {
+    fail("tensor parallelism over {} ranks needs intermediate_size ({}) divisible by {}; pick another "
+         "strategy.options.tp_size",
+         ops.size, c.intermediate_size, ops.size);
+  }
+  auto shared = std::make_shared<const TensorParallelOps>(ops);
+  c10::NoGradGuard no_grad;
+  TensorParallelSplit out;
+  // Vocab-parallel word embeddings, unless the tied MLM decoder needs the
+  // whole table on every rank or the rows do not divide evenly.
+  auto& emb = *parts_->bert->embeddings;
+  if (!parts_->mlm && c.vocab_size % ops.size == 0) {
+    keep_part(emb.word_embeddings->weight, 0, ops);
+    emb.vocab_begin = ops.rank * (c.vocab_size / ops.size);
+    emb.tp = shared;
+    out.sliced["bert.embeddings.word_embeddings.weight"] = 0;
+  }
+  for (size_t i = 0; i < parts_->bert->layers.size(); ++i) {
+    auto& layer = *parts_->bert->layers[i];
+    const std::string prefix = unit_prefix(static_cast<int>(i) + 1);
+    for (const auto& p : layer.named_parameters()) {
+      const std::string name = prefix + p.key();
+      switch (cut_of(p.key())) {
+        case Cut::kWhole:
+          break;
+        case Cut::kRows:
+          keep_part(p.value(), 0, ops);
+          out.sliced[name] = 0;
+          break;
+        case Cut::kColumns:
+          keep_part(p.value(), 1, ops);
+          out.sliced[name] = 1;
+          break;
+        case Cut::kPartialGrad:
+          out.partial_grads.insert(name);
+          break;
+        case Cut::kUnknown:
+          fail("tensor parallelism cannot place '{}': it knows BERT's layer weights, LoRA on any of the layer's "
+               "Linears, bottleneck adapters on attention.output.dense and output.dense, and prefixes; train it "
+               "with pipeline, ddp or a zero/fsdp strategy",
+               name);
+      }
+    }
+    auto& self = *layer.attention->self;
+    if (whole_heads) {
+      self.heads /= ops.size;
+    } else {
+      self.heads = 1;
+      self.head_dim /= per_head;
+      self.tp = shared;
+    }
+    layer.attention->tp = layer.attention->output->tp = layer.tp = layer.output->tp = shared;
+  }
+  return out;
+}
+
+}  // namespace ft
