@@ -1,13 +1,17 @@
 // `auto`: one name that picks the backend (the seeds' accelerate row).
 //
 // At setup it estimates, for every installed candidate (ddp or ddp_amp,
-// zero1, zero2, zero3, fsdp), the per-rank memory (model-state formula +
+// zero1, zero2, zero3, fsdp, and pipeline or tensor over all ranks where
+// the model allows them), the per-rank memory (model-state formula +
 // gathered unit + 16-bit copies + activations) and the step time (compute
 // from a measured matmul rate + communication from an α-β link model fitted
 // to timed all-reduces of two sizes), picks one with ft::plan_strategy,
 // prints the estimate table and the reason on rank 0, and from then on
 // forwards every Strategy call to the chosen strategy, which it owns; its
 // optional abilities (ft/abilities.h) are reached through delegate().
+// Whichever it picks, the global batch is train.batch_size x ranks x
+// grad_accum: under pipeline the stages run N times the micro-batches,
+// under tensor each group reads N times the rows (DataParallelGroup).
 //
 // strategy.options read here (all others go to the chosen strategy):
 //   memory_limit_mb  per-rank budget in MiB (default: none)
@@ -25,6 +29,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include "ft/abilities.h"
 #include "ft/cost_model.h"
 #include "ft/comm.h"
 #include "ft/error.h"
@@ -38,7 +43,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Preference order for near-ties: the simplest strategy first.
-const std::vector<std::string> kPreference = {"ddp", "ddp_amp", "zero1", "zero2", "zero3", "fsdp"};
+const std::vector<std::string> kPreference = {"ddp",  "ddp_amp", "zero1",    "zero2",
+                                              "zero3", "fsdp",   "pipeline", "tensor"};
 
 struct AutoOptions {
   int64_t memory_limit_bytes = 0;
@@ -66,7 +72,8 @@ AutoOptions read_options(const std::map<std::string, std::string>& options) {
       if (item.empty()) continue;
       auto name = ft::OptionReader::match_choice(item, kPreference);
       if (!name) {
-        r.fail_value("candidates", item, "one auto can model (known: ddp, ddp_amp, zero1, zero2, zero3, fsdp)");
+        r.fail_value("candidates", item,
+                     "one auto can model (known: ddp, ddp_amp, zero1, zero2, zero3, fsdp, pipeline, tensor)");
       }
       out.candidates.push_back(*name);
     }
@@ -105,13 +112,29 @@ double measure_flops(int64_t hidden) {
   return 2.0 * static_cast<double>(m * k * n) / std::max(1e-9, best);
 }
 
-class AutoStrategy final : public ft::Strategy {
+// Whether `name` can run this model over all `world` ranks (the only layout
+// auto weighs for pipeline and tensor); the other candidates always can.
+bool applies(const std::string& name, const ft::BertForSequenceClassification& model, int world) {
+  const auto& c = model.config();
+  if (name == "pipeline") {
+    return world > 1 && world <= model.num_units() && c.head != ft::BertHead::kMaskedLM;
+  }
+  if (name == "tensor") {
+    const int64_t heads = c.num_attention_heads, head_dim = c.hidden_size / c.num_attention_heads;
+    const bool heads_split = heads % world == 0 || (world % heads == 0 && head_dim % (world / heads) == 0);
+    return world > 1 && heads_split && c.intermediate_size % world == 0;
+  }
+  return true;
+}
+
+class AutoStrategy final : public ft::Strategy, public ft::DataParallelGroup {
  public:
   void setup(std::shared_ptr<ft::BertForSequenceClassification> model, const ft::OptimizerSpec& optimizer,
              const ft::ParamPlan& plan, ft::StrategyContext& ctx) override {
     model_ = model;
     const AutoOptions options = read_options(ctx.options);
     ft::Comm& comm = *ctx.comm;
+    job_comm_ = &comm;
 
     ft::PluginHost host = ft::PluginHost::discover(ft::DiscoveryOptions::from_environment());
     std::vector<std::string> installed;
@@ -119,7 +142,10 @@ class AutoStrategy final : public ft::Strategy {
     const std::vector<std::string>& wanted = options.candidates.empty() ? kPreference : options.candidates;
     ft::PlanInputs in;
     for (const auto& name : wanted) {
-      if (std::find(installed.begin(), installed.end(), name) != installed.end()) in.candidates.push_back(name);
+      if (std::find(installed.begin(), installed.end(), name) != installed.end() &&
+          applies(name, *model, comm.world_size())) {
+        in.candidates.push_back(name);
+      }
     }
     in.model = shape_of(*model, plan);
     in.world_size = comm.world_size();
@@ -144,6 +170,30 @@ class AutoStrategy final : public ft::Strategy {
     inner_ctx_ = ctx;
     inner_ctx_.options = options.passthrough;
     inner_->setup(std::move(model), optimizer, plan, inner_ctx_);
+    group_ = inner_->ability<ft::DataParallelGroup>();
+    if (group_) {
+      // The batch the estimates assumed: N times the micro-batches (pipeline)
+      // or N times the rows (tensor) per data-parallel group.
+      scale_ = comm.world_size() / group_->data_comm().world_size();
+      scale_micro_batches_ = plan_.choice().name == "pipeline";
+      if (comm.rank() == 0 && scale_ > 1) {
+        std::fputs(fmt::format("auto: {} keeps the global batch of train.batch_size x {} ranks: {}\n",
+                               plan_.choice().name, comm.world_size(),
+                               scale_micro_batches_ ? fmt::format("{} x the micro-batches per step", scale_)
+                                                    : fmt::format("{} x the rows per micro-batch", scale_))
+                       .c_str(),
+                   stdout);
+        std::fflush(stdout);
+      }
+    }
+  }
+
+  // DataParallelGroup: the picked strategy's groups, or the job's ranks.
+  ft::Comm& data_comm() override { return group_ ? group_->data_comm() : *job_comm_; }
+  bool holds_loss() const override { return group_ == nullptr || group_->holds_loss(); }
+  ft::MicroBatching micro_batching(int64_t batch_size, int64_t grad_accum) const override {
+    if (scale_micro_batches_) return {batch_size, grad_accum * scale_};
+    return {batch_size * scale_, grad_accum};
   }
 
   ft::PrecisionMode default_precision(c10::DeviceType device) const override {
@@ -187,13 +237,19 @@ class AutoStrategy final : public ft::Strategy {
     s.layers = cfg.num_hidden_layers;
     s.heads = cfg.num_attention_heads;
     s.num_units = model.num_units();
+    int index = 0;
     for (const auto& unit : model.unit_parameters()) {
+      const bool layer = index > 0 && index < s.num_units - 1;
+      ++index;
       int64_t n = 0;
       for (const auto& [name, p] : unit) {
         auto it = plan.find(name);
         if (it != plan.end() && !it->second.trainable) continue;
         n += p.numel();
-        if (name.find("word_embeddings") != std::string::npos) s.embedding_params += p.numel();
+        const bool words = name.find("word_embeddings") != std::string::npos;
+        if (words) s.embedding_params += p.numel();
+        // A tied masked-LM decoder keeps the word embeddings whole under tensor.
+        if (layer || (words && cfg.head != ft::BertHead::kMaskedLM)) s.sliceable_params += p.numel();
       }
       s.params += n;
       s.largest_unit_params = std::max(s.largest_unit_params, n);
@@ -219,6 +275,10 @@ class AutoStrategy final : public ft::Strategy {
   }
 
   ft::Plan plan_;
+  ft::Comm* job_comm_ = nullptr;
+  ft::DataParallelGroup* group_ = nullptr;  // the picked strategy's, if it has one
+  int64_t scale_ = 1;
+  bool scale_micro_batches_ = false;
   // The chosen strategy keeps a pointer to its context, so the context is
   // declared first (destroyed after the strategy).
   ft::StrategyContext inner_ctx_;
@@ -228,5 +288,5 @@ class AutoStrategy final : public ft::Strategy {
 }  // namespace
 
 FT_STRATEGY_PLUGIN("auto", "1.0.0",
-                   FT_STRATEGY("auto", "picks ddp/ddp_amp/zero1-3/fsdp from a memory and α-β cost model, says why",
+                   FT_STRATEGY("auto", "picks ddp/ddp_amp/zero1-3/fsdp/pipeline/tensor from a memory and α-β cost model, says why",
                                [] { return new AutoStrategy(); }))

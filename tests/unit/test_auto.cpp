@@ -133,6 +133,59 @@ TEST_CASE("auto picks zero3/fsdp when only a full shard fits the memory limit") 
   CHECK_THROWS_WITH_AS(ft::plan_strategy(in), doctest::Contains("none of ddp"), ft::Error);
 }
 
+TEST_CASE("auto weighs pipeline and tensor: pipeline when only a model split fits, tensor when a layer is too big "
+          "for one rank") {
+  ft::PlanInputs in = base_inputs();
+  in.candidates = {"ddp", "zero1", "zero2", "zero3", "fsdp", "pipeline", "tensor"};
+  in.model.sliceable_params = 85'000'000 + 30522LL * 768;  // the 12 layers and the word embeddings
+  const ft::Plan open = ft::plan_strategy(in);
+  REQUIRE(open.table.size() == 7);
+  CHECK(open.choice().name == "ddp");  // no limit: the bubble and the activation all-reduces cost more
+  const auto& pp = row(open, "pipeline");
+  CHECK(pp.state_bytes == 16 * 110'000'000LL / 4);
+  CHECK(pp.formula == "16Ψ/N");
+  // Two activation sends per micro-batch, N = 4 micro-batches of 8 x 128 x 768 fp32.
+  CHECK(pp.comm_bytes == 8LL * 4 * 8 * 128 * 768);
+  const auto& tp = row(open, "tensor");
+  const int64_t sliced = in.model.sliceable_params;
+  CHECK(tp.state_bytes == 16 * (110'000'000LL - sliced) + 16 * sliced / 4);
+  CHECK(tp.formula == "16Ψr+16Ψs/N");
+  // 4 all-reduces per layer and the embeddings', each of the group's 4 x 8 rows.
+  CHECK(tp.collectives == 4 * 12 + 1);
+  CHECK(tp.compute_s == doctest::Approx(row(open, "ddp").compute_s));  // the same FLOPs per rank
+
+  // BERT-base on 4 ranks with room for a quarter of the model but not for
+  // ZeRO-3's 7Ψ: the pipeline.
+  in.memory_limit_bytes = pp.total_bytes + 1;
+  ft::Plan plan = ft::plan_strategy(in);
+  CHECK(plan.choice().name == "pipeline");
+  CHECK(plan.reason.find("ddp, zero1, zero2, zero3, fsdp, tensor would not fit") != std::string::npos);
+
+  // Two huge layers (hidden 2048, 50 M parameters each): one layer's 16 B
+  // per parameter exceed the limit, so no pipeline stage and no gathered
+  // ZeRO-3 unit fits; a quarter of every layer does.
+  in = base_inputs();
+  in.candidates = {"ddp", "zero1", "zero2", "zero3", "fsdp", "pipeline", "tensor"};
+  const int64_t layer = 12LL * 2048 * 2048 + 13LL * 2048, words = 8000LL * 2048;
+  in.model = {};
+  in.model.params = 2 * layer + words + 2048LL * 2048 + 600'000;
+  in.model.embedding_params = words;
+  in.model.largest_unit_params = layer;
+  in.model.sliceable_params = 2 * layer + words;
+  in.model.num_units = 4;
+  in.model.hidden = 2048;
+  in.model.layers = 2;
+  in.model.heads = 16;
+  in.batch_rows = 2;
+  const ft::Plan wide = ft::plan_strategy(in);
+  in.memory_limit_bytes = row(wide, "tensor").total_bytes + 1;
+  REQUIRE(16 * layer > in.memory_limit_bytes);
+  plan = ft::plan_strategy(in);
+  CHECK(plan.choice().name == "tensor");
+  CHECK_FALSE(row(plan, "pipeline").fits);
+  CHECK_FALSE(row(plan, "zero3").fits);
+}
+
 TEST_CASE("ft run --strategy auto reproduces the parity reference and says what it picked") {
   FT_REQUIRE_SHARED("fixtures/parity-tiny");
   const auto ref = ft_test::reference_losses();
@@ -170,6 +223,30 @@ TEST_CASE("ft run --strategy auto reproduces the parity reference and says what 
   for (const auto& b : summary[0].at("model_state_bytes")) {
     CHECK(b.get<int64_t>() >= 7 * 3184262);
     CHECK(b.get<int64_t>() < 16 * 3184262);
+  }
+}
+
+TEST_CASE("auto keeps the global batch when it picks pipeline or tensor: the parity reference at 2 x 16 rows") {
+  FT_REQUIRE_SHARED("fixtures/parity-tiny");
+  ft_test::TempDir dir("auto-mp");
+  const struct {
+    const char* picked;
+    const char* says;
+  } cases[] = {{"pipeline", "auto: pipeline keeps the global batch of train.batch_size x 2 ranks: 2 x the "
+                            "micro-batches per step"},
+               {"tensor", "auto: tensor keeps the global batch of train.batch_size x 2 ranks: 2 x the rows per "
+                          "micro-batch"}};
+  for (const auto& c : cases) {
+    CAPTURE(c.picked);
+    const auto metrics = dir.path() / (std::string(c.picked) + ".jsonl");
+    const auto out = ft_test::run_ok(fmt::format("run -c configs/parity-tiny.yaml --strategy auto --nproc 2 --threads 1 "
+                                                 "--set train.batch_size=16 --set strategy.options.candidates={} "
+                                                 "--metrics-out {}",
+                                                 c.picked, metrics.string()));
+    CHECK(out.find(fmt::format("auto: picked {}:", c.picked)) != std::string::npos);
+    CHECK(out.find(c.says) != std::string::npos);
+    CHECK(out.find("global batch 32") != std::string::npos);
+    ft_test::check_same_losses(ft_test::reference_losses(), metrics, c.picked, 1e-5);
   }
 }
 

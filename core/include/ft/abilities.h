@@ -4,11 +4,18 @@
 // (`auto`) can forward the abilities of the one it wraps.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 
 namespace ft {
 
 class Comm;
+
+/// Rows per micro-batch (per data-parallel group) and micro-batches per step.
+struct MicroBatching {
+  int64_t rows = 1;
+  int64_t micro_batches = 1;
+};
 
 /// A strategy that can write its state as per-rank shards without
 /// gathering (zero1/2/3, fsdp).
@@ -40,6 +47,16 @@ class __attribute__((visibility("default"))) DataParallelGroup {
   /// pipeline's stages before the last): the Trainer leaves this rank's loss
   /// out of the logged average, and the strategy's backward() ignores it.
   virtual bool holds_loss() const { return true; }
+  /// How the Trainer reads train.batch_size and train.grad_accum for this
+  /// group: rows per micro-batch per data-parallel group, and micro-batches
+  /// per step. The default takes them as given (DeepSpeed's and Megatron's
+  /// rule: the micro-batch is per data-parallel rank, so the global batch is
+  /// batch_size x data-parallel groups x grad_accum). `auto` scales them
+  /// when it picks pipeline or tensor, keeping the global batch of the
+  /// data-parallel strategies it weighed them against.
+  virtual MicroBatching micro_batching(int64_t batch_size, int64_t grad_accum) const {
+    return {batch_size, grad_accum};
+  }
 };
 
 }  // namespace ft

@@ -108,8 +108,10 @@ struct TrainConfig {
   int64_t epochs = 1;
   /// Optimizer steps to run; > 0 overrides epochs.
   int64_t max_steps = 0;
-  /// Examples per rank per micro-batch (global batch = batch_size * world
-  /// size * grad_accum).
+  /// Examples per data-parallel rank per micro-batch (global batch =
+  /// batch_size * data-parallel ranks * grad_accum; every rank is one under
+  /// the data-parallel strategies, a pipeline or tensor-parallel group is
+  /// one under pipeline and tensor, docs/model-parallel.md).
   int64_t batch_size = 32;
   /// Examples per rank per evaluation batch; 0 = batch_size. Evaluation
   /// needs no activations for backward, so it can take larger batches.

@@ -56,6 +56,10 @@ struct ModelShape {
   int64_t hidden = 0;
   int64_t layers = 0;
   int64_t heads = 1;
+  /// What tensor parallelism cuts: the encoder layers' parameters and the
+  /// word embeddings (the layers' LayerNorms and row-parallel biases, a
+  /// fraction of a percent, are counted as cut too).
+  int64_t sliceable_params = 0;
 };
 
 /// What plan_strategy() decides from. All ranks must pass identical values
@@ -72,7 +76,11 @@ struct PlanInputs {
   int64_t memory_limit_bytes = 0;  ///< per rank; 0 = no limit
   int64_t bucket_bytes = 25LL << 20;
   /// Installed strategy names, in preference order for near-ties. Names the
-  /// model does not know (dp, horovod, third-party) are ignored.
+  /// model does not know (dp, horovod, third-party) are ignored. `pipeline`
+  /// and `tensor` are weighed over all N ranks (N stages, or one group of
+  /// N), reading the same global batch as the data-parallel candidates:
+  /// N micro-batches of batch_rows rows through the pipeline, or N x
+  /// batch_rows rows per micro-batch through the tensor group.
   std::vector<std::string> candidates;
 };
 
@@ -106,6 +114,10 @@ struct Plan {
 /// simpler DDP beats an equal-cost ZeRO-2); if none fits, the one with the
 /// least memory. Under mixed precision `ddp` is skipped for `ddp_amp` and the
 /// other way round under fp32 (they differ only in their default precision).
+/// The data-parallel candidates come first in the preference order, so a
+/// model-parallel one is picked when it alone fits (tensor: a layer too big
+/// for one rank even gathered alone; pipeline: a model too big for a
+/// rank's share of ZeRO-3) or is clearly faster.
 /// Throws ft::Error when no candidate is known ("none of ... is installed").
 Plan plan_strategy(const PlanInputs& inputs);
 

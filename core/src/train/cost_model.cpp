@@ -15,7 +15,7 @@ constexpr double kNearTie = 1.05;  // within 5 %: prefer the simpler, earlier ca
 
 bool known_candidate(const std::string& name) {
   return name == "ddp" || name == "ddp_amp" || name == "zero1" || name == "zero2" || name == "zero3" ||
-         name == "fsdp";
+         name == "fsdp" || name == "pipeline" || name == "tensor";
 }
 
 bool sharded_params(const std::string& name) { return name == "zero3" || name == "fsdp"; }
@@ -23,25 +23,66 @@ bool sharded_params(const std::string& name) { return name == "zero3" || name ==
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / std::max<int64_t>(1, b); }
 
 // Saved activations per rank for backward, from Korthikanti et al. (2022):
-// 34·s·b·h + 5·a·s²·b bytes per layer with 16-bit activations; fp32 doubles it.
-int64_t activation_bytes(const PlanInputs& in) {
+// 34·s·b·h + 5·a·s²·b bytes per layer with 16-bit activations, of which
+// 24·s·b·h and the a·s²·b terms split over a tensor-parallel group of t
+// (10·s·b·h + 24·s·b·h/t + 5·a·s²·b/t); fp32 doubles it. `rows` is b.
+int64_t activation_bytes(const PlanInputs& in, int64_t rows, int t = 1) {
   const double s = static_cast<double>(in.seq_len);
-  const double b = static_cast<double>(in.batch_rows);
+  const double b = static_cast<double>(rows);
   const double h = static_cast<double>(in.model.hidden);
   const double a = static_cast<double>(in.model.heads);
-  const double per_layer = 34.0 * s * b * h + 5.0 * a * s * s * b;
+  const double per_layer = 10.0 * s * b * h + (24.0 * s * b * h + 5.0 * a * s * s * b) / t;
   const double bytes = per_layer * static_cast<double>(in.model.layers) * (in.mixed_precision ? 1.0 : 2.0);
   return static_cast<int64_t>(bytes);
 }
 
-// Forward + backward FLOPs of one micro-batch: 6 per matmul weight per token,
-// plus attention scores and context (12·L·s²·h per row).
-double step_flops(const PlanInputs& in) {
-  const double tokens = static_cast<double>(in.batch_rows) * static_cast<double>(in.seq_len);
+// Forward + backward FLOPs of one micro-batch of `rows`: 6 per matmul weight
+// per token, plus attention scores and context (12·L·s²·h per row).
+double step_flops(const PlanInputs& in, int64_t rows) {
+  const double tokens = static_cast<double>(rows) * static_cast<double>(in.seq_len);
   const double matmul_params = static_cast<double>(std::max<int64_t>(0, in.model.params - in.model.embedding_params));
   const double attention = 12.0 * static_cast<double>(in.model.layers) * static_cast<double>(in.seq_len) *
                            static_cast<double>(in.model.hidden) * tokens;
   return 6.0 * matmul_params * tokens + attention;
+}
+
+// pipeline and tensor over all N ranks, on the data-parallel candidates'
+// global batch (PlanInputs::candidates); fills state, extra, activation,
+// compute and communication.
+void model_parallel_estimate(CandidateEstimate& e, const PlanInputs& in) {
+  const int n = std::max(1, in.world_size);
+  const int64_t psi = in.model.params;
+  // One activation (or its gradient) of a micro-batch, fp32 on the wire.
+  const auto activation = [&](int64_t rows) { return 4 * rows * in.seq_len * in.model.hidden; };
+  if (e.name == "pipeline") {
+    // N stages, N micro-batches of batch_rows: a stage holds no less than its
+    // biggest unit; under 1F1B the first stage keeps N micro-batches of its
+    // L/N layers in flight, one micro-batch's worth of the whole model.
+    e.state_bytes = std::max(16 * psi / n, 16 * in.model.largest_unit_params);
+    e.extra_bytes = in.mixed_precision ? e.state_bytes / 8 : 0;
+    // Each stage computes N micro-batches of 1/N of the model, idle for a
+    // bubble of (p-1)/(m+p-1) with p = m = N.
+    e.compute_s *= static_cast<double>(2 * n - 1) / n;
+    // Per micro-batch, an activation forward and its gradient backward
+    // cross each stage boundary.
+    e.collectives = 2LL * n;
+    e.comm_bytes = e.collectives * activation(in.batch_rows);
+    e.comm_s = static_cast<double>(e.collectives) *
+               (in.link.alpha_s + static_cast<double>(activation(in.batch_rows)) * in.link.beta_s_per_byte);
+    return;
+  }
+  // tensor: one group of N reading N x batch_rows rows per micro-batch.
+  const int64_t rows = in.batch_rows * n, sliced = std::min(psi, in.model.sliceable_params);
+  e.formula = "16Ψr+16Ψs/N";
+  e.state_bytes = 16 * (psi - sliced) + 16 * sliced / n;
+  e.extra_bytes = in.mixed_precision ? e.state_bytes / 8 : 0;
+  e.activation_bytes = activation_bytes(in, rows, n);
+  e.compute_s = step_flops(in, rows) / n / std::max(1.0, in.flops_per_s);
+  // Per layer two all-reduces forward (attention and FFN outputs) and two
+  // backward (their inputs' gradients), plus the vocab-parallel embeddings'.
+  e.collectives = n > 1 ? 4 * in.model.layers + 1 : 0;
+  e.comm_bytes = static_cast<int64_t>(static_cast<double>(e.collectives) * 2.0 * (n - 1) / n * activation(rows));
+  e.comm_s = static_cast<double>(e.collectives) * ring_allreduce_seconds(in.link, n, activation(rows));
 }
 
 CandidateEstimate estimate(const std::string& name, const PlanInputs& in) {
@@ -59,12 +100,11 @@ CandidateEstimate estimate(const std::string& name, const PlanInputs& in) {
   } else if (in.mixed_precision) {
     e.extra_bytes = 2 * psi;
   }
-  e.activation_bytes = activation_bytes(in);
-  e.total_bytes = e.state_bytes + e.extra_bytes + e.activation_bytes;
-  e.fits = in.memory_limit_bytes <= 0 || e.total_bytes <= in.memory_limit_bytes;
-  e.compute_s = step_flops(in) / std::max(1.0, in.flops_per_s);
-
-  if (n > 1) {
+  e.activation_bytes = activation_bytes(in, in.batch_rows);
+  e.compute_s = step_flops(in, in.batch_rows) / std::max(1.0, in.flops_per_s);
+  if (name == "pipeline" || name == "tensor") {
+    model_parallel_estimate(e, in);
+  } else if (n > 1) {
     const double share = static_cast<double>(n - 1) / n;
     const int64_t buckets = ceil_div(grad_bytes, in.bucket_bytes);
     const int64_t units = std::max<int64_t>(1, in.model.num_units);
@@ -92,6 +132,8 @@ CandidateEstimate estimate(const std::string& name, const PlanInputs& in) {
       e.comm_s = 3.0 * ring_allgather_seconds(in.link, n, grad_bytes, units);
     }
   }
+  e.total_bytes = e.state_bytes + e.extra_bytes + e.activation_bytes;
+  e.fits = in.memory_limit_bytes <= 0 || e.total_bytes <= in.memory_limit_bytes;
   // No overlap credit: on CPU the ranks' communication competes with their
   // compute for the same cores, so hiding it behind backward is not free.
   e.step_s = e.compute_s + e.comm_s;
@@ -167,7 +209,8 @@ Plan plan_strategy(const PlanInputs& in) {
   if (plan.table.empty()) {
     std::string given;
     for (const auto& c : in.candidates) given += (given.empty() ? "" : ", ") + c;
-    fail("auto: none of ddp, ddp_amp, zero1, zero2, zero3, fsdp is installed (found: {}); build them or pick a strategy by name",
+    fail("auto: none of ddp, ddp_amp, zero1, zero2, zero3, fsdp, pipeline, tensor is installed (found: {}); build them or "
+         "pick a strategy by name",
          given.empty() ? "nothing" : given);
   }
   int fastest = -1;

@@ -19,8 +19,6 @@ namespace {
 
 class Classification final : public Objective {
  public:
-  explicit Classification(int64_t grad_accum) : grad_accum_(grad_accum) {}
-
   Batch batch(const Dataset& data, const std::vector<int64_t>& rows, int64_t) const override {
     return data.collate(rows);
   }
@@ -29,7 +27,10 @@ class Classification final : public Objective {
     // labels are still on the CPU (a no-op copy there; dp gathers its logits on ctx.device).
     return at::cross_entropy_loss(logits, batch.labels.to(logits.device()));
   }
-  double step_divisor(const std::vector<Batch>&, Comm&) const override { return static_cast<double>(grad_accum_); }
+  // The mean over the step's micro-batches (each already a mean over its rows).
+  double step_divisor(const std::vector<Batch>& micro_batches, Comm&) const override {
+    return static_cast<double>(micro_batches.size());
+  }
 
   ClassificationReport evaluate(Strategy& strategy, const Dataset& dev, Comm& comm, EventLog& events,
                                 int64_t per_rank) const override {
@@ -72,9 +73,6 @@ class Classification final : public Objective {
               const std::vector<std::string>& label_names) const override {
     events.eval(step, epoch, r, label_names);
   }
-
- private:
-  int64_t grad_accum_;
 };
 
 class MaskedLm final : public Objective {
@@ -147,7 +145,7 @@ class MaskedLm final : public Objective {
 }  // namespace
 
 std::unique_ptr<Objective> make_objective(const RunConfig& config, const RunInputs& inputs) {
-  if (config.task == RunConfig::Task::kClassify) return std::make_unique<Classification>(config.train.grad_accum);
+  if (config.task == RunConfig::Task::kClassify) return std::make_unique<Classification>();
   if (!inputs.tokenizer) fail("{}: masked-LM pretraining needs text data and data.vocab", config.source);
   // Its own stream of the run seed: masks do not move when dropout or init draws do.
   return std::make_unique<MaskedLm>(

@@ -149,6 +149,11 @@ struct Trainer::Impl {
     model->set_activation_checkpointing(t.activation_checkpointing);  // before setup: dp copies both to replicas
     model->set_padding_free(config.model.padding_free);
     strategy->setup(model, spec, plan, ctx);
+    if (auto* group = strategy->ability<DataParallelGroup>()) {
+      const MicroBatching mb = group->micro_batching(config.train.batch_size, config.train.grad_accum);
+      config.train.batch_size = mb.rows;
+      config.train.grad_accum = mb.micro_batches;
+    }
     // Dropout masks differ per data-parallel rank (as in DDP) but are
     // reproducible; ranks that share a batch (a tensor-parallel group) share
     // the stream, so the activations they hold in common stay identical.
