@@ -33,6 +33,7 @@ struct BenchRow {
   double seed_minutes = std::numeric_limits<double>::quiet_NaN();
   std::string theory_strategy;  ///< whose memory formula applies (auto: its pick)
   int replicas = 1;             ///< dp replicas (theory)
+  int64_t sliced_params = 0;    ///< parameters tensor parallelism cuts (theory)
   bool ok = false;
   std::string error;  ///< first error line of a failed row
   std::string note;   ///< e.g. "auto picked ddp"

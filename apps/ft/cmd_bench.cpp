@@ -18,9 +18,12 @@
 #include "bench_proc.h"
 #include "commands.h"
 #include "bench_report.h"
+#include "ft/config.h"
+#include "ft/cost_model.h"
 #include "ft/error.h"
 #include "ft/launcher.h"
 #include "ft/plugin_host.h"
+#include "ft/run_inputs.h"
 
 namespace ft::app {
 namespace {
@@ -322,6 +325,12 @@ BenchRow run_row(const RowDef& def, const BenchFlags& flags, const Workload& wl,
       row.theory_strategy = pick;
       row.note = "picked " + pick;
     }
+  }
+  if (row.theory_strategy == "tensor") {
+    // Full fine-tuning: every parameter trains, so the cut ones follow from the shape.
+    const BertConfig c = resolve_model_config(load_config(wl.config, {}));
+    row.sliced_params = tensor_sliced_params(c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.vocab_size,
+                                             c.vocab_size % ranks == 0);
   }
   return row;
 }

@@ -72,6 +72,14 @@ TEST_CASE("memory formulas per rank (fp32 AdamW: 16 bytes per parameter)") {
   CHECK(ft::theory_state_bytes("mystery", 1000, 4) == -1);
   CHECK(ft::theory_formula("zero2") == "8Ψ+8Ψ/N");
   CHECK(ft::theory_formula("zero3") == "4Ψ+12Ψ/N");
+  CHECK(ft::theory_state_bytes("pipeline", 1000, 4) == 4000);
+  // tensor: 16 B for each replicated parameter, 16/N for each cut one.
+  CHECK(ft::theory_state_bytes("tensor", 1000, 4, 1, 800) == 16 * 200 + 16 * 200);
+  CHECK(ft::theory_state_bytes("tensor", 1000, 4) == -1);  // unknown without the cut count
+  CHECK(ft::theory_formula("tensor") == "16Ψr+16Ψs/N");
+  // BERT-base: 12 x (4 x 768² + 2 x 768 x 3072 + 3 x 768 + 3072) + 30522 x 768.
+  CHECK(ft::tensor_sliced_params(768, 3072, 12, 30522, true) ==
+        12 * (4 * 768 * 768 + 2 * 768 * 3072 + 3 * 768 + 3072) + 30522 * 768);
 }
 
 TEST_CASE("auto picks a DDP variant when the model state fits") {

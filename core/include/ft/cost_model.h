@@ -124,12 +124,20 @@ Plan plan_strategy(const PlanInputs& inputs);
 /// The estimate table and the reason as printable lines (rank 0 prints it).
 std::string format_plan(const Plan& plan, const PlanInputs& inputs);
 
+/// Parameters Megatron tensor parallelism cuts in a BERT of this shape, all
+/// trainable: per layer the query, key, value and intermediate weights and
+/// biases and the two row-parallel weights, plus the word embeddings when
+/// they are vocab-parallel (docs/model-parallel.md).
+int64_t tensor_sliced_params(int64_t hidden, int64_t intermediate, int64_t layers, int64_t vocab, bool vocab_parallel);
+
 /// Model-state bytes per rank the theory predicts for `strategy` with Ψ =
 /// `params`, N = `world_size`, R = `replicas` (dp only); -1 when the strategy
 /// is unknown to the model. single/ddp/ddp_amp/horovod: 16Ψ; dp: 16Ψ +
 /// 8Ψ(R-1) (every extra replica holds params and grads); zero1/2/3, fsdp as
-/// in the file comment (without the gathered unit).
-int64_t theory_state_bytes(const std::string& strategy, int64_t params, int world_size, int replicas = 1);
+/// in the file comment (without the gathered unit); pipeline 16Ψ/N (equal
+/// stages); tensor 16(Ψ-Ψs) + 16Ψs/N with Ψs = `sliced` (-1 when 0).
+int64_t theory_state_bytes(const std::string& strategy, int64_t params, int world_size, int replicas = 1,
+                           int64_t sliced = 0);
 /// The formula theory_state_bytes uses, e.g. "8Ψ+8Ψ/N"; empty when unknown.
 std::string theory_formula(const std::string& strategy);
 

@@ -73,8 +73,7 @@ void model_parallel_estimate(CandidateEstimate& e, const PlanInputs& in) {
   }
   // tensor: one group of N reading N x batch_rows rows per micro-batch.
   const int64_t rows = in.batch_rows * n, sliced = std::min(psi, in.model.sliceable_params);
-  e.formula = "16Ψr+16Ψs/N";
-  e.state_bytes = 16 * (psi - sliced) + 16 * sliced / n;
+  e.state_bytes = sliced > 0 ? theory_state_bytes("tensor", psi, n, 1, sliced) : 16 * psi;
   e.extra_bytes = in.mixed_precision ? e.state_bytes / 8 : 0;
   e.activation_bytes = activation_bytes(in, rows, n);
   e.compute_s = step_flops(in, rows) / n / std::max(1.0, in.flops_per_s);
@@ -174,7 +173,14 @@ double ring_allgather_seconds(const LinkModel& link, int world_size, int64_t byt
          (n - 1.0) / n * static_cast<double>(bytes) * link.beta_s_per_byte;
 }
 
-int64_t theory_state_bytes(const std::string& strategy, int64_t params, int world_size, int replicas) {
+int64_t tensor_sliced_params(int64_t hidden, int64_t intermediate, int64_t layers, int64_t vocab, bool vocab_parallel) {
+  const int64_t h = hidden, i = intermediate;
+  const int64_t per_layer = 3 * (h * h + h) + (h * i + i) + h * h + i * h;
+  return layers * per_layer + (vocab_parallel ? vocab * h : 0);
+}
+
+int64_t theory_state_bytes(const std::string& strategy, int64_t params, int world_size, int replicas,
+                           int64_t sliced) {
   const int64_t n = std::max(1, world_size);
   const int64_t p = params;
   if (strategy == "single" || strategy == "ddp" || strategy == "ddp_amp" || strategy == "horovod") return 16 * p;
@@ -184,7 +190,8 @@ int64_t theory_state_bytes(const std::string& strategy, int64_t params, int worl
   if (strategy == "zero3" || strategy == "fsdp") return 4 * p + 12 * p / n;
   // Stages of equal size (the ideal split; ft bench lists every stage).
   if (strategy == "pipeline") return 16 * p / n;
-  return -1;  // tensor: depends on which tensors are sliced (docs/model-parallel.md)
+  if (strategy == "tensor" && sliced > 0) return 16 * (p - std::min(p, sliced)) + 16 * std::min(p, sliced) / n;
+  return -1;
 }
 
 std::string theory_formula(const std::string& strategy) {
@@ -194,6 +201,7 @@ std::string theory_formula(const std::string& strategy) {
   if (strategy == "zero2") return "8Ψ+8Ψ/N";
   if (strategy == "zero3" || strategy == "fsdp") return "4Ψ+12Ψ/N";
   if (strategy == "pipeline") return "16Ψ/N";
+  if (strategy == "tensor") return "16Ψr+16Ψs/N";
   return "";
 }
 
