@@ -192,7 +192,9 @@ TEST_CASE("bench-mini: a tensor x2 rank holds the replicated tensors and half of
       metrics.string()));
   INFO(out.output);
   REQUIRE(out.exit_code == 0);
-  const auto per_rank = ft_test::summary_of(metrics).at("model_state_bytes").get<std::vector<double>>();
+  const auto summary = ft_test::summary_of(metrics);
+  CHECK(summary.at("trainable_params").get<double>() == psi);  // the whole model's, not a rank's slices
+  const auto per_rank = summary.at("model_state_bytes").get<std::vector<double>>();
   REQUIRE(per_rank.size() == 2);
   for (double b : per_rank) {
     CHECK(b == doctest::Approx(16.0 * (psi - sliced)));

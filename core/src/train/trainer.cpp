@@ -81,6 +81,9 @@ struct Trainer::Impl {
   std::shared_ptr<BertForSequenceClassification> model;
   TrainerState state;
   std::optional<ClassificationReport> last_eval;
+  // Counted before setup: strategies that slice the model (tensor) leave
+  // each rank only its part.
+  int64_t trainable_params = 0;
 
   Impl(RunConfig c, RunInputs in, std::shared_ptr<Strategy> s, std::string name, Comm& cm, EventLog& ev)
       : config(std::move(c)), inputs(std::move(in)), strategy(std::move(s)), strategy_name(std::move(name)),
@@ -148,6 +151,10 @@ struct Trainer::Impl {
     if (!method.note.empty()) events.info(method.note);
     model->set_activation_checkpointing(t.activation_checkpointing);  // before setup: dp copies both to replicas
     model->set_padding_free(config.model.padding_free);
+    for (const auto& p : model->named_parameters()) {
+      auto it = plan.find(p.key());
+      if (it == plan.end() || it->second.trainable) trainable_params += p.value().numel();
+    }
     strategy->setup(model, spec, plan, ctx);
     if (auto* group = strategy->ability<DataParallelGroup>()) {
       const MicroBatching mb = group->micro_batching(config.train.batch_size, config.train.grad_accum);
@@ -514,8 +521,7 @@ TrainResult Trainer::Impl::finish_fit(FitProgress& p) {
                                         : static_cast<double>(p.samples) / std::max(1e-9, loop_seconds);
   s.final_loss = p.last_loss;
   gather_memory_facts(s);
-  for (const auto& param : model->parameters())
-    if (param.requires_grad()) s.trainable_params += param.numel();
+  s.trainable_params = trainable_params;
   if (last_eval) {
     s.has_eval = true;
     s.masked_lm = config.task == RunConfig::Task::kMaskedLm;
