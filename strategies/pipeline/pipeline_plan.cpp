@@ -18,9 +18,10 @@ PipelineOptions pipeline_options_from(const std::map<std::string, std::string>& 
   }
   o.schedule = r.get_choice("schedule", "1f1b", {"1f1b", "gpipe"}) == "gpipe" ? PipeSchedule::kGPipe
                                                                                : PipeSchedule::kOneFOneB;
-  const std::string balance = r.get_choice("balance", "compute", {"compute", "parameters", "units"});
-  o.balance = balance == "units" ? StageBalance::kUnits
+  const std::string balance = r.get_choice("balance", "compute", {"compute", "time", "parameters", "units"});
+  o.balance = balance == "units"        ? StageBalance::kUnits
               : balance == "parameters" ? StageBalance::kParameters
+              : balance == "time"       ? StageBalance::kTime
                                         : StageBalance::kCompute;
   return o;
 }

@@ -72,7 +72,12 @@ void PipelineStrategy::setup(std::shared_ptr<BertForSequenceClassification> mode
   model_->to(ctx.device);
   apply_trainable(*model_, plan);
   unit_params_ = model_->unit_parameters();
-  bounds_ = balance_stages(unit_costs(unit_params_, options_.balance), stages_);
+  if (options_.balance == StageBalance::kTime) {
+    unit_micros_ = measured_unit_costs(*model_, world, ctx.device, 4, 128);
+    bounds_ = balance_stages(unit_micros_, stages_);
+  } else {
+    bounds_ = balance_stages(unit_costs(unit_params_, options_.balance), stages_);
+  }
   first_ = bounds_[static_cast<size_t>(stage_)];
   end_ = bounds_[static_cast<size_t>(stage_) + 1];
 
@@ -119,13 +124,17 @@ std::string PipelineStrategy::describe_stages() const {
   std::vector<std::string> parts;
   for (int s = 0; s < stages_; ++s) {
     const int a = bounds_[static_cast<size_t>(s)], b = bounds_[static_cast<size_t>(s) + 1];
-    int64_t n = 0;
-    for (int u = a; u < b; ++u)
+    int64_t n = 0, micros = 0;
+    for (int u = a; u < b; ++u) {
       for (const auto& [name, t] : unit_params_[static_cast<size_t>(u)]) n += t.numel();
-    parts.push_back(fmt::format("stage {}: {}{} ({:.2f}M params)", s, unit_name(a),
-                                b - a > 1 ? " .. " + unit_name(b - 1) : std::string(), static_cast<double>(n) / 1e6));
+      if (!unit_micros_.empty()) micros += unit_micros_[static_cast<size_t>(u)];
+    }
+    parts.push_back(fmt::format("stage {}: {}{} ({:.2f}M params{})", s, unit_name(a),
+                                b - a > 1 ? " .. " + unit_name(b - 1) : std::string(), static_cast<double>(n) / 1e6,
+                                unit_micros_.empty() ? "" : fmt::format(", {:.1f} ms", static_cast<double>(micros) / 1e3)));
   }
   const char* balance = options_.balance == StageBalance::kCompute      ? "compute"
+                        : options_.balance == StageBalance::kTime       ? "measured time (4 x 128 tokens, fwd+bwd)"
                         : options_.balance == StageBalance::kParameters ? "parameters"
                                                                         : "units";
   return fmt::format("pipeline: {} stages, schedule {}, balanced by {}; {}; mesh {}\n", stages_,

@@ -55,10 +55,12 @@ enum class PipeSchedule { kGPipe, kOneFOneB };
 ///             the world (world / stages) are data-parallel replicas
 ///   schedule  1f1b (default) | gpipe
 ///   balance   compute (default: about equal matmul work, i.e. the 2-D weights
-///             outside the embedding tables, which are lookups) | parameters
-///             (about equal memory) | units (about equal unit count)
+///             outside the embedding tables, which are lookups) | time (each
+///             unit's forward and backward timed at setup on a 4 x 128-token
+///             micro-batch, the slowest rank's times) | parameters (about
+///             equal memory) | units (about equal unit count)
 /// The micro-batches per step are train.grad_accum (DeepSpeed's rule).
-enum class StageBalance { kCompute, kParameters, kUnits };
+enum class StageBalance { kCompute, kTime, kParameters, kUnits };
 
 struct PipelineOptions {
   int stages = 1;
@@ -69,6 +71,12 @@ PipelineOptions pipeline_options_from(const std::map<std::string, std::string>& 
 
 /// What balance_stages() evens out, per unit (unit 0 is the embeddings).
 std::vector<int64_t> unit_costs(const std::vector<TensorList>& units, StageBalance balance);
+
+/// Microseconds of each unit's forward and backward on a synthetic
+/// micro-batch of `rows` x `seq_len` tokens (best of 3 passes after a warm-up, the maximum
+/// over `comm`'s ranks so that all split alike). Collective.
+std::vector<int64_t> measured_unit_costs(BertForSequenceClassification& model, Comm& comm, c10::Device device,
+                                         int64_t rows, int64_t seq_len);
 
 /// Contiguous split of `sizes` (one per unit) into `stages` non-empty parts
 /// that minimises the largest part; returns the first unit of each stage
@@ -124,6 +132,7 @@ class PipelineStrategy final : public Strategy, public DataParallelGroup {
   std::unique_ptr<TensorOptimizer> optimizer_;
   std::vector<at::Tensor> trainable_;  // this stage's, in model order
   std::vector<std::vector<std::pair<std::string, at::Tensor>>> unit_params_;  // every unit's, HF names
+  std::vector<int64_t> unit_micros_;  // balance: time, each unit's measured microseconds
 
   // Forward bookkeeping of the current micro-batch.
   std::vector<int64_t> activation_shape_;

@@ -54,6 +54,7 @@ const ParityCase kCases[] = {
     {"pipeline", 4, 8, 4, "--set strategy.options.schedule=1f1b", 1e-5},
     // dp 2 x pp 2: two pipelines of 2 stages, each on half the batch.
     {"pipeline", 4, 8, 2, "--set strategy.options.stages=2", 1e-5},
+    {"pipeline", 2, 8, 4, "--set strategy.options.balance=time", 1e-5},
     {"pipeline", 2, 8, 4, "--set train.activation_checkpointing=true", 1e-5},
     {"pipeline", 2, 8, 4, "--set model.padding_free=false --set train.activation_checkpointing=true", 1e-5},
     // Tensor parallel (Megatron): parity-tiny has 2 heads, so 2 ranks per

@@ -41,6 +41,7 @@ TEST_CASE("pipeline options: defaults and errors naming the key") {
   CHECK((o.stages == 4 && o.schedule == ft::PipeSchedule::kOneFOneB && o.balance == ft::StageBalance::kCompute));
   auto g = ft::pipeline_options_from({{"stages", "2"}, {"schedule", "GPipe"}, {"balance", "units"}}, 4);
   CHECK((g.stages == 2 && g.schedule == ft::PipeSchedule::kGPipe && g.balance == ft::StageBalance::kUnits));
+  CHECK(ft::pipeline_options_from({{"balance", "Time"}}, 2).balance == ft::StageBalance::kTime);
   CHECK(ft_test::error_of([] { ft::pipeline_options_from({{"stages", "3"}}, 4); }) ==
         "strategy.options.stages: 3 stages do not divide the 4 ranks into whole pipelines; pick a divisor of 4");
   CHECK(ft_test::error_of([] { ft::pipeline_options_from({{"schedule", "zb"}}, 2); }) ==
@@ -89,6 +90,22 @@ TEST_CASE("pipeline x2 saves at step 4; single, zero3 x2, tensor x2 and gpipe re
                                              metrics.string(), flags, saved.string()),
                                  metrics);
   }
+}
+
+TEST_CASE("balance: time splits by each unit's measured forward and backward, and prints them per stage") {
+  FT_REQUIRE_SHARED("fixtures/bench-mini");
+  const auto out = ft_test::run_ok(
+      "run --config configs/bench-mini.yaml --strategy pipeline --nproc 2 --threads 1 --set train.batch_size=4 "
+      "--set train.grad_accum=2 --set strategy.options.balance=time --max-steps 1");
+  const auto line = out.substr(out.find("pipeline: 2 stages"));
+  INFO(line.substr(0, line.find('\n')));
+  CHECK(line.rfind("pipeline: 2 stages, schedule 1f1b, balanced by measured time (4 x 128 tokens, fwd+bwd); stage 0: "
+                   "embeddings",
+                   0) == 0);
+  // Both stages name their measured milliseconds; the embeddings' lookup is
+  // cheap, so stage 0 holds at least one layer besides them.
+  CHECK(line.find(" ms); stage 1: layer ") != std::string::npos);
+  CHECK(line.find("stage 0: embeddings .. layer") != std::string::npos);
 }
 
 TEST_CASE("bench-mini: each pipeline stage holds only its units' parameters, gradients and optimizer state") {
