@@ -117,7 +117,7 @@ double measure_flops(int64_t hidden) {
 bool applies(const std::string& name, const ft::BertForSequenceClassification& model, int world) {
   const auto& c = model.config();
   if (name == "pipeline") {
-    return world > 1 && world <= model.num_units() && c.head != ft::BertHead::kMaskedLM;
+    return world > 1 && world <= model.num_units();
   }
   if (name == "tensor") {
     const int64_t heads = c.num_attention_heads, head_dim = c.hidden_size / c.num_attention_heads;

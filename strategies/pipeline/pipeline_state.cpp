@@ -93,7 +93,8 @@ void PipelineStrategy::load_state(const TensorList& model, const OptimizerState*
   std::map<std::string, const at::Tensor*> weights;
   // DDP-style "module." prefixes are accepted, as BertForSequenceClassification::load_weights does.
   for (const auto& [name, t] : model) weights[name.rfind("module.", 0) == 0 ? name.substr(7) : name] = &t;
-  for (int u = first_; u < end_; ++u) {
+  for (int u = 0; u < static_cast<int>(unit_params_.size()); ++u) {
+    if (!holds(u)) continue;
     for (const auto& [name, t] : unit_params_[static_cast<size_t>(u)]) {
       auto it = weights.find(name);
       if (it == weights.end()) fail("checkpoint: missing tensor '{}'", name);
@@ -122,8 +123,9 @@ void PipelineStrategy::load_state(const TensorList& model, const OptimizerState*
 
 StateBytes PipelineStrategy::state_bytes() const {
   std::vector<at::Tensor> own;
-  for (int u = first_; u < end_; ++u)
-    for (const auto& [name, t] : unit_params_[static_cast<size_t>(u)]) own.push_back(t);
+  for (int u = 0; u < static_cast<int>(unit_params_.size()); ++u)
+    if (holds(u))
+      for (const auto& [name, t] : unit_params_[static_cast<size_t>(u)]) own.push_back(t);
   return held_state_bytes(own, *optimizer_);
 }
 

@@ -61,10 +61,6 @@ void PipelineStrategy::setup(std::shared_ptr<BertForSequenceClassification> mode
   Comm& world = *ctx.comm;
   options_ = pipeline_options_from(ctx.options, world.world_size());
   stages_ = options_.stages;
-  if (model_->config().head == BertHead::kMaskedLM && stages_ > 1) {
-    fail("pipeline: the masked-LM head's decoder is the word-embedding matrix of the first stage (tied "
-         "weights); pretrain with a data-parallel or sharded strategy, then fine-tune under pipeline");
-  }
   mesh_ = std::make_unique<DeviceMesh>(world, std::vector<MeshDim>{{"pp", stages_}, {"dp", world.world_size() / stages_}},
                                        "strategy.options.stages");
   stage_ = mesh_->coordinate("pp");
@@ -80,6 +76,15 @@ void PipelineStrategy::setup(std::shared_ptr<BertForSequenceClassification> mode
   }
   first_ = bounds_[static_cast<size_t>(stage_)];
   end_ = bounds_[static_cast<size_t>(stage_) + 1];
+  // A unit that reads another stage's weights (the MLM decoder, tied to the
+  // word embeddings) keeps a replica of them, as Megatron's embedding group.
+  const int head = model_->num_units() - 1;
+  std::vector<int> tied_units;
+  for (int u : model_->units_read_by(head)) {
+    if (owner_of(u) == owner_of(head)) continue;
+    tied_units.push_back(u);
+    if (last_stage()) replicas_.insert(u);
+  }
 
   // Rank 0's weights everywhere (as DDP), then each stage keeps its own units.
   std::vector<at::Tensor> all;
@@ -87,11 +92,27 @@ void PipelineStrategy::setup(std::shared_ptr<BertForSequenceClassification> mode
     for (const auto& [name, t] : params) all.push_back(t);
   broadcast_tensors(world, all, 0);
   TensorList own;
-  for (int u = first_; u < end_; ++u)
-    for (const auto& named : unit_params_[static_cast<size_t>(u)]) own.push_back(named);
+  for (int u = 0; u < static_cast<int>(unit_params_.size()); ++u)
+    if (holds(u))
+      for (const auto& named : unit_params_[static_cast<size_t>(u)]) own.push_back(named);
   auto slots = slots_from_plan(own, plan);
-  for (const auto& s : slots) trainable_.push_back(s.param);
+  for (const auto& s : slots) {
+    trainable_.push_back(s.param);
+    if (owns(model_->unit_of(s.name))) norm_params_.push_back(s.param);
+  }
   optimizer_ = std::make_unique<TensorOptimizer>(optimizer, std::move(slots));
+  if (!tied_units.empty()) {
+    std::vector<std::vector<int>> groups;
+    for (int s = 0; s + 1 < stages_; ++s) {
+      const bool ends = s == owner_of(tied_units.front());
+      groups.push_back(ends ? std::vector<int>{s, stages_ - 1} : std::vector<int>{s});
+    }
+    tied_comm_ = pipe().split("tied", groups);
+    for (int u : tied_units)
+      if (holds(u))
+        for (const auto& [name, t] : unit_params_[static_cast<size_t>(u)])
+          if (t.requires_grad()) tied_.push_back(t);
+  }
   free_other_units();
   norm_buf_ = at::zeros({1}, at::kDouble);
   runner_ = std::make_unique<Runner>(this);
@@ -106,7 +127,7 @@ void PipelineStrategy::setup(std::shared_ptr<BertForSequenceClassification> mode
 // sizes stay (parameter counts and names still describe the whole model).
 void PipelineStrategy::free_other_units() {
   for (int u = 0; u < static_cast<int>(unit_params_.size()); ++u) {
-    if (owns(u)) continue;
+    if (holds(u)) continue;
     for (const auto& [name, t] : unit_params_[static_cast<size_t>(u)]) {
       c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
       at::DataPtr old = impl->set_data_ptr(at::DataPtr(nullptr, t.device()));
@@ -199,15 +220,18 @@ at::Tensor PipelineStrategy::forward(const Batch& batch) {
     logits = model_->forward(b);
   }
   const bool training = at::GradMode::is_enabled();
+  // [rows, labels], or [masked tokens, vocab] from the MLM head.
+  const auto& c = model_->config();
+  const std::vector<int64_t> shape = c.head == BertHead::kMaskedLM
+                                         ? std::vector<int64_t>{b.mlm_positions.size(0), c.vocab_size}
+                                         : std::vector<int64_t>{b.input_ids.size(0), c.num_labels};
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(ctx_->device);
   if (stages_ > 1 && training && !last_stage()) {
     // Training: the loss lives on the last stage; waiting for it here would
     // serialise the pipeline.
-    logits = at::zeros({b.input_ids.size(0), model_->config().num_labels},
-                       at::TensorOptions().dtype(at::kFloat).device(ctx_->device));
+    logits = at::zeros(shape, f32);
   } else if (stages_ > 1 && !training) {
-    at::Tensor shared = last_stage() ? logits.detach().to(at::kFloat).contiguous()
-                                     : at::empty({b.input_ids.size(0), model_->config().num_labels},
-                                                 at::TensorOptions().dtype(at::kFloat).device(ctx_->device));
+    at::Tensor shared = last_stage() ? logits.detach().to(at::kFloat).contiguous() : at::empty(shape, f32);
     idle([&] { pipe().broadcast(shared, stages_ - 1); });
     if (!last_stage()) logits = shared;
   }
@@ -255,6 +279,7 @@ void PipelineStrategy::backward(const at::Tensor& loss, bool sync_grads) {
   }
   if (sync_grads) {
     idle([&] { wait_sends(); });
+    if (tied_comm_) idle([&] { sum_grads(*tied_comm_, tied_); });  // both copies' shares
     average_grads(data_comm(), trainable_);  // dp replicas of this stage
   }
 }
@@ -270,11 +295,13 @@ void PipelineStrategy::wait_sends() {
 
 StepResult PipelineStrategy::step(const StepOptions& options) {
   wait_sends();
-  std::vector<at::Tensor> grads;
+  std::vector<at::Tensor> grads, owned;
   for (const auto& p : trainable_) grads.push_back(p.grad());
+  for (const auto& p : norm_params_) owned.push_back(p.grad());
   const StepResult result = update_from_grads(grads, *ctx_->precision, *optimizer_, options, &pipe(), [&] {
-    // Stages hold disjoint parameters: the global norm sums their squares.
-    norm_buf_.fill_(grad_norm_squared(grads));
+    // Stages own disjoint parameters: the global norm sums their squares
+    // (a replica's equal gradient counts at its owner only).
+    norm_buf_.fill_(grad_norm_squared(owned));
     // The wait here is the end of the bubble: stage 0's last backward.
     if (stages_ > 1) idle([&] { pipe().all_reduce(norm_buf_, ReduceOp::Sum); });
     return norm_buf_.item<double>();

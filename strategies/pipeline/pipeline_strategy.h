@@ -22,6 +22,9 @@
 //   step: data-parallel replicas of a stage average its gradients (dp
 //     groups), the global grad norm sums the stages' squared norms (pp
 //     group), then each stage updates its own parameters.
+//   tied weights: the last stage keeps a replica of the units its own read
+//     (the embeddings a masked-LM decoder reuses); the first and last stages
+//     sum those gradients each step, so both copies update alike.
 //
 // Ranks form a DeviceMesh {pp: stages, dp: world / stages} (pp outermost,
 // as Megatron orders them): with 4 ranks and 2 stages, pipelines {0,2}
@@ -37,6 +40,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -103,6 +107,9 @@ class PipelineStrategy final : public Strategy, public DataParallelGroup {
   bool holds_loss() const override { return last_stage(); }
 
   bool owns(int unit) const { return unit >= first_ && unit < end_; }
+  /// Owned, or a replica this stage keeps because an owned unit reads it
+  /// (the last stage's copy of the embeddings a tied MLM decoder reads).
+  bool holds(int unit) const { return owns(unit) || replicas_.count(unit) > 0; }
   /// The unit runner's body (see the top of this file).
   at::Tensor run_unit(int unit, const at::Tensor& input, const std::function<at::Tensor(const at::Tensor&)>& fn);
 
@@ -130,7 +137,14 @@ class PipelineStrategy final : public Strategy, public DataParallelGroup {
   int stage_ = 0, stages_ = 1, first_ = 0, end_ = 0;
   std::unique_ptr<Runner> runner_;
   std::unique_ptr<TensorOptimizer> optimizer_;
-  std::vector<at::Tensor> trainable_;  // this stage's, in model order
+  std::vector<at::Tensor> trainable_;  // this stage's (replicas included), in model order
+  // Tied weights (ft pretrain): the last stage keeps a replica of each unit
+  // its units read; the replica's owner and the last stage sum those units'
+  // gradients in `tied_comm_` so both copies take the same update.
+  std::set<int> replicas_;
+  std::vector<at::Tensor> tied_;           // trainable parameters of the tied units, on both ends
+  std::unique_ptr<Comm> tied_comm_;         // {first stage, last stage}; the others alone
+  std::vector<at::Tensor> norm_params_;     // trainable_ without replicas: each counted once
   std::vector<std::vector<std::pair<std::string, at::Tensor>>> unit_params_;  // every unit's, HF names
   std::vector<int64_t> unit_micros_;  // balance: time, each unit's measured microseconds
 

@@ -194,7 +194,7 @@ TEST_CASE("BertForMaskedLM: HF names, no pooler, the decoder tied to the word em
   CHECK_THROWS_WITH_AS(m.forward(batch), doctest::Contains("fine-tune it with `ft run --set model.weights=DIR`"), ft::Error);
 }
 
-TEST_CASE("ft pretrain on IMDB rows: ddp x2, zero3 x2 and dp equal single; dev rows left out; checkpoint; resume; ft run loads it") {
+TEST_CASE("ft pretrain on IMDB rows: ddp x2, zero3 x2, dp, pipeline x2 and tensor x2 equal single; dev rows left out; checkpoint; resume; ft run loads it") {
   REQUIRE_IMDB();
   ft_test::TempDir tmp("pretrain");
   // 200 fine-tuning rows (the first), 20 of them dev; the corpus is the first 400 rows without those 20.
@@ -224,6 +224,13 @@ TEST_CASE("ft pretrain on IMDB rows: ddp x2, zero3 x2 and dp equal single; dev r
   ft_test::check_same_losses(ref, run("zero3", "--strategy zero3 --nproc 2 --set train.batch_size=4").first, "zero3 x2", 1e-4);
   ft_test::check_same_losses(ref, run("dp", "--strategy dp --set strategy.options.replicas=2 --set train.batch_size=8").first,
                              "dp x2 replicas", 1e-4);
+  // Model parallel: the last stage's replica of the tied word embeddings
+  // (their gradients summed with stage 0's); tensor keeps the table whole.
+  ft_test::check_same_losses(
+      ref, run("pipeline", "--strategy pipeline --nproc 2 --set train.batch_size=4 --set train.grad_accum=2").first,
+      "pipeline x2", 1e-4);
+  ft_test::check_same_losses(ref, run("tensor", "--strategy tensor --nproc 2 --set train.batch_size=8").first, "tensor x2",
+                             1e-4);
 
   // The checkpoint is HF's BertForMaskedLM layout.
   const auto final_dir = tmp.path() / "single" / "final";
