@@ -64,6 +64,23 @@ struct HeadSum : torch::autograd::Function<HeadSum> {
   }
 };
 
+// A vocab-parallel decoder's logits: every rank's columns joined; each
+// rank's loss is the same, so its own columns of the gradient are the truth.
+struct GatherColumns : torch::autograd::Function<GatherColumns> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm) {
+    Comm& c = *reinterpret_cast<Comm*>(comm);
+    ctx->saved_data["begin"] = static_cast<int64_t>(c.rank()) * x.size(-1);
+    ctx->saved_data["width"] = x.size(-1);
+    std::vector<at::Tensor> parts;
+    c.all_gather(parts, x.contiguous());
+    return at::cat(parts, -1);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const int64_t begin = ctx->saved_data["begin"].toInt(), width = ctx->saved_data["width"].toInt();
+    return {grads[0].narrow(-1, begin, width).contiguous(), at::Tensor()};
+  }
+};
+
 int64_t handle(Comm& c) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(&c)); }
 
 }  // namespace
@@ -102,6 +119,7 @@ void TensorStrategy::setup(std::shared_ptr<BertForSequenceClassification> model,
     ops.size = t;
     ops.enter = [comm](const at::Tensor& x) { return Enter::apply(x, comm); };
     ops.reduce = [comm](const at::Tensor& x) { return Reduce::apply(x, comm); };
+    ops.gather_columns = [comm](const at::Tensor& x) { return GatherColumns::apply(x, comm); };
     if (t > heads && t % heads == 0) {  // neighbouring tp ranks share a head
       const int per_head = t / static_cast<int>(heads);
       std::vector<std::vector<int>> groups(static_cast<size_t>(heads));

@@ -10,8 +10,9 @@
 // f (identity forward, gradient summed over the group backward) feeds each
 // column-parallel block, so one all-reduce runs per block in forward (g) and
 // one in backward (f). The word embeddings are vocab-parallel (rank r looks
-// up its rows, g sums) unless a tied MLM decoder needs them whole. Position
-// and type embeddings, LayerNorms and the head are replicated: their inputs
+// up its rows, g sums); a tied MLM decoder scores rank r's slice of the
+// vocabulary with them and the slices are gathered. Position and type
+// embeddings, LayerNorms and the rest of the heads are replicated: their inputs
 // and gradients are the same on every rank of the group, so they need no
 // communication and their updates agree.
 //

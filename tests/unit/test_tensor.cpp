@@ -107,6 +107,24 @@ TEST_CASE("shard_tensor_parallel: 4 ranks on 2 heads split each head's dimension
   CHECK(split.sliced.count("bert.pooler.dense.lora_A.weight") == 0);
   CHECK(split.partial_grads.size() == 2 * 4);  // per layer: query, attention.output, intermediate, output
 
+  // A masked-LM model: the tied decoder follows the vocab-parallel table.
+  ft::BertConfig mlm_config = c;
+  mlm_config.head = ft::BertHead::kMaskedLM;
+  ft::BertForSequenceClassification mlm(mlm_config);
+  ft::TensorParallelOps pair;
+  pair.rank = 1;
+  pair.size = 2;
+  pair.enter = pair.reduce = [](const at::Tensor& x) { return x; };
+  ft::BertForSequenceClassification mlm_without(mlm_config);
+  CHECK(mlm_without.shard_tensor_parallel(pair).sliced.count("bert.embeddings.word_embeddings.weight") == 0);
+  pair.gather_columns = pair.enter;  // without a gather the table stays whole
+  const auto m = mlm.shard_tensor_parallel(pair);
+  CHECK(m.sliced.at("cls.predictions.bias") == 0);
+  CHECK(m.sliced.at("bert.embeddings.word_embeddings.weight") == 0);
+  std::map<std::string, at::Tensor> mlm_now;
+  for (const auto& [name, t] : mlm.weights()) mlm_now[name] = t;
+  CHECK(mlm_now["cls.predictions.bias"].numel() == 50);
+
   ft::BertForSequenceClassification adapted(c);
   ft::AdapterConfig adapter;
   adapter.size = 8;

@@ -110,6 +110,10 @@ struct TensorParallelOps {
   // partial attention scores over those ranks (forward, and the partial
   // score gradients backward).
   std::function<at::Tensor(const at::Tensor&)> head_sum;
+  // Needed for a vocab-parallel masked-LM decoder: every rank's columns
+  // (its slice of the vocabulary) concatenated along the last dimension
+  // forward, this rank's columns of the gradient backward.
+  std::function<at::Tensor(const at::Tensor&)> gather_columns;
 };
 
 // What shard_tensor_parallel did to the parameters, by HF name.
@@ -167,8 +171,10 @@ class BertForSequenceClassification : public torch::nn::Module {
   // the FFN), attention.output.dense and output.dense by input columns, with
   // their biases added once after ops.reduce. The word embeddings are
   // vocab-parallel (rows split, lookups summed by ops.reduce) when the rows
-  // divide evenly and no tied MLM decoder reads them; position and type
-  // embeddings, LayerNorms and the head stay whole. Parameter-efficient
+  // divide evenly; a tied MLM decoder then scores each rank's slice of the
+  // vocabulary with those rows and its slice of cls.predictions.bias, and
+  // ops.gather_columns joins the logits. Position and type embeddings,
+  // LayerNorms and the heads' other weights stay whole. Parameter-efficient
   // additions follow the Linear they sit on: LoRA's B rows on a
   // column-parallel Linear and A's columns on a row-parallel one are sliced
   // (the other matrix stays whole, see partial_grads); bottleneck adapters

@@ -263,9 +263,15 @@ struct MaskedLmHeadImpl : torch::nn::Module {
     norm = transform->register_module("LayerNorm", make_layer_norm(c));
     bias = register_parameter("bias", at::zeros({c.vocab_size}));
   }
+  // Vocab-parallel under tensor parallelism: this rank's rows of the tied
+  // table (and of the bias) score its slice of the vocabulary; f sums the
+  // transform's partial input gradients, and the slices are gathered.
+  std::shared_ptr<const TensorParallelOps> tp;
   // hidden: [M, hidden] states of the masked tokens -> [M, vocab].
   at::Tensor forward(const at::Tensor& hidden) {
-    return at::linear(norm(at::gelu(dense(hidden))), embeddings->word_embeddings->weight, bias);
+    const at::Tensor h = norm(at::gelu(dense(hidden)));
+    if (!tp) return at::linear(h, embeddings->word_embeddings->weight, bias);
+    return tp->gather_columns(at::linear(tp->enter(h), embeddings->word_embeddings->weight, bias).to(at::kFloat));
   }
 };
 

@@ -78,14 +78,19 @@ TensorParallelSplit BertForSequenceClassification::shard_tensor_parallel(const T
   auto shared = std::make_shared<const TensorParallelOps>(ops);
   c10::NoGradGuard no_grad;
   TensorParallelSplit out;
-  // Vocab-parallel word embeddings, unless the tied MLM decoder needs the
-  // whole table on every rank or the rows do not divide evenly.
+  // Vocab-parallel word embeddings when the rows divide evenly; a tied MLM
+  // decoder then reads this rank's rows and scores its slice of the vocabulary.
   auto& emb = *parts_->bert->embeddings;
-  if (!parts_->mlm && c.vocab_size % ops.size == 0) {
+  if (c.vocab_size % ops.size == 0 && (!parts_->mlm || ops.gather_columns)) {
     keep_part(emb.word_embeddings->weight, 0, ops);
     emb.vocab_begin = ops.rank * (c.vocab_size / ops.size);
     emb.tp = shared;
     out.sliced["bert.embeddings.word_embeddings.weight"] = 0;
+    if (parts_->mlm) {
+      keep_part(parts_->mlm->bias, 0, ops);
+      parts_->mlm->tp = shared;
+      out.sliced["cls.predictions.bias"] = 0;
+    }
   }
   for (size_t i = 0; i < parts_->bert->layers.size(); ++i) {
     auto& layer = *parts_->bert->layers[i];
