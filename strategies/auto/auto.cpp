@@ -248,8 +248,7 @@ class AutoStrategy final : public ft::Strategy, public ft::DataParallelGroup {
         n += p.numel();
         const bool words = name.find("word_embeddings") != std::string::npos;
         if (words) s.embedding_params += p.numel();
-        // A tied masked-LM decoder keeps the word embeddings whole under tensor.
-        if (layer || (words && cfg.head != ft::BertHead::kMaskedLM)) s.sliceable_params += p.numel();
+        if (layer || words) s.sliceable_params += p.numel();
       }
       s.params += n;
       s.largest_unit_params = std::max(s.largest_unit_params, n);
