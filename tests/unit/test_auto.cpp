@@ -247,14 +247,19 @@ TEST_CASE("auto keeps the global batch when it picks pipeline or tensor: the par
   for (const auto& c : cases) {
     CAPTURE(c.picked);
     const auto metrics = dir.path() / (std::string(c.picked) + ".jsonl");
+    const auto saved = dir.path() / c.picked;
     const auto out = ft_test::run_ok(fmt::format("run -c configs/parity-tiny.yaml --strategy auto --nproc 2 --threads 1 "
                                                  "--set train.batch_size=16 --set strategy.options.candidates={} "
-                                                 "--metrics-out {}",
-                                                 c.picked, metrics.string()));
+                                                 "--metrics-out {} --output-dir {}",
+                                                 c.picked, metrics.string(), saved.string()));
     CHECK(out.find(fmt::format("auto: picked {}:", c.picked)) != std::string::npos);
     CHECK(out.find(c.says) != std::string::npos);
     CHECK(out.find("global batch 32") != std::string::npos);
     ft_test::check_same_losses(ft_test::reference_losses(), metrics, c.picked, 1e-5);
+    // The saved run config keeps what was asked, not the scaled batch.
+    const std::string yaml = ft_test::read_text(saved / "final/training_state/run.yaml");
+    CHECK(yaml.find("  batch_size: 16\n") != std::string::npos);
+    CHECK(yaml.find("  grad_accum: 1\n") != std::string::npos);
   }
 }
 

@@ -84,6 +84,9 @@ struct Trainer::Impl {
   // Counted before setup: strategies that slice the model (tensor) leave
   // each rank only its part.
   int64_t trainable_params = 0;
+  // train.batch_size and grad_accum as the strategy reads them
+  // (DataParallelGroup::micro_batching); the config keeps what was asked.
+  MicroBatching batching;
 
   Impl(RunConfig c, RunInputs in, std::shared_ptr<Strategy> s, std::string name, Comm& cm, EventLog& ev)
       : config(std::move(c)), inputs(std::move(in)), strategy(std::move(s)), strategy_name(std::move(name)),
@@ -155,11 +158,10 @@ struct Trainer::Impl {
       auto it = plan.find(p.key());
       if (it == plan.end() || it->second.trainable) trainable_params += p.value().numel();
     }
+    batching = {config.train.batch_size, config.train.grad_accum};
     strategy->setup(model, spec, plan, ctx);
     if (auto* group = strategy->ability<DataParallelGroup>()) {
-      const MicroBatching mb = group->micro_batching(config.train.batch_size, config.train.grad_accum);
-      config.train.batch_size = mb.rows;
-      config.train.grad_accum = mb.micro_batches;
+      batching = group->micro_batching(config.train.batch_size, config.train.grad_accum);
     }
     // Dropout masks differ per data-parallel rank (as in DDP) but are
     // reproducible; ranks that share a batch (a tensor-parallel group) share
@@ -196,7 +198,7 @@ struct Trainer::Impl {
   ClassificationReport evaluate() {
     strategy->set_training(false);
     torch::NoGradGuard no_grad;
-    const int64_t per_rank = config.train.eval_batch_size > 0 ? config.train.eval_batch_size : config.train.batch_size;
+    const int64_t per_rank = config.train.eval_batch_size > 0 ? config.train.eval_batch_size : batching.rows;
     auto report = objective->evaluate(*strategy, *inputs.dev, data_comm(), events, per_rank);
     strategy->set_training(true);
     return report;
@@ -343,10 +345,10 @@ Trainer::Impl::Schedule Trainer::Impl::make_schedule() const {
   const auto& t = config.train;
   SamplerOptions so;
   so.dataset_size = inputs.train->size();
-  so.per_rank_batch = t.batch_size;
+  so.per_rank_batch = batching.rows;
   so.world = data_comm().world_size();
   so.rank = data_comm().rank();
-  so.accum = t.grad_accum;
+  so.accum = batching.micro_batches;
   so.shuffle = t.shuffle;
   so.drop_last = t.drop_last;
   so.seed = static_cast<uint64_t>(t.seed);
@@ -401,19 +403,19 @@ StepResult Trainer::Impl::train_step(const Schedule& plan, int64_t epoch, double
   const auto& t = config.train;
   TraceRange data_range(&tracer, "data", "data");
   std::vector<Batch> micro_batches;
-  for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
+  for (int64_t micro = 0; micro < batching.micro_batches; ++micro) {
     micro_batches.push_back(objective->batch(*inputs.train, plan.sampler.micro_batch(epoch, state.step_in_epoch, micro), epoch));
   }
   const double divisor = objective->step_divisor(micro_batches, data_comm());
   data_range.end();
-  for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
+  for (int64_t micro = 0; micro < batching.micro_batches; ++micro) {
     const Batch& batch = micro_batches[static_cast<size_t>(micro)];
     TraceRange forward_range(&tracer, "forward");
     auto logits = strategy->forward(batch);
     auto loss = objective->loss(logits, batch) / divisor;
     forward_range.end();
     TraceRange backward_range(&tracer, "backward");
-    strategy->backward(loss, micro == t.grad_accum - 1);
+    strategy->backward(loss, micro == batching.micro_batches - 1);
     backward_range.end();
     step_loss += loss.item<double>();
   }
