@@ -115,15 +115,8 @@ double measure_flops(int64_t hidden) {
 // Whether `name` can run this model over all `world` ranks (the only layout
 // auto weighs for pipeline and tensor); the other candidates always can.
 bool applies(const std::string& name, const ft::BertForSequenceClassification& model, int world) {
-  const auto& c = model.config();
-  if (name == "pipeline") {
-    return world > 1 && world <= model.num_units();
-  }
-  if (name == "tensor") {
-    const int64_t heads = c.num_attention_heads, head_dim = c.hidden_size / c.num_attention_heads;
-    const bool heads_split = heads % world == 0 || (world % heads == 0 && head_dim % (world / heads) == 0);
-    return world > 1 && heads_split && c.intermediate_size % world == 0;
-  }
+  if (name == "pipeline") return world > 1 && world <= model.num_units();
+  if (name == "tensor") return world > 1 && ft::tensor_parallel_refusal(model.config(), world).empty();
   return true;
 }
 

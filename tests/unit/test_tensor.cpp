@@ -46,6 +46,8 @@ TEST_CASE("shard_tensor_parallel keeps this rank's heads and FFN slice, named by
                   whole["bert.embeddings.word_embeddings.weight"].narrow(0, c.vocab_size / 2, c.vocab_size / 2)));
   CHECK(at::equal(now["bert.embeddings.position_embeddings.weight"], whole["bert.embeddings.position_embeddings.weight"]));
 
+  CHECK(ft::tensor_parallel_refusal(c, 4).empty());  // 2 heads of 64 dims: 2 ranks per head
+  CHECK(ft::tensor_parallel_refusal(c, 256).find("head dimension (64)") != std::string::npos);  // 128 per head
   ops.size = 3;
   ft::BertForSequenceClassification other(c);
   CHECK(ft_test::error_of([&] { other.shard_tensor_parallel(ops); }) ==
@@ -84,8 +86,8 @@ TEST_CASE("shard_tensor_parallel: 4 ranks on 2 heads split each head's dimension
   ops.rank = 3;
   ops.size = 4;
   ops.enter = ops.reduce = [](const at::Tensor& x) { return x; };
-  CHECK(ft_test::error_of([&] { model.shard_tensor_parallel(ops); }).find("the 2 attention heads must divide by 4") !=
-        std::string::npos);  // sharing heads needs head_sum
+  CHECK(ft_test::error_of([&] { model.shard_tensor_parallel(ops); })
+            .find("ranks share heads, which needs TensorParallelOps::head_sum") != std::string::npos);
   ops.head_sum = ops.enter;
   const auto split = model.shard_tensor_parallel(ops);
   std::map<std::string, at::Tensor> now;

@@ -116,6 +116,10 @@ struct TensorParallelOps {
   std::function<at::Tensor(const at::Tensor&)> gather_columns;
 };
 
+// Why a BERT of config `c` cannot be split over `ranks` tensor-parallel
+// ranks (heads or FFN units that do not divide), as one line; empty when it can.
+std::string tensor_parallel_refusal(const BertConfig& c, int ranks);
+
 // What shard_tensor_parallel did to the parameters, by HF name.
 struct TensorParallelSplit {
   std::map<std::string, int> sliced;  // -> the dimension it was cut along (rank r holds part r)

@@ -60,20 +60,32 @@ void keep_part(const at::Tensor& t, int dim, const TensorParallelOps& ops) {
 
 }  // namespace
 
+std::string tensor_parallel_refusal(const BertConfig& c, int ranks) {
+  const int64_t heads = c.num_attention_heads, head_dim = c.hidden_size / c.num_attention_heads;
+  const bool heads_split = heads % ranks == 0 || (ranks % heads == 0 && head_dim % (ranks / heads) == 0);
+  if (!heads_split) {
+    return fmt::format("tensor parallelism over {} ranks: the {} attention heads must divide by {}, or {} by the "
+                       "heads with the head dimension ({}) divisible by the ranks per head; pick another "
+                       "strategy.options.tp_size",
+                       ranks, heads, ranks, ranks, head_dim);
+  }
+  if (c.intermediate_size % ranks != 0) {
+    return fmt::format("tensor parallelism over {} ranks needs intermediate_size ({}) divisible by {}; pick another "
+                       "strategy.options.tp_size",
+                       ranks, c.intermediate_size, ranks);
+  }
+  return "";
+}
+
 TensorParallelSplit BertForSequenceClassification::shard_tensor_parallel(const TensorParallelOps& ops) {
   const auto& c = config_;
-  const int64_t heads = c.num_attention_heads, head_dim = c.hidden_size / c.num_attention_heads;
-  const bool whole_heads = heads % ops.size == 0;
-  const int64_t per_head = whole_heads ? 1 : ops.size / heads;  // ranks sharing one head
-  if (!whole_heads && (ops.size % heads != 0 || head_dim % per_head != 0 || !ops.head_sum)) {
-    fail("tensor parallelism over {} ranks: the {} attention heads must divide by {}, or {} by the heads with the head "
-         "dimension ({}) divisible by the ranks per head; pick another strategy.options.tp_size",
-         ops.size, heads, ops.size, ops.size, head_dim);
-  }
-  if (c.intermediate_size % ops.size != 0) {
-    fail("tensor parallelism over {} ranks needs intermediate_size ({}) divisible by {}; pick another "
-         "strategy.options.tp_size",
-         ops.size, c.intermediate_size, ops.size);
+  const std::string refusal = tensor_parallel_refusal(c, ops.size);
+  if (!refusal.empty()) fail("{}", refusal);
+  const bool whole_heads = c.num_attention_heads % ops.size == 0;
+  const int64_t per_head = whole_heads ? 1 : ops.size / c.num_attention_heads;  // ranks sharing one head
+  if (!whole_heads && !ops.head_sum) {
+    fail("tensor parallelism over {} ranks on {} heads: ranks share heads, which needs TensorParallelOps::head_sum",
+         ops.size, c.num_attention_heads);
   }
   auto shared = std::make_shared<const TensorParallelOps>(ops);
   c10::NoGradGuard no_grad;
