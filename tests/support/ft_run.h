@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "ft_test.h"
@@ -95,9 +96,15 @@ inline void check_same_losses(const std::vector<double>& ref, const std::filesys
   }
 }
 
-// `ft <args>` resumes a parity-tiny run saved at step 4 and runs to step 8:
-// its four steps must match reference steps 5-8 within 1e-4.
-inline void check_resumed_steps(const std::string& args, const std::filesystem::path& metrics) {
+// `ft run` on parity-tiny with `flags` resumes the checkpoint `saved`
+// (taken at step 4) and runs to step 8, writing `metrics` (replaced): its
+// four steps must match reference steps 5-8 within 1e-4.
+inline void check_resumed_steps(const std::filesystem::path& saved, const std::string& flags,
+                                const std::filesystem::path& metrics) {
+  std::filesystem::remove(metrics);
+  const std::string args = fmt::format(
+      "run --config configs/parity-tiny.yaml --threads 1 --metrics-out {} {} --resume {} --max-steps 8",
+      metrics.string(), flags, saved.string());
   const auto ref = reference_losses();
   auto out = run_ft(args);
   INFO("ft " << args << "\n" << out.output);

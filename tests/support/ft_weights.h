@@ -2,24 +2,30 @@
 #pragma once
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
+#include <map>
+#include <string>
 
 #include <ATen/ATen.h>
 
 #include "ft/safetensors.h"
 #include "ft/types.h"
+#include "ft_test.h"
 
 namespace ft_test {
 
-// The largest element difference of two name-aligned tensor lists, or
-// infinity when their names or shapes differ.
+// The largest element difference between two tensor lists holding the
+// same names and shapes (in any order); a missing name or a shape mismatch
+// fails the test case.
 inline double max_abs_diff(const ft::TensorList& a, const ft::TensorList& b) {
-  if (a.size() != b.size()) return INFINITY;
+  std::map<std::string, at::Tensor> by_name(b.begin(), b.end());
+  REQUIRE(a.size() == b.size());
   double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].first != b[i].first || a[i].second.sizes() != b[i].second.sizes()) return INFINITY;
-    worst = std::max(worst, (a[i].second - b[i].second).abs().max().item<double>());
+  for (const auto& [name, t] : a) {
+    INFO(name);
+    REQUIRE(by_name.count(name) == 1);
+    REQUIRE(t.sizes() == by_name[name].sizes());
+    worst = std::max(worst, (t - by_name[name]).abs().max().item<double>());
   }
   return worst;
 }

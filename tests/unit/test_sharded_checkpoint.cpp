@@ -26,6 +26,7 @@
 #include "ft/safetensors.h"
 #include "sharded_strategy.h"
 #include "ft_run.h"
+#include "ft_weights.h"
 
 namespace {
 
@@ -80,18 +81,6 @@ RankResult run_rank(std::shared_ptr<ft::Strategy> strategy, int rank, int world,
   return r;
 }
 
-double max_diff(const ft::TensorList& a, const ft::TensorList& b) {
-  std::map<std::string, at::Tensor> bm(b.begin(), b.end());
-  REQUIRE(a.size() == b.size());
-  double d = 0;
-  for (const auto& [name, t] : a) {
-    INFO(name);
-    REQUIRE(bm.count(name) == 1);
-    d = std::max(d, (t - bm[name]).abs().max().item<double>());
-  }
-  return d;
-}
-
 }  // namespace
 
 TEST_CASE("zero3 on 2 ranks writes equal shards; consolidating them gives the full model and optimizer state") {
@@ -123,7 +112,7 @@ TEST_CASE("zero3 on 2 ranks writes equal shards; consolidating them gives the fu
   auto ref_model = std::make_shared<ft::BertForSequenceClassification>(ft_test::two_rank_config());
   RankResult ref = run_rank(std::make_shared<ft::ReplicatedStrategy>(), 0, 1, 0, tmp.path() / "unused", ref_model);
   REQUIRE(ref.error.empty());
-  CHECK(max_diff(results[0].model, ref.model) < 1e-5);
+  CHECK(ft_test::max_abs_diff(results[0].model, ref.model) < 1e-5);
 
   // Shards: one file per rank, equal sizes, metadata describes the layout.
   auto meta = ft::read_sharded_meta(dir);
@@ -145,9 +134,9 @@ TEST_CASE("zero3 on 2 ranks writes equal shards; consolidating them gives the fu
 
   // Consolidated == gathered full state (any rank), bit for bit.
   auto c = ft::read_sharded_checkpoint(dir);
-  CHECK(max_diff(c.model, results[1].model) == 0.0);
+  CHECK(ft_test::max_abs_diff(c.model, results[1].model) == 0.0);
   CHECK(c.optimizer.step == 2);
-  CHECK(max_diff(c.optimizer.tensors, results[0].optimizer.tensors) == 0.0);
+  CHECK(ft_test::max_abs_diff(c.optimizer.tensors, results[0].optimizer.tensors) == 0.0);
 
   // `ft consolidate DIR --out OUT` writes an HF-loadable model file and the optimizer state.
   const auto out = tmp.path() / "out";
@@ -155,7 +144,7 @@ TEST_CASE("zero3 on 2 ranks writes equal shards; consolidating them gives the fu
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
   CHECK(run.output.find("consolidated 2 shard(s) saved by zero3") != std::string::npos);
-  CHECK(max_diff(ft::safetensors::load((out / "model.safetensors").string()), ref.model) < 1e-5);
+  CHECK(ft_test::max_abs_diff(ft::safetensors::load((out / "model.safetensors").string()), ref.model) < 1e-5);
   CHECK(ft::safetensors::metadata((out / "training_state" / "optimizer.safetensors").string()).at("step") == "2");
   ft::BertForSequenceClassification loaded(ft_test::two_rank_config());
   loaded.load_weights(ft::read_model_weights((out / "model.safetensors").string()), "consolidated");
