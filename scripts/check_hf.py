@@ -1,0 +1,309 @@
+#!/usr/bin/env python3
+"""Cross-checks an ft checkpoint against Hugging Face (run by scripts/check-hf.sh).
+
+    .venv-hf/bin/python scripts/check_hf.py --ft build/bin/ft CKPT [LORA_CKPT]
+
+Each check prints one line: its name, the max abs difference (or the number of
+mismatching examples) and PASS or FAIL. Exit 1 when any check fails.
+
+1. predict   AutoModelForSequenceClassification + pipeline("text-classification",
+             top_k=None) vs `ft predict --checkpoint CKPT --logits`: probabilities
+             and logits within 1e-5, the same top label.
+2. tokenize  AutoTokenizer.from_pretrained(CKPT) vs `ft tokenize --checkpoint CKPT
+             --max-length N` (singles and TAB-separated pairs, N = 128 and 32):
+             input_ids and token_type_ids equal.
+3. lora      PeftModel.from_pretrained(base, LORA_CKPT) vs `ft predict --checkpoint
+             LORA_CKPT --logits`, logits within 1e-5, with base = adapter_config.json's
+             base_model_name_or_path and base = LORA_CKPT's own model.safetensors; then
+             AutoModelForSequenceClassification.from_pretrained(LORA_CKPT), which
+             attaches the adapter itself (transformers' PEFT integration). Each also
+             lists the keys PEFT would save that adapter_model.safetensors lacks.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+# Everything is local: never ask the Hub (there may be no network at all).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+from safetensors import safe_open  # noqa: E402
+from transformers import (  # noqa: E402
+    AutoConfig,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    pipeline,
+)
+from transformers.utils import logging as hf_logging  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+IMDB = os.path.join(REPO, "data", "imdb", "train.jsonl")
+WEIBO = os.path.join(os.path.dirname(REPO), "shared", "data", "weibo-emotion", "train.json")
+TOL = 1e-5
+
+# Rows that neither the fixtures (tests/data/hf) nor a `take: first` run reads:
+# the last reviews of each label.
+IMDB_ROWS = list(range(24993, 25000)) + list(range(49993, 50000))
+# Written for this check: accents, case, punctuation, digits, CJK, an emoji
+# and a control-free unknown symbol, so that normalisation paths are hit.
+OWN_TEXTS = [
+    "A wonderful, heart-warming film; I'd watch it again!!",
+    "Terrible acting... the plot made NO sense whatsoever (2/10).",
+    "Café crème brûlée — naïve résumé, Ünïcödé façade.",
+    "東京 and 北京 are cities ✓ with 😀 fans at 10:30pm",
+    "don't can't won't it's 3.14159 e-mail U.S.A. $100",
+    "   leading and trailing spaces   ",
+]
+
+failures = []
+
+
+def report(name, detail, ok):
+    print(f"{name}: {detail} {'PASS' if ok else 'FAIL'}", flush=True)
+    if not ok:
+        failures.append(name)
+
+
+def clean(text):
+    # ft reads one text per line (a TAB splits a pair): fold those characters.
+    return " ".join(text.replace("\t", " ").splitlines()).strip()
+
+
+def check_texts():
+    texts = []
+    if os.path.exists(IMDB):
+        with open(IMDB, encoding="utf-8") as f:
+            lines = f.readlines()
+        texts += [clean(json.loads(lines[i])["text"]) for i in IMDB_ROWS if i < len(lines)]
+    texts += OWN_TEXTS[:2]
+    return texts
+
+
+def tokenizer_texts():
+    texts = check_texts() + [clean(t) for t in OWN_TEXTS[2:]]
+    if os.path.exists(WEIBO):
+        with open(WEIBO, encoding="utf-8") as f:
+            texts += [clean(r[0]) for r in json.load(f)[:8]]
+    return [t for t in texts if t]
+
+
+def run_ft(ft, args, lines):
+    proc = subprocess.run([ft, *args], input="".join(line + "\n" for line in lines),
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join([ft, *args])} exited {proc.returncode}: "
+                           f"{proc.stderr.strip()[-800:]}")
+    out = [json.loads(line) for line in proc.stdout.splitlines() if line.strip().startswith("{")]
+    if len(out) != len(lines):
+        raise RuntimeError(f"{' '.join([ft, *args])}: {len(out)} JSON lines for {len(lines)} inputs")
+    return out
+
+
+def hf_logits(model, tok, texts):
+    rows = []
+    with torch.no_grad():
+        for t in texts:  # one at a time: no padding, as ft predict
+            enc = tok(t, truncation=True, return_tensors="pt")
+            rows.append(model(**enc).logits[0].to(torch.float64))
+    return torch.stack(rows)
+
+
+def max_diff(a, b):
+    return (torch.as_tensor(a, dtype=torch.float64) - torch.as_tensor(b, dtype=torch.float64)).abs().max().item()
+
+
+def check_predict(ft, ckpt):
+    texts = check_texts()
+    try:
+        got = run_ft(ft, ["predict", "--checkpoint", ckpt, "--logits"], texts)
+    except Exception as exc:  # the failure is the result
+        report("predict probabilities", f"ft predict failed ({exc})", False)
+        return
+    model = AutoModelForSequenceClassification.from_pretrained(ckpt).eval()
+    tok = AutoTokenizer.from_pretrained(ckpt)
+    clf = pipeline("text-classification", model=model, tokenizer=tok, top_k=None, device="cpu")
+    ref = clf(texts, truncation=True)
+    names = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    p_ft, p_hf, label_bad, missing = [], [], 0, set()
+    for g, r in zip(got, ref):
+        hf = {d["label"]: d["score"] for d in r}
+        missing |= set(names) - set(g.get("probabilities", {}))
+        p_ft.append([g.get("probabilities", {}).get(n, float("nan")) for n in names])
+        p_hf.append([hf[n] for n in names])
+        if g.get("label") != max(hf, key=hf.get):
+            label_bad += 1
+    d = max_diff(p_ft, p_hf)
+    ok = not missing and d <= TOL and label_bad == 0
+    extra = f", ft lacks labels {sorted(missing)}" if missing else ""
+    report("predict probabilities",
+           f"{len(texts)} texts, labels {names}, max abs diff {d:.3e} (tol {TOL:g}), "
+           f"top label differs on {label_bad}{extra}", ok)
+    if any("logits" not in g for g in got):
+        report("predict logits", "ft predict printed no \"logits\" (needs --logits)", False)
+        return
+    ref_logits = hf_logits(model, tok, texts)
+    d = max_diff([g["logits"] for g in got], ref_logits)
+    report("predict logits", f"{len(texts)} texts, max abs diff {d:.3e} (tol {TOL:g})", d <= TOL)
+
+
+def check_tokenize(ft, ckpt):
+    tok = AutoTokenizer.from_pretrained(ckpt)
+    texts = tokenizer_texts()
+    pairs = [(texts[i], texts[i + 1]) for i in range(len(texts) - 1)]
+    for kind, items in (("singles", [(t, None) for t in texts]), ("pairs", pairs)):
+        for n in (128, 32):
+            lines = [a if b is None else f"{a}\t{b}" for a, b in items]
+            name = f"tokenize {kind} max_length={n}"
+            try:
+                got = run_ft(ft, ["tokenize", "--checkpoint", ckpt, "--max-length", str(n)], lines)
+            except Exception as exc:
+                report(name, f"ft tokenize failed ({exc})", False)
+                continue
+            bad, worst, first = 0, 0, None
+            for (a, b), g in zip(items, got):
+                enc = tok(a, b, truncation=True, max_length=n) if b is not None else \
+                    tok(a, truncation=True, max_length=n)
+                want = (list(enc["input_ids"]), list(enc["token_type_ids"]))
+                have = (g.get("input_ids"), g.get("token_type_ids"))
+                if want != have:
+                    bad += 1
+                    if have[0] and len(have[0]) == len(want[0]):
+                        worst = max(worst, max(abs(x - y) for x, y in zip(have[0], want[0])))
+                    else:
+                        worst = float("inf")
+                    if first is None:
+                        first = f"; first: {a[:40]!r}{' | ' + b[:40] if b else ''} hf {want[0][:12]}.. " \
+                                f"ft {(have[0] or [])[:12]}.."
+            report(name, f"{len(items)} examples, {bad} differ, max abs id diff {worst}{first or ''}",
+                   bad == 0)
+
+
+def peft_expected_vs_saved(base_model, lora_ckpt):
+    """Keys PEFT's save format has for this adapter config vs those in ft's file."""
+    from peft import PeftConfig, get_peft_model, get_peft_model_state_dict
+
+    fresh = get_peft_model(base_model, PeftConfig.from_pretrained(lora_ckpt))
+    want = set(get_peft_model_state_dict(fresh).keys())
+    with safe_open(os.path.join(lora_ckpt, "adapter_model.safetensors"), "pt") as f:
+        have = set(f.keys())
+    return sorted(want - have), sorted(have - want)
+
+
+def short(keys):
+    return f"{keys[:6]}" + (f" (+{len(keys) - 6})" if len(keys) > 6 else "")
+
+
+def resolve_base(name, lora_ckpt):
+    if not name:
+        return None
+    for cand in (name, os.path.join(REPO, name), os.path.join(lora_ckpt, name)):
+        if cand and os.path.isfile(os.path.join(cand, "config.json")):
+            return cand
+    return None
+
+
+def base_from_checkpoint(lora_ckpt, tmp):
+    """A directory with only the checkpoint's config.json and model.safetensors:
+    loading LORA_CKPT itself would make transformers attach the adapter too."""
+    for name in ("config.json", "model.safetensors"):
+        os.symlink(os.path.abspath(os.path.join(lora_ckpt, name)), os.path.join(tmp, name))
+    return tmp
+
+
+def check_lora(ft, lora_ckpt):
+    import tempfile
+
+    from peft import PeftModel
+
+    with open(os.path.join(lora_ckpt, "adapter_config.json"), encoding="utf-8") as f:
+        acfg = json.load(f)
+    texts = check_texts()
+    try:
+        got = run_ft(ft, ["predict", "--checkpoint", lora_ckpt, "--logits"], texts)
+    except Exception as exc:
+        report("lora logits", f"ft predict failed ({exc})", False)
+        return
+    if any("logits" not in g for g in got):
+        report("lora logits", "ft predict printed no \"logits\" (needs --logits)", False)
+        return
+    ft_logits = [g["logits"] for g in got]
+    config = AutoConfig.from_pretrained(lora_ckpt)
+    labels = dict(num_labels=config.num_labels, id2label=config.id2label, label2id=config.label2id)
+    tok = AutoTokenizer.from_pretrained(lora_ckpt)
+    base_name = acfg.get("base_model_name_or_path") or ""
+    print(f"lora: {lora_ckpt}: r={acfg.get('r')} alpha={acfg.get('lora_alpha')} "
+          f"targets={acfg.get('target_modules')} modules_to_save={acfg.get('modules_to_save')} "
+          f"base_model_name_or_path={base_name!r}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        bases = [("base_model_name_or_path", resolve_base(base_name, lora_ckpt), base_name),
+                 ("the checkpoint's model.safetensors as base",
+                  base_from_checkpoint(lora_ckpt, tmp), "model.safetensors")]
+        for label, base, shown in bases:
+            name = f"lora PeftModel.from_pretrained ({label})"
+            if base is None:
+                report(name, f"base_model_name_or_path {shown!r} is not a local model directory "
+                             f"(looked in {os.getcwd()}, {REPO}, {lora_ckpt})", False)
+                continue
+            torch.manual_seed(0)
+            missing, unexpected = peft_expected_vs_saved(
+                AutoModelForSequenceClassification.from_pretrained(base, **labels), lora_ckpt)
+            keys = ""
+            if missing:
+                keys += f"; adapter_model.safetensors lacks keys PEFT saves: {short(missing)}"
+            if unexpected:
+                keys += f"; keys PEFT does not know: {short(unexpected)}"
+            torch.manual_seed(0)
+            base_model = AutoModelForSequenceClassification.from_pretrained(base, **labels)
+            try:
+                peft_model = PeftModel.from_pretrained(base_model, lora_ckpt).eval()
+            except Exception as exc:
+                report(name, f"PEFT cannot load it ({type(exc).__name__}: {exc}){keys}", False)
+                continue
+            d = max_diff(ft_logits, hf_logits(peft_model, tok, texts))
+            report(name, f"{len(texts)} texts, base {shown}, max abs diff {d:.3e} (tol {TOL:g}){keys}",
+                   d <= TOL and not missing and not unexpected)
+    # transformers' own PEFT integration: from_pretrained on the directory loads
+    # its config.json + model.safetensors and attaches adapter_model.safetensors.
+    name = "lora AutoModelForSequenceClassification.from_pretrained(LORA_CKPT)"
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(lora_ckpt).eval()
+    except Exception as exc:
+        report(name, f"transformers cannot load it ({type(exc).__name__}: {exc})", False)
+        return
+    attached = bool(getattr(model, "_hf_peft_config_loaded", False))
+    d = max_diff(ft_logits, hf_logits(model, tok, texts))
+    report(name, f"{len(texts)} texts, adapter attached: {attached}, max abs diff {d:.3e} "
+                 f"(tol {TOL:g})", attached and d <= TOL)
+
+
+def main():
+    ap = argparse.ArgumentParser(description="cross-check an ft checkpoint against Hugging Face")
+    ap.add_argument("--ft", default=os.path.join(REPO, "build", "bin", "ft"))
+    ap.add_argument("checkpoint")
+    ap.add_argument("lora_checkpoint", nargs="?")
+    args = ap.parse_args()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    # PEFT resolves a relative base_model_name_or_path from the working
+    # directory; ft runs from the repository root, so do the same.
+    args.checkpoint = os.path.abspath(args.checkpoint)
+    if args.lora_checkpoint:
+        args.lora_checkpoint = os.path.abspath(args.lora_checkpoint)
+    os.chdir(REPO)
+    check_predict(args.ft, args.checkpoint)
+    check_tokenize(args.ft, args.checkpoint)
+    if args.lora_checkpoint:
+        check_lora(args.ft, args.lora_checkpoint)
+    print(f"check-hf: {'FAILED: ' + ', '.join(failures) if failures else 'all checks passed'}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

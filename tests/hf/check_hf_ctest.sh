@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# ctest entry: fine-tunes the pretrained all-MiniLM-L6-v2 on IMDB with ft for a
+# few steps, fully and with LoRA, then cross-checks both checkpoints against
+# Hugging Face transformers/PEFT (scripts/check-hf.sh: probabilities, logits,
+# tokenizer ids, the LoRA adapter through PeftModel).
+#
+#   tests/hf/check_hf_ctest.sh BUILD_DIR REPO
+#
+# Exit 77 (ctest: skipped) with one SKIPPED line when the Python env
+# (scripts/hf-env.sh), the MiniLM or the IMDB data (scripts/fetch-data.sh) is
+# missing. Every key is explicit, so the built-in default run does not matter.
+set -euo pipefail
+if [[ $# -ne 2 ]]; then
+  echo "usage: tests/hf/check_hf_ctest.sh BUILD_DIR REPO" >&2
+  exit 2
+fi
+build="$(cd "$1" && pwd)"
+repo="$(cd "$2" && pwd)"
+ft="$build/bin/ft"
+
+if [[ ! -x "$repo/.venv-hf/bin/python" ]]; then
+  echo "SKIPPED: needs .venv-hf (scripts/hf-env.sh)"
+  exit 77
+fi
+for need in data/all-minilm-l6-v2/model.safetensors data/imdb/train.jsonl; do
+  if [[ ! -f "$repo/$need" ]]; then
+    echo "SKIPPED: needs $need (scripts/fetch-data.sh)"
+    exit 77
+  fi
+done
+if [[ ! -x "$ft" ]]; then
+  echo "SKIPPED: no ft binary at $ft"
+  exit 77
+fi
+
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/ft-check-hf.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+cd "$repo"  # the data paths below are relative to the repository root
+
+# 400 IMDB reviews drawn at random (the file is sorted by label), no dev split,
+# 10 steps of 16: short, but enough to move the classifier and the adapters.
+common=(
+  --set model.config=data/all-minilm-l6-v2
+  --set model.weights=data/all-minilm-l6-v2
+  --set data.train=data/imdb/train.jsonl
+  --set data.dev=
+  --set data.format=jsonl
+  --set data.text_field=text
+  --set data.pair_field=
+  --set data.label_field=label
+  --set 'data.labels=[neg, pos]'
+  --set data.max_rows=400
+  --set data.take=random
+  --set data.dev_fraction=0
+  --set data.vocab=data/all-minilm-l6-v2/vocab.txt
+  --set data.max_seq_len=128
+  --set data.padding=longest
+  --set train.epochs=1
+  --set train.max_steps=10
+  --set train.batch_size=16
+  --set train.grad_accum=1
+  --set train.warmup_ratio=0
+  --set train.warmup_steps=2
+  --set train.resume_from=
+  --set strategy.name=single
+  --set strategy.precision=fp32
+  --set runtime.device=cpu
+)
+
+echo "check_hf_ctest: ft run (full fine-tuning) -> $tmp/full"
+"$ft" run "${common[@]}" --set train.lr=5e-5 --set train.output_dir="$tmp/full" >"$tmp/full.log" 2>&1 \
+  || { tail -n 30 "$tmp/full.log"; echo "check_hf_ctest: ft run (full) failed"; exit 1; }
+echo "check_hf_ctest: ft run (LoRA r=8) -> $tmp/lora"
+"$ft" run "${common[@]}" --set train.lr=1e-3 --set lora.rank=8 --set lora.alpha=16 \
+  --set 'lora.targets=[query, value]' --set lora.train_head=true --set train.output_dir="$tmp/lora" \
+  >"$tmp/lora.log" 2>&1 \
+  || { tail -n 30 "$tmp/lora.log"; echo "check_hf_ctest: ft run (LoRA) failed"; exit 1; }
+
+for d in "$tmp/full/final" "$tmp/lora/final"; do
+  [[ -f "$d/config.json" ]] || { ls -R "$tmp" | head -40; echo "check_hf_ctest: no checkpoint at $d"; exit 1; }
+done
+rc=0
+FT="$ft" "$repo/scripts/check-hf.sh" "$tmp/full/final" "$tmp/lora/final" || rc=$?
+exit "$rc"
