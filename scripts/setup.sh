@@ -14,6 +14,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config
   libtorch-dev libgloo-dev                 # LibTorch 1.13 (CPU) + c10d Gloo headers
   libopenblas0-openmp                      # one thread pool: OpenBLAS runs on LibTorch's OpenMP threads (docs/performance.md)
+  libblas3                                 # the reference BLAS test_threads swaps in to check the slow-BLAS warning
   libboost-dev libboost-filesystem-dev     # Boost.DLL plugin loading
   libfmt-dev doctest-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libutf8proc-dev libssl-dev
 )

@@ -17,6 +17,7 @@
 #include "ft/events.h"
 #include "ft/fs.h"
 #include "ft/plugin_host.h"
+#include "ft/run_inputs.h"
 #include "ft/runtime.h"
 #include "ft/tuning_method.h"
 #include "ft/tokenizer.h"
@@ -62,6 +63,8 @@ int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint,
   // --max-length says otherwise; --set data.max_seq_len still wins.
   if (max_length <= 0) max_length = static_cast<int>(read_model_max_length(checkpoint).value_or(0));
   if (max_length > 0) f.overrides.insert(f.overrides.begin(), "data.max_seq_len=" + std::to_string(max_length));
+  // Evaluate in fp32 whatever the embedded default trains in; --set strategy.precision still wins.
+  f.overrides.insert(f.overrides.begin(), "strategy.precision=fp32");
   f.overrides.push_back("model.config=" + checkpoint);
   f.overrides.push_back("model.weights=");
   f.overrides.push_back("strategy.name=single");
@@ -93,12 +96,12 @@ int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint,
   return 0;
 }
 
-int predict(const std::string& checkpoint, std::vector<std::string> texts, int max_length) {
+int predict(const std::string& checkpoint, std::vector<std::string> texts, int max_length, bool logits) {
   configure_threads({});
   auto ckpt = load_checkpoint(checkpoint, false);
-  const auto vocab = std::filesystem::path(checkpoint) / "vocab.txt";
-  if (!std::filesystem::exists(vocab)) fail("checkpoint {}: vocab.txt is missing; predict needs the tokenizer", checkpoint);
-  auto tok = WordPieceTokenizer::from_file(vocab.string());
+  const auto tokenizer = load_model_dir_tokenizer(checkpoint);
+  if (!tokenizer) fail("checkpoint {}: neither tokenizer.json nor vocab.txt; predict needs the tokenizer", checkpoint);
+  const WordPieceTokenizer& tok = *tokenizer;
   // Tokenise as training did: the checkpoint's model_max_length unless --max-length says otherwise.
   if (max_length <= 0) max_length = static_cast<int>(read_model_max_length(checkpoint).value_or(128));
   BertForSequenceClassification model(ckpt.config);
@@ -119,7 +122,8 @@ int predict(const std::string& checkpoint, std::vector<std::string> texts, int m
     b.input_ids = at::tensor(enc.input_ids, at::kLong).view({1, n});
     b.attention_mask = at::tensor(enc.attention_mask, at::kLong).view({1, n});
     b.token_type_ids = at::tensor(enc.token_type_ids, at::kLong).view({1, n});
-    auto probs = at::softmax(model.forward(b), -1)[0];
+    const at::Tensor scores = model.forward(b)[0];
+    const at::Tensor probs = at::softmax(scores, -1);
     const int64_t best = probs.argmax().item<int64_t>();
     nlohmann::json out{{"text", text}, {"label", names.empty() ? std::to_string(best) : names[best]}};
     nlohmann::json p = nlohmann::json::object();
@@ -127,6 +131,11 @@ int predict(const std::string& checkpoint, std::vector<std::string> texts, int m
       p[names.empty() ? std::to_string(k) : names[k]] = probs[k].item<double>();
     }
     out["probabilities"] = p;
+    if (logits) {
+      std::vector<double> raw(static_cast<size_t>(scores.size(0)));
+      for (int64_t k = 0; k < scores.size(0); ++k) raw[static_cast<size_t>(k)] = scores[k].item<double>();
+      out["logits"] = raw;
+    }
     std::cout << out.dump() << "\n";
   }
   return 0;
@@ -164,13 +173,15 @@ void add_eval_predict_commands(CLI::App& app, int& exit_code) {
     std::string checkpoint;
     std::vector<std::string> texts;
     int max_length = 0;  // 0: the checkpoint's tokenizer_config.json, else 128
+    bool logits = false;
   };
   auto pf = std::make_shared<PredictFlags>();
   auto* pred = app.add_subcommand("predict", "text in, label + probabilities out (JSON Lines)");
   pred->add_option("--checkpoint", pf->checkpoint, "checkpoint directory")->required();
   pred->add_option("--max-length", pf->max_length, "truncate inputs to this many tokens (default: the checkpoint's model_max_length, else 128)");
   pred->add_option("texts", pf->texts, "texts to classify (default: one per line on stdin)");
-  pred->callback([pf, &exit_code] { exit_code = predict(pf->checkpoint, pf->texts, pf->max_length); });
+  pred->add_flag("--logits", pf->logits, "also print the raw logits (what transformers' model(...).logits gives)");
+  pred->callback([pf, &exit_code] { exit_code = predict(pf->checkpoint, pf->texts, pf->max_length, pf->logits); });
 }
 
 void add_vocab_command(CLI::App& app, int& exit_code) {

@@ -32,6 +32,7 @@ void add_trace_command(CLI::App& app, int& exit_code);
 void add_config_command(CLI::App& app, int& exit_code);
 void add_checkpoint_command(CLI::App& app, int& exit_code);
 void add_features_command(CLI::App& app, int& exit_code);
+void add_tokenize_command(CLI::App& app, int& exit_code);
 
 }  // namespace ft::app
 

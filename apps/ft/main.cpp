@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
   ft::app::add_config_command(app, exit_code);
   ft::app::add_checkpoint_command(app, exit_code);
   ft::app::add_features_command(app, exit_code);
+  ft::app::add_tokenize_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

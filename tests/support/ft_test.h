@@ -22,6 +22,23 @@ inline bool have_shared(const char* sub = "") {
   return std::filesystem::exists(shared_dir() / sub);
 }
 
+// ctest's SKIP_RETURN_CODE for every test binary (doctest_main.cpp).
+constexpr int kSkipExit = 77;
+
+// Test cases that skipped in this process (counted once each).
+inline int& skip_counter() {
+  static int count = 0;
+  return count;
+}
+inline int skipped_cases() { return skip_counter(); }
+
+// Says why the current test case cannot run here; the caller returns.
+// The binary then exits kSkipExit unless something failed.
+inline void skip(const std::string& why) {
+  MESSAGE("SKIPPED: " << why);
+  ++skip_counter();
+}
+
 inline std::filesystem::path source_dir() { return FT_SOURCE_DIR; }
 inline std::filesystem::path binary_dir() { return FT_BINARY_DIR; }
 inline std::filesystem::path ft_exe() { return binary_dir() / "bin" / "ft"; }
@@ -62,7 +79,7 @@ class TempDir {
 #define FT_REQUIRE_SHARED(sub)                                                   \
   do {                                                                           \
     if (!ft_test::have_shared(sub)) {                                            \
-      MESSAGE("SKIPPED: needs " << (ft_test::shared_dir() / (sub)).string()); \
+      ft_test::skip("needs " + (ft_test::shared_dir() / (sub)).string());        \
       return;                                                                    \
     }                                                                            \
   } while (0)

@@ -35,7 +35,7 @@ TEST_CASE("a checkpoint's tokenizer files read as transformers reads them; expor
   REQUIRE(exp.exit_code == 0);
 
   if (!fsys::exists("/usr/bin/python3")) {
-    MESSAGE("SKIPPED: /usr/bin/python3 is not installed; the files were not read as transformers does");
+    ft_test::skip("/usr/bin/python3 is not installed; the files were not read as transformers does");
     return;
   }
   for (const auto& dir : {ckpt, exported}) {

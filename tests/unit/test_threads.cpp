@@ -75,7 +75,7 @@ TEST_CASE("a slow BLAS gets one warning line naming the package to install") {
   // putting its directory first makes it serve sgemm_ in that process.
   const std::string reference_dir = "/usr/lib/x86_64-linux-gnu/blas";
   if (!std::filesystem::exists(reference_dir + "/libblas.so.3")) {
-    MESSAGE("SKIPPED: needs Debian's reference BLAS (" << reference_dir << ")");
+    ft_test::skip("needs Debian's reference BLAS (" + reference_dir + ", package libblas3)");
     return;
   }
   auto out = ft_test::run_ft("run --config configs/parity-tiny.yaml --max-steps 1", "LD_LIBRARY_PATH=" + reference_dir);

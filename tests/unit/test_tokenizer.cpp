@@ -332,7 +332,7 @@ TEST_CASE("vocab file: CRLF lines, save round trip") {
 
 TEST_CASE("bert-base-uncased: exact ids") {
   if (!std::filesystem::exists(bert_vocab())) {
-    MESSAGE("SKIPPED: needs " << bert_vocab().string() << " (run scripts/fetch-data.sh)");
+    ft_test::skip("needs " + bert_vocab().string() + " (run scripts/fetch-data.sh)");
     return;
   }
   const auto tok = ft::WordPieceTokenizer::from_file(bert_vocab().string());

@@ -96,7 +96,7 @@ void save_checkpoint(const std::filesystem::path& dir, const CheckpointData& dat
 
 // The tokenizer_config.json and special_tokens_map.json texts for a
 // BertTokenizer (what save_checkpoint writes).
-std::string tokenizer_config_json(bool lowercase, int64_t model_max_length);
+std::string tokenizer_config_json(bool lowercase, int64_t model_max_length, bool split_cjk = true);
 std::string special_tokens_map_json();
 
 // model_max_length from `dir`/tokenizer_config.json; nullopt when the file

@@ -213,18 +213,34 @@ class BertForSequenceClassification : public torch::nn::Module {
   // caller through torch's generator.
   void init_weights();
 
-  // Copies named tensors into the parameters. Every parameter must be
-  // present with the right shape, except that with `head_optional` (initial
-  // weights: an encoder, a masked-LM checkpoint fine-tuned as a classifier
-  // or the reverse) the head may be missing as a whole and keeps its fresh
-  // initialisation, as in HF's from_pretrained. Other heads' tensors (cls.*,
-  // bert.pooler.*, classifier.*) and position_ids are left out; anything
-  // else is an error.
+  // Copies named tensors into the parameters, as transformers'
+  // from_pretrained does. Every parameter must be present with the right
+  // shape, except under `head_optional` (initial weights: a BertModel, a
+  // masked-LM checkpoint fine-tuned as a classifier, or the reverse): then
+  // each head module (bert.pooler.dense, classifier, cls.predictions.*) may be
+  // missing as a whole and keeps its fresh HF initialisation, and a
+  // classifier of another shape (another num_labels) is replaced, as
+  // `ignore_mismatched_sizes=True` does. A BertModel's names (embeddings.*,
+  // encoder.*, pooler.*, no "bert." prefix) and DDP's "module." prefix are
+  // mapped. Other heads' tensors (cls.*, bert.pooler.*, classifier.*) and
+  // position_ids are left out; anything else is an error.
+  struct LoadOptions {
+    bool head_optional = false;
+    // Re-heading onto another label set of the same size: the classifier is
+    // new whatever the weights hold.
+    bool replace_classifier = false;
+  };
   struct LoadReport {
     std::vector<std::string> ignored;      // given, not part of this model
     std::vector<std::string> initialised;  // this model's head, not given
+    std::vector<std::string> replaced;     // "classifier.weight: 2x384 given, 3x384 here"
+    int64_t loaded = 0;                    // tensors copied
+    bool base_model_names = false;         // the weights were a BertModel's (no "bert." prefix)
   };
-  LoadReport load_weights(const TensorList& weights, const std::string& source, bool head_optional = false);
+  LoadReport load_weights(const TensorList& weights, const std::string& source, const LoadOptions& options);
+  LoadReport load_weights(const TensorList& weights, const std::string& source) {
+    return load_weights(weights, source, LoadOptions{});
+  }
   // Current weights with HF names (views of the parameters, in model order).
   TensorList weights() const;
 
@@ -237,6 +253,11 @@ class BertForSequenceClassification : public torch::nn::Module {
   std::shared_ptr<const TokenLayout> layout_of(const Batch& batch) const;
   bool padding_free_ = true;
 };
+
+// The load report as transformers prints it: one line of what was loaded,
+// then one line each for the new, the replaced and the unused tensors.
+std::vector<std::string> describe_load(const BertForSequenceClassification::LoadReport& report,
+                                       const std::string& source);
 
 // Loads weights from model.safetensors, pytorch_model.bin or a checkpoint
 // directory holding either.

@@ -81,6 +81,14 @@ class WordPieceTokenizer {
   static WordPieceTokenizer from_vocab_text(std::string_view vocab_text,
                                             const TokenizerOptions& options = {},
                                             const std::string& source = "<vocab>");
+  /// Reads a `tokenizers` tokenizer.json of the BERT family: a WordPiece
+  /// model with its vocabulary, BertNormalizer (lowercase, accents,
+  /// handle_chinese_chars), BertPreTokenizer, the [CLS]/[SEP] template
+  /// (TemplateProcessing or BertProcessing) and the BERT special tokens as
+  /// added tokens. Gives AutoTokenizer's ids. A setting ft's pipeline cannot
+  /// honour (another model type, normalizer, pre-tokenizer, template or added
+  /// token) throws ft::Error naming the file and the key.
+  static WordPieceTokenizer from_tokenizer_json(const std::string& path);
   /// Same checks as from_file, for an in-memory vocabulary (errors say "<tokens>").
   static WordPieceTokenizer from_tokens(std::vector<std::string> tokens,
                                         const TokenizerOptions& options = {});

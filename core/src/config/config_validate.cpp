@@ -94,11 +94,18 @@ void check_data(const Checker& ck, const RunConfig& c) {
   ck.one_of("data.padding", d.padding, {"longest", "max_length"});
   ck.one_of("data.pair_truncation", d.pair_truncation, {"fast", "slow"});
 
-  // A checkpoint directory carries its vocab.txt; anything else needs one
-  // named, and the usual fix is to build it from the data.
+  // A model or checkpoint directory carries its tokenizer (tokenizer.json or
+  // vocab.txt); anything else needs one named, and the usual fix is to build
+  // it from the data.
+  // A model directory that is not there yet (data not fetched) is named
+  // when the run reads it, not reported here as a missing vocab.
   std::error_code ec;
-  const bool model_has_vocab =
-      std::filesystem::is_regular_file(std::filesystem::path(c.model.config) / "vocab.txt", ec);
+  const std::filesystem::path model_path(c.model.config);
+  const bool preset_or_file = c.model.config == "tiny" || c.model.config == "mini" || c.model.config == "base" ||
+                              model_path.extension() == ".json";
+  const bool model_has_vocab = (!preset_or_file && !std::filesystem::exists(model_path, ec)) ||
+                               std::filesystem::is_regular_file(model_path / "vocab.txt", ec) ||
+                               std::filesystem::is_regular_file(model_path / "tokenizer.json", ec);
   if (format != "safetensors" && d.vocab.empty() && !model_has_vocab) {
     ck.bad("data.vocab",
            fmt::format("required for text data ('{}'); build one with `ft vocab build` or point "

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <filesystem>
 #include <numeric>
+#include <set>
+
+#include <fmt/ranges.h>
 
 #include "ft/error.h"
 #include "run_inputs_detail.h"
@@ -55,20 +58,36 @@ BertConfig resolve_model_config(const RunConfig& config) {
   return c;
 }
 
+std::shared_ptr<const WordPieceTokenizer> load_model_dir_tokenizer(const std::string& dir,
+                                                                   const TokenizerOptions& options) {
+  const fsys::path d(dir);
+  if (fsys::is_regular_file(d / "tokenizer.json")) {
+    auto tok = WordPieceTokenizer::from_tokenizer_json((d / "tokenizer.json").string());
+    if (options.lowercase == Lowercase::Auto || (options.lowercase == Lowercase::Yes) == tok.lowercase()) {
+      return std::make_shared<const WordPieceTokenizer>(std::move(tok));
+    }
+    TokenizerOptions overridden = tok.options();
+    overridden.lowercase = options.lowercase;
+    return std::make_shared<const WordPieceTokenizer>(WordPieceTokenizer::from_tokens(tok.tokens(), overridden));
+  }
+  if (fsys::is_regular_file(d / "vocab.txt")) {
+    return std::make_shared<const WordPieceTokenizer>(WordPieceTokenizer::from_file((d / "vocab.txt").string(), options));
+  }
+  return nullptr;
+}
+
 std::shared_ptr<const WordPieceTokenizer> load_tokenizer(const RunConfig& config) {
-  std::string vocab = config.data.vocab;
-  if (vocab.empty() && fsys::is_directory(config.model.config) &&
-      fsys::exists(fsys::path(config.model.config) / "vocab.txt")) {
-    vocab = (fsys::path(config.model.config) / "vocab.txt").string();
-  }
-  if (vocab.empty()) {
-    fail("{}: data.vocab is not set; point it at a vocab.txt or make one with `ft vocab build --data {} --out vocab.txt`",
-         config.source, config.data.train);
-  }
   TokenizerOptions options;
   if (config.data.lowercase == "true") options.lowercase = Lowercase::Yes;
   if (config.data.lowercase == "false") options.lowercase = Lowercase::No;
-  return std::make_shared<const WordPieceTokenizer>(WordPieceTokenizer::from_file(vocab, options));
+  if (!config.data.vocab.empty()) {
+    return std::make_shared<const WordPieceTokenizer>(WordPieceTokenizer::from_file(config.data.vocab, options));
+  }
+  if (fsys::is_directory(config.model.config)) {
+    if (auto tok = load_model_dir_tokenizer(config.model.config, options)) return tok;
+  }
+  fail("{}: data.vocab is not set; point it at a vocab.txt or make one with `ft vocab build --data {} --out vocab.txt`",
+       config.source, config.data.train);
 }
 
 namespace {
@@ -100,6 +119,20 @@ class SubsetDataset final : public Dataset {
   std::shared_ptr<Dataset> base_;
   std::vector<int64_t> rows_;
 };
+
+// Whether a classifier trained for `before` cannot serve `after`: another
+// number of labels, or other names (transformers' generic LABEL_i and plain
+// ids name nothing, so they never force a new head).
+bool relabelled(const std::vector<std::string>& before, const std::vector<std::string>& after) {
+  if (before.size() != after.size()) return true;
+  auto named = [](const std::vector<std::string>& names) {
+    return std::none_of(names.begin(), names.end(), [](const std::string& n) {
+      return n.empty() || n.rfind("LABEL_", 0) == 0 || n.find_first_not_of("0123456789") == std::string::npos;
+    });
+  };
+  if (!named(before) || !named(after)) return false;
+  return std::set<std::string>(before.begin(), before.end()) != std::set<std::string>(after.begin(), after.end());
+}
 
 std::vector<int64_t> all_rows(const Dataset& d) {
   std::vector<int64_t> rows(d.size());
@@ -170,12 +203,17 @@ std::pair<TextData, TextData> read_train_dev(const RunConfig& config, int64_t& s
 
 void resolve_weights(const RunConfig& config, RunInputs& in) {
   std::string weights = config.model.weights;
-  if (weights.empty() && fsys::is_directory(config.model.config) &&
-      (fsys::exists(fsys::path(config.model.config) / "model.safetensors") ||
-       fsys::exists(fsys::path(config.model.config) / "pytorch_model.bin") ||
-       fsys::exists(fsys::path(config.model.config) / kManifestFile))) {
-    // A checkpoint directory brings its weights; with a manifest, a missing
-    // model.safetensors is named by the verification, not trained from scratch.
+  if (weights.empty() && fsys::is_directory(config.model.config)) {
+    // A model or checkpoint directory brings its weights; with a manifest, a
+    // missing model.safetensors is named by the verification. A directory is
+    // never silently trained from scratch: that is what config.json alone is for.
+    const fsys::path dir(config.model.config);
+    if (!fsys::exists(dir / "model.safetensors") && !fsys::exists(dir / "pytorch_model.bin") &&
+        !fsys::exists(dir / kManifestFile)) {
+      fail("model.config: {} has no model.safetensors or pytorch_model.bin; to train from random init point "
+           "model.config at {}",
+           dir.string(), (dir / "config.json").string());
+    }
     weights = config.model.config;
   }
   if (!weights.empty()) {
@@ -222,17 +260,19 @@ void prepare_text_inputs(const RunConfig& config, RunInputs& in) {
   auto [train, dev] = detail::read_train_dev(config, in.skipped_rows);
   in.label_names = train.label_names;
   const auto n_labels = static_cast<int64_t>(in.label_names.size());
-  if (in.model_config.num_labels != n_labels) {
-    // Weights without a classifier (an encoder, an ft pretrain checkpoint) get a fresh one of the data's size.
-    const bool has_classifier =
-        in.initial_weights && std::any_of(in.initial_weights->begin(), in.initial_weights->end(),
-                                          [](const auto& named) { return named.first == "classifier.weight"; });
-    if (has_classifier) {
-      fail("{}: the data has {} labels but the model's config.json says num_labels {}; set data.labels to match",
-           d.train, n_labels, in.model_config.num_labels);
-    }
-    in.model_config.num_labels = n_labels;
+  const bool has_classifier =
+      in.initial_weights && std::any_of(in.initial_weights->begin(), in.initial_weights->end(),
+                                        [](const auto& named) { return named.first == "classifier.weight"; });
+  if (has_classifier && relabelled(in.model_config.id2label, in.label_names)) {
+    // Re-heading: the weights' classifier answers another question; as
+    // from_pretrained(..., num_labels=N, ignore_mismatched_sizes=True) does,
+    // the encoder is kept and the classifier starts afresh (said at load).
+    in.notes.push_back(fmt::format("re-heading: the weights classify into [{}], the data into [{}]: new classifier",
+                                   fmt::join(in.model_config.id2label, ", "), fmt::join(in.label_names, ", ")));
+    in.replace_classifier = in.model_config.num_labels == n_labels;
   }
+  // Weights without a classifier (an encoder, an ft pretrain checkpoint) get a fresh one of the data's size.
+  in.model_config.num_labels = n_labels;
   in.model_config.id2label = in.label_names;
   const Padding padding = parse_padding(d.padding);
   const int max_len = static_cast<int>(d.max_seq_len);

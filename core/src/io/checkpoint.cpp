@@ -62,13 +62,13 @@ std::string special_tokens_map_json() {
   return j.dump(2) + "\n";
 }
 
-std::string tokenizer_config_json(bool lowercase, int64_t model_max_length) {
+std::string tokenizer_config_json(bool lowercase, int64_t model_max_length, bool split_cjk) {
   json j = json::object();
   j["tokenizer_class"] = "BertTokenizer";
   j["do_lower_case"] = lowercase;
   // ft strips accents exactly when it lower-cases: HF's `null` (follow do_lower_case).
   j["strip_accents"] = nullptr;
-  j["tokenize_chinese_chars"] = true;
+  j["tokenize_chinese_chars"] = split_cjk;
   j["model_max_length"] = model_max_length;
   j["clean_up_tokenization_spaces"] = true;
   for (const auto& [key, token] : kSpecialTokens) j[key] = token;
@@ -106,7 +106,8 @@ void save_checkpoint(const fsys::path& dir, const CheckpointData& data) {
   if (data.tokenizer) {
     data.tokenizer->save((tmp / "vocab.txt").string());
     const int64_t max_length = data.model_max_length > 0 ? data.model_max_length : data.config.max_position_embeddings;
-    fs::write_file_atomic(tmp / "tokenizer_config.json", tokenizer_config_json(data.tokenizer->lowercase(), max_length));
+    fs::write_file_atomic(tmp / "tokenizer_config.json", tokenizer_config_json(data.tokenizer->lowercase(), max_length,
+                                                                                    data.tokenizer->options().split_cjk));
     fs::write_file_atomic(tmp / "special_tokens_map.json", special_tokens_map_json());
   }
   if (data.optimizer && data.state) {

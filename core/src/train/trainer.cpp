@@ -40,22 +40,6 @@ double peak_rss_mb() {
   return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is KiB on Linux
 }
 
-namespace {
-// "cls.predictions.* (5 tensors), bert.pooler.* (2 tensors)": names grouped by module.
-std::string describe_tensors(const std::vector<std::string>& names) {
-  std::vector<std::pair<std::string, int>> groups;
-  for (const auto& n : names) {
-    const auto first = n.find('.');
-    const auto second = first == std::string::npos ? first : n.find('.', first + 1);
-    const std::string module = n.substr(0, second == std::string::npos ? n.rfind('.') : second);
-    if (groups.empty() || groups.back().first != module) groups.emplace_back(module, 0);
-    ++groups.back().second;
-  }
-  std::string out;
-  for (const auto& [module, count] : groups) out += fmt::format("{}{}.* ({} tensors)", out.empty() ? "" : ", ", module, count);
-  return out;
-}
-}  // namespace
 
 LossScalerOptions loss_scaler_options(const StrategyConfig& s) {
   LossScalerOptions o;
@@ -131,11 +115,12 @@ struct Trainer::Impl {
     objective = make_objective(config, inputs);
     model = std::make_shared<BertForSequenceClassification>(inputs.model_config);
     if (inputs.initial_weights) {
-      const auto loaded = model->load_weights(*inputs.initial_weights, inputs.weights_source, /*head_optional=*/true);
-      if (!loaded.ignored.empty() || !loaded.initialised.empty()) {
-        events.info(fmt::format("{}: encoder weights loaded; {}{}", inputs.weights_source,
-                                loaded.ignored.empty() ? "" : "dropped " + describe_tensors(loaded.ignored) + "; ",
-                                loaded.initialised.empty() ? "" : "new head " + describe_tensors(loaded.initialised)));
+      BertForSequenceClassification::LoadOptions load;
+      load.head_optional = true;
+      load.replace_classifier = inputs.replace_classifier;
+      for (const auto& line : describe_load(model->load_weights(*inputs.initial_weights, inputs.weights_source, load),
+                                            inputs.weights_source)) {
+        events.info(line);
       }
     }
     // LoRA, adapters, prompt and prefix tuning each decide what trains (the rest is frozen).
