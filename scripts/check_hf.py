@@ -24,6 +24,8 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import warnings
 
 # Everything is local: never ask the Hub (there may be no network at all).
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -218,8 +220,6 @@ def base_from_checkpoint(lora_ckpt, tmp):
 
 
 def check_lora(ft, lora_ckpt):
-    import tempfile
-
     from peft import PeftModel
 
     with open(os.path.join(lora_ckpt, "adapter_config.json"), encoding="utf-8") as f:
@@ -279,8 +279,14 @@ def check_lora(ft, lora_ckpt):
         return
     attached = bool(getattr(model, "_hf_peft_config_loaded", False))
     d = max_diff(ft_logits, hf_logits(model, tok, texts))
+    # How much the adapter moves the logits, so that a pass means something.
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = AutoModelForSequenceClassification.from_pretrained(
+            base_from_checkpoint(lora_ckpt, tmp)).eval()
+        effect = max_diff(ft_logits, hf_logits(plain, tok, texts))
     report(name, f"{len(texts)} texts, adapter attached: {attached}, max abs diff {d:.3e} "
-                 f"(tol {TOL:g})", attached and d <= TOL)
+                 f"(tol {TOL:g}); the adapter itself moves the logits by up to {effect:.3e}",
+           attached and d <= TOL)
 
 
 def main():
@@ -291,6 +297,9 @@ def main():
     args = ap.parse_args()
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    # Library chatter that says nothing about the comparison.
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", message=".*base_model_name_or_path.*was renamed")
     # PEFT resolves a relative base_model_name_or_path from the working
     # directory; ft runs from the repository root, so do the same.
     args.checkpoint = os.path.abspath(args.checkpoint)

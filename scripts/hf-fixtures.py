@@ -27,7 +27,11 @@ import shutil
 import sys
 import tempfile
 
-import torch
+# Everything is local: never ask the Hub (there may be no network at all).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import torch  # noqa: E402
 
 torch.set_num_threads(1)
 torch.use_deterministic_algorithms(True)
