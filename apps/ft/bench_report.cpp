@@ -235,8 +235,13 @@ std::string bench_json(const BenchReport& rep) {
 }
 
 std::string bench_svg(const BenchReport& rep) {
-  // Two horizontal bar panels side by side; one line per row.
-  const int label_w = 200, panel_w = 300, gap = 70, row_h = 22, top = 56;
+  // Two horizontal bar panels side by side; one line per row. The label
+  // column is as wide as the longest label ("pipeline (1f1b, 4
+  // micro-batches)"): about 7 px per character of 12 px sans-serif.
+  size_t longest = 0;
+  for (const auto& r : rep.rows) longest = std::max(longest, r.label.size());
+  const int label_w = std::max(120, 16 + 7 * static_cast<int>(longest));
+  const int panel_w = 300, gap = 70, row_h = 22, top = 56;
   const int n = static_cast<int>(rep.rows.size());
   const int width = label_w + 2 * panel_w + gap + 80;
   const int height = top + n * row_h + 40;

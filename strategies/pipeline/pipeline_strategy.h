@@ -77,7 +77,7 @@ PipelineOptions pipeline_options_from(const std::map<std::string, std::string>& 
 std::vector<int64_t> unit_costs(const std::vector<TensorList>& units, StageBalance balance);
 
 /// Microseconds of each unit's forward and backward on a synthetic
-/// micro-batch of `rows` x `seq_len` tokens (best of 3 passes after a warm-up, the maximum
+/// micro-batch of `rows` x `seq_len` tokens (the best of 3 passes, the first of which also warms up; the maximum
 /// over `comm`'s ranks so that all split alike). Collective.
 std::vector<int64_t> measured_unit_costs(BertForSequenceClassification& model, Comm& comm, c10::Device device,
                                          int64_t rows, int64_t seq_len);

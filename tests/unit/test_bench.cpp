@@ -142,6 +142,17 @@ TEST_CASE("markdown, CSV, JSON and SVG carry every row, the theory and the failu
   CHECK(svg.rfind("<svg", 0) == 0);
   CHECK(count(svg, "<rect") == 1 + 2 * 2);  // background + two bars per measured row
   CHECK(count(svg, ">failed</text>") == 1);
+
+  // A long label ends right-aligned at the label column's edge: that edge
+  // must leave room for it (about 7 px a character), or the chart cuts it.
+  auto wide = rep;
+  wide.rows[0].label = "pipeline (1f1b, 4 micro-batches)";
+  const std::string wsvg = ft::bench_svg(wide);
+  const auto at = wsvg.find(">pipeline (1f1b, 4 micro-batches)</text>");
+  REQUIRE(at != std::string::npos);
+  const auto x_at = wsvg.rfind("<text x=\"", at);
+  const int x = std::stoi(wsvg.substr(x_at + 9));
+  CHECK(x >= 7 * 32);
 }
 
 TEST_CASE("the Trainer row and configs/trainer-preset.yaml are the same preset") {

@@ -14,6 +14,8 @@
 
 namespace {
 
+using ft_test::error_of;
+
 namespace fs = std::filesystem;
 
 // The smallest config that validates; tests append sections or --set keys.
@@ -26,17 +28,6 @@ const std::string kBase =
 
 ft::RunConfig from(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
   return ft::config_from_yaml_string(yaml, "cfg.yaml", overrides);
-}
-
-// The ft::Error message `fn` throws ("" when it does not throw).
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const ft::Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // kBase's model with a data section of kBase's train/vocab plus `extra` lines.

@@ -14,14 +14,7 @@ namespace stdfs = std::filesystem;
 
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const ft::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ft_test::error_of;
 
 // Names in `dir`, sorted (hidden temp leftovers included).
 std::vector<std::string> listing(const stdfs::path& dir) {

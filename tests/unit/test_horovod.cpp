@@ -21,14 +21,7 @@
 
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const ft::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using ft_test::error_of;
 
 std::unique_ptr<ft::Comm> solo() { return ft::Comm::create(ft::DistEnv{}); }
 

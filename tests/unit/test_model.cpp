@@ -1,3 +1,5 @@
+#include <map>
+
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
@@ -38,14 +40,20 @@ TEST_CASE("parameter names are Hugging Face's, in model order") {
 TEST_CASE("HF init: padding row zero, LayerNorm ones, biases zero, weights ~N(0, 0.02)") {
   at::manual_seed(7);
   ft::BertForSequenceClassification model(tiny_config());
-  for (const auto& [name, t] : model.weights()) {
-    if (name == "bert.embeddings.word_embeddings.weight") {
-      CHECK(t[0].abs().sum().item<double>() == 0.0);
-      CHECK(std::abs(t.slice(0, 1).std().item<double>() - 0.02) < 0.002);
-    }
-    if (name == "bert.embeddings.LayerNorm.weight") CHECK(t.eq(1).all().item<bool>());
-    if (name == "classifier.bias") CHECK(t.eq(0).all().item<bool>());
+  // By name, and every name must exist: a renamed parameter fails here instead of skipping its checks.
+  const ft::TensorList weights = model.weights();
+  std::map<std::string, at::Tensor> w(weights.begin(), weights.end());
+  for (const char* name : {"bert.embeddings.word_embeddings.weight", "bert.embeddings.LayerNorm.weight", "classifier.bias",
+                           "classifier.weight"}) {
+    INFO(name);
+    REQUIRE(w.count(name) == 1);
   }
+  const at::Tensor word = w.at("bert.embeddings.word_embeddings.weight");
+  CHECK(word[0].abs().sum().item<double>() == 0.0);
+  CHECK(std::abs(word.slice(0, 1).std().item<double>() - 0.02) < 0.002);
+  CHECK(w.at("bert.embeddings.LayerNorm.weight").eq(1).all().item<bool>());
+  CHECK(w.at("classifier.bias").eq(0).all().item<bool>());
+  CHECK(std::abs(w.at("classifier.weight").std().item<double>() - 0.02) < 0.005);
 }
 
 TEST_CASE("padding positions do not change unmasked outputs") {

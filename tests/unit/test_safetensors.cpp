@@ -17,15 +17,7 @@ namespace st = ft::safetensors;
 
 namespace {
 
-// The ft::Error message `fn` throws ("" when it throws nothing).
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const ft::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ft_test::error_of;
 
 std::string dtype_str(const at::Tensor& t) { return c10::toString(t.scalar_type()); }
 

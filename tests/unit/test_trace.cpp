@@ -232,7 +232,8 @@ TEST_CASE("2-rank ddp with --profile-steps 2:3 traces every phase and bucket ins
   const auto summary = ft_test::run_ft("trace " + prof.string() + " --merge " + (tmp.path() / "all.json").string());
   INFO(summary.output);
   REQUIRE(summary.exit_code == 0);
-  static const std::regex kOverlap(R"(overlap\s+([0-9.]+) of comm time overlaps backward)");
+  // The sign is captured too: a negative fraction must fail, not fall outside the match.
+  static const std::regex kOverlap(R"(overlap\s+(-?[0-9.]+) of comm time overlaps backward)");
   int ranks = 0;
   for (auto it = std::sregex_iterator(summary.output.begin(), summary.output.end(), kOverlap);
        it != std::sregex_iterator(); ++it) {

@@ -1,7 +1,8 @@
 // ReplicatedStrategy: the shared body of every strategy that keeps a full
 // copy of the model and of the optimizer state on each rank (single, ddp,
-// ddp_amp, horovod). Subclasses decide only how gradients are synchronised:
-// override on_backward_begin/on_grads_ready, or nothing at all (single).
+// ddp_amp, horovod, dp, local_sgd). Subclasses decide only how gradients are
+// synchronised: they override on_setup(), run_backward() and
+// finish_grad_sync(); single overrides only on_setup() (its checks).
 //
 // Step order (fixed here so every replicated strategy agrees on it):
 //   finish_grad_sync() -> unscale (fp16) -> global norm -> clip -> update

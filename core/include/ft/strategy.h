@@ -63,7 +63,10 @@ class __attribute__((visibility("default"))) Strategy {
                      const OptimizerSpec& optimizer, const ParamPlan& plan,
                      StrategyContext& ctx) = 0;
 
-  // Logits [rows, num_labels] (float32) for this rank's micro-batch. Runs
+  // Logits (float32) for this rank's micro-batch: [rows, num_labels] for a
+  // classifier, [masked tokens, vocab] for the masked-LM head; a pipeline
+  // rank that does not hold the loss returns placeholder logits of that
+  // shape (DataParallelGroup::holds_loss says which ranks do). Runs
   // under the precision component's autocast. Collective for sharded
   // strategies.
   virtual at::Tensor forward(const Batch& batch) = 0;

@@ -21,7 +21,8 @@ struct TrainResult {
 };
 
 // Learning rate for optimizer step `step` (0-based) as HF's schedulers
-// compute it: linear warm-up from 0, then linear decay to 0 (or constant).
+// compute it: a warm-up from 0 (linear, or DeepSpeed's log ramp), then
+// constant, linear decay to 0 or cosine decay to 0 (train.scheduler).
 double scheduled_lr(const TrainConfig& train, int64_t step, int64_t total_steps, int64_t warmup_steps);
 
 class Trainer {
