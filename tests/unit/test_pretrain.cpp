@@ -199,7 +199,7 @@ TEST_CASE("ft pretrain on IMDB rows: ddp x2, zero3 x2, dp, pipeline x2 and tenso
   ft_test::TempDir tmp("pretrain");
   // 200 fine-tuning rows (the first), 20 of them dev; the corpus is the first 400 rows without those 20.
   const std::string data =
-      "--set data.max_rows=200 --set data.take=first --set data.dev_fraction=0.1 --set pretrain.max_rows=400 "
+      "--config configs/tiny-imdb.yaml --set data.max_rows=200 --set data.take=first --set data.dev_fraction=0.1 --set pretrain.max_rows=400 "
       "--set data.max_seq_len=32 --set model.dropout=0 --set train.lr=1e-3 --set train.warmup_ratio=0 "
       "--set train.max_steps=8 --set train.log_every=1 --set train.eval_batch_size=16 --threads 1";
   auto run = [&](const std::string& name, const std::string& extra) {
@@ -274,4 +274,22 @@ TEST_CASE("ft pretrain on IMDB rows: ddp x2, zero3 x2, dp, pipeline x2 and tenso
   // The classifier is new, sized to the data's labels (3 here), whatever num_labels config.json says.
   std::map<std::string, at::Tensor> tuned_by_name(tuned.begin(), tuned.end());
   CHECK(tuned_by_name.at("classifier.weight").sizes() == at::IntArrayRef({3, 128}));
+}
+
+TEST_CASE("ft pretrain under bf16 autocast: the masked-LM head runs (its LayerNorm in fp32) and tracks fp32") {
+  REQUIRE_IMDB();
+  ft_test::TempDir tmp("pretrain-bf16");
+  auto first_loss = [&](const std::string& precision) {
+    const auto metrics = tmp.path() / (precision + ".jsonl");
+    ft_test::run_ok(fmt::format("pretrain --config configs/tiny-imdb.yaml --set data.max_rows=200 --set data.take=first "
+                                "--set pretrain.max_rows=200 --set data.max_seq_len=32 --set model.dropout=0 "
+                                "--set train.max_steps=2 --set train.log_every=1 --set train.output_dir= --threads 1 "
+                                "--set strategy.precision={} --metrics-out {}",
+                                precision, metrics.string()));
+    const auto losses = ft_test::step_losses(metrics);
+    REQUIRE(losses.size() == 2u);
+    return losses[0];
+  };
+  const double fp32 = first_loss("fp32"), bf16 = first_loss("bf16");
+  CHECK(std::abs(bf16 - fp32) < 0.05);  // bf16 matmuls, ~3 significant digits
 }

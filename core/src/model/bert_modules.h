@@ -269,7 +269,10 @@ struct MaskedLmHeadImpl : torch::nn::Module {
   std::shared_ptr<const TensorParallelOps> tp;
   // hidden: [M, hidden] states of the masked tokens -> [M, vocab].
   at::Tensor forward(const at::Tensor& hidden) {
-    const at::Tensor h = norm(at::gelu(dense(hidden)));
+    // LayerNorm in fp32, as autocast runs it: under bf16 the dense output is
+    // bf16 and, with no fp32 residual to promote it, LibTorch's CPU kernel
+    // refuses mixed input/weight dtypes. A no-op in fp32.
+    const at::Tensor h = norm(at::gelu(dense(hidden)).to(at::kFloat));
     if (!tp) return at::linear(h, embeddings->word_embeddings->weight, bias);
     return tp->gather_columns(at::linear(tp->enter(h), embeddings->word_embeddings->weight, bias).to(at::kFloat));
   }
