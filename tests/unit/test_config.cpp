@@ -67,7 +67,7 @@ TEST_CASE("the shipped configs are exactly these and each loads") {
   }
 }
 
-TEST_CASE("configs/default.yaml: the pretrained MiniLM fine-tuned on 6000 IMDB rows, 1000 dev") {
+TEST_CASE("configs/default.yaml: the pretrained MiniLM fine-tuned on 3400 IMDB rows, 1000 dev") {
   const auto c = load_shipped("default.yaml");
   CHECK(c.model.config == "data/all-minilm-l6-v2");
   CHECK(c.model.weights == "");  // the directory brings its weights
@@ -75,10 +75,10 @@ TEST_CASE("configs/default.yaml: the pretrained MiniLM fine-tuned on 6000 IMDB r
   CHECK(c.data.train == "data/imdb/train.jsonl");
   CHECK(c.data.vocab == "");  // the directory's tokenizer.json
   CHECK(c.data.labels == std::vector<std::string>{"neg", "pos"});
-  CHECK(c.data.max_rows == 7000);
+  CHECK(c.data.max_rows == 4400);
   CHECK(c.data.take == "random");
   CHECK(std::llround(c.data.max_rows * c.data.dev_fraction) == 1000);
-  CHECK(c.data.max_seq_len == 128);
+  CHECK(c.data.max_seq_len == 256);
   CHECK(c.data.padding == "longest");
   CHECK(c.data.pair_truncation == "fast");
   CHECK(c.train.batch_size == 32);
