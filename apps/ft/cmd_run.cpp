@@ -199,14 +199,12 @@ void add_training_command(CLI::App& app, int& exit_code, const std::vector<std::
       for (const auto& w : run.warnings) std::fprintf(stderr, "ft: warning: %s\n", w.c_str());
     }
     if (!is_worker && (flags->nproc != 1 || flags->nnodes != 1 || flags->max_restarts > 0)) {
-      // The launcher speaks the notes once; the workers get the same command line,
-      // and FT_LAUNCHED keeps them from launching again.
-      for (const auto& note : run.notes) std::printf("%s\n", note.c_str());
-      std::fflush(stdout);
+      // Workers get the same command line; FT_LAUNCHED keeps them from launching
+      // again, and rank 0 prints the notes with the start line.
       exit_code = launch(*flags, config);
       return;
     }
-    exit_code = work(config, flags->config.plugin_dirs, is_worker ? std::vector<std::string>{} : run.notes);
+    exit_code = work(config, flags->config.plugin_dirs, run.notes);
   });
 }
 
