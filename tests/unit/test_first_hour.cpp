@@ -2,6 +2,9 @@
 // from a checkpoint, and a CLI that meets their habits. Every case runs the
 // real `ft` binary; the embedded default's model and vocab are replaced by
 // the tiny task's, so nothing here needs data/.
+#include <array>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -270,4 +273,26 @@ TEST_CASE("auto estimates memory for the batch and length the run uses") {
   INFO(out.output);
   CHECK(out.exit_code == 0);
   CHECK(out.output.find("per-rank batch 8 x 12 tokens") != std::string::npos);
+}
+
+TEST_CASE("terminal: the logged step lines stay in the scrollback above the live bar") {
+  if (std::system("command -v script >/dev/null 2>&1") != 0) return;  // util-linux's script gives ft a terminal
+  ft_test::TempDir tmp("first_tty");
+  ft_test::write_tiny_task(tmp.path());
+  const std::string cmd = fmt::format(
+      "script -qec \"'{}' run --config {}/run.yaml --max-steps 6 --set train.log_every=2\" /dev/null 2>&1",
+      ft_test::ft_exe().string(), tmp.path().string());
+  std::string out;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::array<char, 4096> buf{};
+  for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0;) out.append(buf.data(), n);
+  ::pclose(pipe);
+  INFO(out);
+  CHECK(out.find("] 5/6") != std::string::npos);  // the bar was drawn
+  for (const char* line : {"step 2/6 epoch 0 loss", "step 4/6 epoch 0 loss", "step 6/6 epoch 0 loss"}) {
+    CHECK(out.find(line) != std::string::npos);
+  }
+  // Each step line starts on a cleared line, so the bar it replaces leaves no trace in it.
+  CHECK(out.find("\r\033[Kstep 4/6") != std::string::npos);
 }
