@@ -55,7 +55,8 @@ std::vector<std::string> checkpoint_overrides(const fsys::path& dir, const std::
   }
   // The run's side outputs are its own, not this evaluation's.
   for (const char* key : {"runtime.metrics_out=", "runtime.tensorboard_dir=", "runtime.profile_steps=",
-                          "strategy.options={}", "train.resume_from=", "train.output_dir="}) {
+                          "strategy.options={}", "train.resume_from=", "train.output_dir=", "train.save_every=0",
+                          "train.save_each_epoch=false", "train.save_sharded=false"}) {
     out.emplace_back(key);
   }
   if (!data.empty()) {
