@@ -8,4 +8,5 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$repo/scripts/setup.sh" ft_runtime
 "$repo/scripts/fetch-data.sh" "$repo/data"
 cd "$repo"
-exec build/bin/ft run "$@"
+# The demo may be run again: it replaces its own runs/default.
+exec build/bin/ft run --overwrite-output-dir "$@"

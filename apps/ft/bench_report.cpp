@@ -153,6 +153,13 @@ std::string bench_markdown(const BenchReport& rep) {
                        finite(speedup_vs_single(rep, r)) ? fmt::format("{:.2f}x", speedup_vs_single(rep, r)) : "—",
                        rss, state, cell(r.final_loss, 4), cell(r.dev_accuracy, 4), cell(r.dev_macro_f1, 4), seeds);
   }
+  out +=
+      "\nColumns: *train s* is the training loop alone (start-up and data loading left out); *speed-up* is "
+      "samples/s over the `single` row's; *peak RSS/rank* is each rank's resident memory peak; *model state/rank* is "
+      "parameters + gradients + optimizer state per rank, with the textbook formula in brackets; *final loss* is the "
+      "last logged loss; *dev acc* / *dev F1* are the last evaluation (— without a dev split); *seeds' min* is the "
+      "minutes the seed PyTorch scripts took for the matching row on their GPU machine (BENCHMARK.md): an order to "
+      "compare with, not a time on this machine.\n";
   return out;
 }
 

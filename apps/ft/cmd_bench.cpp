@@ -93,7 +93,20 @@ struct Workload {
   int64_t default_steps = 0;
 };
 
-Workload resolve_workload(const std::string& name) {
+// The bench configs name their fixtures from the repository root
+// (../shared/fixtures/...): the rows run there, wherever ft bench was started.
+// The working directory when it is a checkout, else the one ft was built in
+// (build/bin/ft); empty for an installed ft.
+fsys::path repo_root() {
+  if (fsys::exists("configs/bench-mini.yaml")) return fsys::current_path();
+  const fsys::path exe = fsys::read_symlink("/proc/self/exe");
+  for (fsys::path p = exe.parent_path(); p.has_relative_path(); p = p.parent_path()) {
+    if (fsys::exists(p / "configs" / "bench-mini.yaml")) return p;
+  }
+  return {};
+}
+
+Workload resolve_workload(const std::string& name, const fsys::path& repo) {
   struct Named {
     const char* name;
     const char* file;
@@ -106,7 +119,7 @@ Workload resolve_workload(const std::string& name) {
                                  {"imdb", "configs/bench-imdb.yaml", 0}};
   for (const auto& n : kNamed) {
     if (name == n.name) {
-      if (!fsys::exists(n.file)) {
+      if (repo.empty()) {
         fail("--workload {}: {} not found; run ft bench from the repository root or pass --workload <config.yaml>",
              name, n.file);
       }
@@ -114,7 +127,29 @@ Workload resolve_workload(const std::string& name) {
     }
   }
   if (!fsys::exists(name)) fail("--workload {}: neither tiny|mini|weibo|imdb nor an existing config file", name);
-  return {name, name, 0};
+  // The rows run from the repository root: a file of the user's is named absolutely.
+  return {name, repo.empty() ? name : fsys::absolute(name).string(), 0};
+}
+
+// Everything a row needs, checked before the first row runs: a matrix that
+// cannot work fails in one line, not once per row.
+void preflight(const std::vector<RowDef>& rows, const BenchFlags& flags, const Workload& wl) {
+  std::vector<fsys::path> dirs(flags.plugin_dirs.begin(), flags.plugin_dirs.end());
+  const PluginHost host = PluginHost::discover(DiscoveryOptions::from_environment(dirs));
+  std::vector<std::string> installed;
+  for (const auto& info : host.list()) installed.push_back(info.name);
+  for (const auto& r : rows) {
+    if (std::find(installed.begin(), installed.end(), r.strategy) == installed.end()) {
+      fail("--strategies: unknown strategy '{}' (row {}); installed: {}", r.strategy, r.id, fmt::join(installed, ", "));
+    }
+  }
+  const RunConfig c = load_config(wl.config, flags.sets);
+  for (const auto& [key, path] : {std::pair{"data.train", c.data.train}, std::pair{"data.dev", c.data.dev}}) {
+    if (!path.empty() && !fsys::exists(path)) {
+      fail("--workload {}: {} {} not found from {} (scripts/fetch-data.sh, or the ../shared fixtures)", wl.label, key,
+           path, fsys::current_path().string());
+    }
+  }
 }
 
 std::vector<std::string> split_list(const std::string& text) {
@@ -142,8 +177,7 @@ std::vector<RowDef> select_rows(const BenchFlags& flags) {
       if (const RowDef* r = find_known(id)) {
         rows.push_back(*r);
       } else {
-        // Any other name is run as a distributed strategy; an unknown one
-        // fails in its own row with ft run's message.
+        // Any other name is run as a distributed strategy (preflight refuses an unknown one).
         rows.push_back({id, id, id, Launch::Spawn, "", std::nan(""), {}});
       }
     }
@@ -347,13 +381,18 @@ int run_bench(const BenchFlags& flags) {
     fail("--global-batch {}: must be a positive multiple of --nproc {} (per-rank batch = global / ranks)",
          flags.global_batch, flags.nproc);
   }
-  const Workload wl = resolve_workload(flags.workload);
+  const fsys::path repo = repo_root();
+  const Workload wl = resolve_workload(flags.workload, repo);
   const int64_t steps = flags.steps >= 0 ? flags.steps : wl.default_steps;
   const int cores = flags.cores > 0 ? flags.cores : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const fsys::path exe = fsys::read_symlink("/proc/self/exe");
-  const fsys::path out_dir = flags.out;
+  const fsys::path out_dir = fsys::absolute(flags.out);
+  BenchFlags rooted = flags;
+  for (auto& d : rooted.plugin_dirs) d = fsys::absolute(d).string();
+  if (!repo.empty()) fsys::current_path(repo);
+  const std::vector<RowDef> defs = select_rows(rooted);
+  preflight(defs, rooted, wl);
   fsys::create_directories(out_dir / "rows");
-  const std::vector<RowDef> defs = select_rows(flags);
 
   BenchReport report;
   report.workload = wl.label;
@@ -374,7 +413,7 @@ int run_bench(const BenchFlags& flags) {
     const RowDef& def = defs[i];
     std::printf("[%zu/%zu] %-14s running...\n", i + 1, defs.size(), def.id.c_str());
     std::fflush(stdout);
-    BenchRow row = run_row(def, flags, wl, steps, cores, exe, out_dir / "rows" / def.id);
+    BenchRow row = run_row(def, rooted, wl, steps, cores, exe, out_dir / "rows" / def.id);
     if (row.ok) {
       std::printf("[%zu/%zu] %-14s done in %.1f s: train %.2f s, %.1f samples/s, final loss %.4f%s\n", i + 1,
                   defs.size(), def.id.c_str(), row.wall_seconds, row.train_seconds, row.samples_per_s, row.final_loss,

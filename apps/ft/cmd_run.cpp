@@ -8,8 +8,10 @@
 #include <memory>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "commands.h"
+#include "run_flags.h"
 #include "ft/comm.h"
 #include "ft/config.h"
 #include "ft/checkpoint.h"
@@ -25,34 +27,6 @@
 
 namespace ft::app {
 namespace {
-
-struct RunFlags {
-  ConfigFlags config;
-  std::string strategy, precision, metrics_out, output_dir, resume, profile_steps;
-  int nproc = 1, nnodes = 1, node_rank = 0, master_port = 0;
-  std::string master_addr = "127.0.0.1";
-  int64_t threads = 0, max_steps = 0;
-  int max_restarts = 0;
-  bool no_pin = false;
-  double timeout_s = 0;
-  std::vector<std::string> raw_args;  // to re-execute ourselves as workers
-};
-
-std::vector<std::string> flag_overrides(const RunFlags& f) {
-  std::vector<std::string> out = f.config.overrides;
-  if (!f.strategy.empty()) out.push_back("strategy.name=" + f.strategy);
-  if (!f.precision.empty()) out.push_back("strategy.precision=" + f.precision);
-  if (!f.metrics_out.empty()) out.push_back("runtime.metrics_out=" + f.metrics_out);
-  if (!f.output_dir.empty()) out.push_back("train.output_dir=" + f.output_dir);
-  if (!f.resume.empty()) out.push_back("train.resume_from=" + f.resume);
-  // Unset flags are 0; a negative value goes through so that validation refuses it by name.
-  if (f.threads != 0) out.push_back("runtime.threads=" + std::to_string(f.threads));
-  if (f.no_pin) out.push_back("runtime.pin_threads=false");
-  if (f.max_steps != 0) out.push_back("train.max_steps=" + std::to_string(f.max_steps));
-  if (f.timeout_s != 0) out.push_back(fmt::format("runtime.timeout_s={}", f.timeout_s));
-  if (!f.profile_steps.empty()) out.push_back("runtime.profile_steps=" + f.profile_steps);
-  return out;
-}
 
 int launch(const RunFlags& f, const RunConfig& config) {
   if (f.nproc < 1) fail("--nproc {}: need at least 1 worker", f.nproc);
@@ -78,7 +52,31 @@ int launch(const RunFlags& f, const RunConfig& config) {
   return launch_and_supervise(lo);
 }
 
-int work(const RunConfig& config, const std::vector<std::string>& plugin_dirs) {
+// Rows HF's Trainer would take without a word but that are most likely
+// mistakes in the file: one warning for each kind.
+void warn_suspicious_rows(const RunInputs& in, const std::string& file, EventLog& events) {
+  int64_t empty = 0;
+  std::vector<int64_t> per_label(in.label_names.size(), 0);
+  for (const Dataset* d : {in.train.get(), in.dev.get()}) {
+    if (d == nullptr) continue;
+    for (const int64_t len : d->lengths()) empty += len <= 2 ? 1 : 0;  // [CLS] [SEP] and nothing between
+    for (const int64_t label : d->labels()) {
+      if (label >= 0 && label < static_cast<int64_t>(per_label.size())) ++per_label[static_cast<size_t>(label)];
+    }
+  }
+  if (empty > 0) events.warn(fmt::format("{}: {} row(s) have an empty text; they train on [CLS] [SEP] alone", file, empty));
+  std::vector<std::string> once;
+  for (size_t i = 0; i < per_label.size(); ++i) {
+    if (per_label[i] == 1) once.push_back("'" + in.label_names[i] + "'");
+  }
+  if (!once.empty()) {
+    events.warn(fmt::format("{}: label(s) {} occur in one row only (a typo in the label column?); set data.labels "
+                            "to fix the label set",
+                            file, fmt::join(once, ", ")));
+  }
+}
+
+int work(RunConfig config, const std::vector<std::string>& plugin_dirs, const std::vector<std::string>& notes) {
   const DistEnv env = detect_dist_env(process_env());
   // First: threads started from here on inherit the CPU affinity.
   const ThreadPlan threads = configure_threads(
@@ -87,6 +85,11 @@ int work(const RunConfig& config, const std::vector<std::string>& plugin_dirs) {
   std::vector<std::filesystem::path> dirs(plugin_dirs.begin(), plugin_dirs.end());
   PluginHost host = PluginHost::discover(DiscoveryOptions::from_environment(dirs));
   auto strategy = host.create(config.strategy.name);
+  // auto's memory estimate is for the batch and length this run uses, unless its options say otherwise.
+  if (config.strategy.name == "auto") {
+    config.strategy.options.emplace("batch_size", std::to_string(config.train.batch_size));
+    config.strategy.options.emplace("seq_len", std::to_string(config.data.max_seq_len));
+  }
   RunInputs inputs = config.task == RunConfig::Task::kMaskedLm ? prepare_pretrain_inputs(config) : prepare_inputs(config);
   CommOptions co;
   co.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.runtime.timeout_s * 1000));
@@ -94,8 +97,13 @@ int work(const RunConfig& config, const std::vector<std::string>& plugin_dirs) {
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) co.network_interface = ifname;
   auto comm = Comm::create(env, co);
   EventLog events(env.rank == 0, config.runtime.metrics_out, config.runtime.progress, config.runtime.tensorboard_dir);
-  if (inputs.skipped_rows > 0) events.info(fmt::format("skipped {} bad row(s) (data.bad_rows=skip)", inputs.skipped_rows));
+  for (const auto& note : notes) events.info(note);
+  if (inputs.skipped_rows > 0) {
+    events.info(fmt::format("skipped {} bad row(s) (data.bad_rows=skip){}", inputs.skipped_rows,
+                            inputs.skip_notes.empty() ? "" : fmt::format("; the first: {}", fmt::join(inputs.skip_notes, "; "))));
+  }
   for (const auto& note : inputs.notes) events.info(note);
+  if (config.task == RunConfig::Task::kClassify && inputs.tokenizer) warn_suspicious_rows(inputs, config.data.train, events);
   events.info(fmt::format("{} train / {} dev rows, {} labels, {}", inputs.train->size(),
                           inputs.dev ? inputs.dev->size() : 0, inputs.label_names.size(), threads.describe()));
   Trainer trainer(config, std::move(inputs), strategy, config.strategy.name, *comm, events);
@@ -106,10 +114,11 @@ int work(const RunConfig& config, const std::vector<std::string>& plugin_dirs) {
 
 }  // namespace
 
-void add_config_flags(CLI::App& cmd, ConfigFlags& flags) {
+void add_config_flags(CLI::App& cmd, ConfigFlags& flags, bool imports) {
   cmd.add_option("-c,--config", flags.config_path, "run config YAML (default: the embedded configs/default.yaml)");
   cmd.add_option("--set", flags.overrides, "override a config key, e.g. --set train.lr=3e-5 (repeatable)");
   cmd.add_option("--plugin-dir", flags.plugin_dirs, "extra directory to load strategy plugins from (repeatable)");
+  if (!imports) return;
   cmd.add_option("--deepspeed", flags.deepspeed, "import a DeepSpeed ds_config.json (below --config; docs/importing-configs.md)");
   cmd.add_option("--accelerate-config", flags.accelerate_config, "import an accelerate config YAML (below --config)");
   cmd.add_option("--training-args", flags.training_args, "import HF TrainingArguments as JSON (below --config)");
@@ -142,15 +151,26 @@ RunConfig load_run_config(const ConfigFlags& flags, const ConfigImports& imports
   return config_from_layers(read_config_file(flags.config_path), flags.config_path, false, imports, flags.overrides);
 }
 
-// One process speaks for the job: ft's own workers and torchrun's ranks > 0 stay quiet.
-bool quiet_process() {
-  const char* rank = std::getenv("RANK");
-  return std::getenv("FT_LAUNCHED") != nullptr || (rank != nullptr && std::string(rank) != "0");
-}
-
 RunConfig load_run_config(const ConfigFlags& flags) { return load_run_config(flags, read_imports(flags, quiet_process())); }
 
 namespace {
+
+// HF's overwrite_output_dir: a new run into a directory holding files would
+// rotate the old run's checkpoints away; resuming there is what it is for.
+void check_output_dir(const RunConfig& config, bool overwrite) {
+  const std::string& out = config.train.output_dir;
+  std::error_code ec;
+  if (out.empty() || overwrite || !config.train.resume_from.empty() || !std::filesystem::is_directory(out, ec)) return;
+  // Hidden entries are interrupted saves' debris, which the run recovers or removes itself.
+  bool holds_files = false;
+  for (const auto& e : std::filesystem::directory_iterator(out, ec)) {
+    holds_files = holds_files || e.path().filename().string().rfind('.', 0) != 0;
+  }
+  if (!holds_files) return;
+  fail("train.output_dir {} is not empty (an earlier run?); pass --overwrite-output-dir to train into it anyway, "
+       "--resume auto to continue it, or --output-dir NEW",
+       out);
+}
 
 // `ft run` and `ft pretrain`: the same flags, launcher and Trainer; the task differs.
 void add_training_command(CLI::App& app, int& exit_code, const std::vector<std::string>& argv, RunConfig::Task task) {
@@ -159,46 +179,12 @@ void add_training_command(CLI::App& app, int& exit_code, const std::vector<std::
   flags->raw_args = argv;
   auto* cmd = pretrain ? app.add_subcommand("pretrain", "masked-language-model pretraining of the encoder (docs/fine-tuning.md)")
                        : app.add_subcommand("run", "train a classifier");
-  add_config_flags(*cmd, flags->config);
-  cmd->add_option("-s,--strategy", flags->strategy, "strategy name (see `ft strategies`)");
-  cmd->add_option("--precision", flags->precision, "fp32 | bf16 | fp16 | auto");
-  cmd->add_option("--nproc", flags->nproc, "worker processes on this host");
-  cmd->add_option("--nnodes", flags->nnodes, "hosts in the job");
-  cmd->add_option("--node-rank", flags->node_rank, "this host's index");
-  cmd->add_option("--master-addr", flags->master_addr, "rendezvous address (rank 0's host)");
-  cmd->add_option("--master-port", flags->master_port, "rendezvous port (0: pick a free one)");
-  cmd->add_option("--metrics-out", flags->metrics_out, "write JSON Lines metrics here (rank 0)");
-  cmd->add_option("--output-dir", flags->output_dir, "checkpoint directory");
-  cmd->add_option("--resume", flags->resume, "resume from this checkpoint directory");
-  cmd->add_option("--threads", flags->threads, "intra-op threads per rank (default: cores / ranks)");
-  cmd->add_flag("--no-pin", flags->no_pin, "do not pin each local rank to its own CPUs");
-  cmd->add_option("--max-steps", flags->max_steps, "stop after this many optimizer steps");
-  cmd->add_option("--timeout", flags->timeout_s, "seconds before a stuck collective or dead rank stops the job");
-  cmd->add_option("--max-restarts", flags->max_restarts,
-                  "restart the workers up to N times after a failure, resuming from the newest complete checkpoint");
-  cmd->add_option("--profile-steps", flags->profile_steps, "A:B: trace optimizer steps A..B per rank (docs/observability.md)");
-  auto* nproc_opt = cmd->get_option("--nproc");
-  auto* nnodes_opt = cmd->get_option("--nnodes");
-  auto* node_rank_opt = cmd->get_option("--node-rank");
-  auto* addr_opt = cmd->get_option("--master-addr");
-  auto* port_opt = cmd->get_option("--master-port");
+  add_run_flags(*cmd, *flags);
   cmd->callback([=, &exit_code] {
-    ConfigFlags cf = flags->config;
-    cf.overrides = flag_overrides(*flags);
-    // The embedded default run writes runs/default; pretraining on its data must not overwrite it.
-    if (pretrain && cf.config_path.empty()) cf.overrides.insert(cf.overrides.begin(), "train.output_dir=runs/pretrain");
     const bool is_worker = std::getenv("FT_LAUNCHED") != nullptr;
-    if (!is_worker && nproc_opt->count() > 0) cf.world_size = flags->nproc * flags->nnodes;
-    const ConfigImports imports = read_imports(cf, quiet_process());
-    // An accelerate config's launch settings, where the command line is silent.
-    const ImportedLaunch l = imports.launch();
-    if (l.nproc && nproc_opt->count() == 0) flags->nproc = *l.nproc;
-    if (l.nnodes && nnodes_opt->count() == 0) flags->nnodes = *l.nnodes;
-    if (l.node_rank && node_rank_opt->count() == 0) flags->node_rank = *l.node_rank;
-    if (l.master_addr && addr_opt->count() == 0) flags->master_addr = *l.master_addr;
-    if (l.master_port && port_opt->count() == 0) flags->master_port = *l.master_port;
-    RunConfig config = load_run_config(cf, imports);
-    config.task = task;
+    const bool speaker = !quiet_process();
+    ResolvedRun run = resolve_run(*flags, task, !speaker);
+    RunConfig& config = run.config;
     // A group the launcher restarted resumes from the newest complete checkpoint ("auto"
     // finds and verifies it). Only an explicit --resume needs the look-ahead: it stays the
     // start point until the output directory holds a checkpoint of this run.
@@ -207,12 +193,18 @@ void add_training_command(CLI::App& app, int& exit_code, const std::vector<std::
         (config.train.resume_from.empty() || latest_checkpoint(config.train.output_dir))) {
       config.train.resume_from = "auto";
     }
+    // Before any worker starts or writes; torchrun's ranks > 0 leave it to rank 0.
+    if (speaker) {
+      check_output_dir(config, flags->overwrite_output_dir);
+      for (const auto& w : run.warnings) std::fprintf(stderr, "ft: warning: %s\n", w.c_str());
+    }
     if (!is_worker && (flags->nproc != 1 || flags->nnodes != 1 || flags->max_restarts > 0)) {
-      // Workers get the same command line; FT_LAUNCHED keeps them from launching again.
+      // Workers get the same command line; FT_LAUNCHED keeps them from launching
+      // again, and rank 0 prints the notes with the start line.
       exit_code = launch(*flags, config);
       return;
     }
-    exit_code = work(config, flags->config.plugin_dirs);
+    exit_code = work(config, flags->config.plugin_dirs, run.notes);
   });
 }
 

@@ -1,27 +1,16 @@
-// `ft strategies`, `ft eval`, `ft predict`, `ft vocab build`.
+// `ft strategies`, `ft vocab build`, `ft config show`.
 #include <iostream>
 #include <memory>
 
-#include <ATen/ATen.h>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
-#include <torch/autograd.h>
 
 #include "commands.h"
-#include "ft/checkpoint.h"
-#include "ft/comm.h"
+#include "run_flags.h"
 #include "ft/config.h"
-#include "ft/config_import.h"
 #include "ft/data.h"
 #include "ft/error.h"
-#include "ft/events.h"
 #include "ft/fs.h"
 #include "ft/plugin_host.h"
-#include "ft/run_inputs.h"
-#include "ft/runtime.h"
-#include "ft/tuning_method.h"
-#include "ft/tokenizer.h"
-#include "ft/trainer.h"
 #include "ft/vocab_builder.h"
 
 namespace ft::app {
@@ -49,98 +38,6 @@ int list_strategies(const std::vector<std::string>& plugin_dirs, bool verbose) {
   return 0;
 }
 
-// Evaluation reuses the Trainer with a one-process `single` strategy, so
-// `ft eval` and the in-training evaluation are the same code.
-int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint, const std::string& data, int max_length) {
-  // Else model.config would read it as a config.json and blame its JSON.
-  if (!std::filesystem::is_directory(checkpoint)) fail("checkpoint {}: not a directory", checkpoint);
-  // Loading the weights verifies a checkpoint that has a manifest; one
-  // without is said after it loaded, so a bad one still gets one line.
-  const bool unverified = !std::filesystem::exists(std::filesystem::path(checkpoint) / kManifestFile) &&
-                          verify_checkpoint(checkpoint) == CheckpointCheck::kUnverified;
-  ConfigFlags f = flags;
-  // Tokenise as training did: the checkpoint's model_max_length unless
-  // --max-length says otherwise; --set data.max_seq_len still wins.
-  if (max_length <= 0) max_length = static_cast<int>(read_model_max_length(checkpoint).value_or(0));
-  if (max_length > 0) f.overrides.insert(f.overrides.begin(), "data.max_seq_len=" + std::to_string(max_length));
-  // Evaluate in fp32 whatever the embedded default trains in; --set strategy.precision still wins.
-  f.overrides.insert(f.overrides.begin(), "strategy.precision=fp32");
-  f.overrides.push_back("model.config=" + checkpoint);
-  f.overrides.push_back("model.weights=");
-  f.overrides.push_back("strategy.name=single");
-  f.overrides.push_back("train.resume_from=");
-  f.overrides.push_back("train.output_dir=");
-  if (!data.empty()) {
-    f.overrides.push_back("data.train=" + data);
-    f.overrides.push_back("data.dev=" + data);
-    f.overrides.push_back("data.max_rows=0");
-  }
-  RunConfig config = load_run_config(f);
-  // The checkpoint's LoRA, adapters or virtual tokens (the Trainer applies them); others none.
-  use_checkpoint_method(config, checkpoint);
-  if (config.data.vocab.empty() && std::filesystem::exists(std::filesystem::path(checkpoint) / "vocab.txt")) {
-    config.data.vocab = (std::filesystem::path(checkpoint) / "vocab.txt").string();
-  }
-  configure_threads({config.runtime.threads});
-  PluginHost host = PluginHost::discover(DiscoveryOptions::from_environment(to_paths(flags.plugin_dirs)));
-  auto strategy = host.create("single");
-  RunInputs inputs = prepare_inputs(config);
-  if (!inputs.dev) fail("ft eval: no dev data; pass --data FILE or set data.dev / data.dev_fraction");
-  auto labels = inputs.label_names;
-  auto comm = Comm::create(DistEnv{});
-  EventLog events(true, config.runtime.metrics_out, false);
-  Trainer trainer(config, std::move(inputs), strategy, "single", *comm, events);
-  if (unverified) note_unverified(checkpoint);
-  auto report = trainer.evaluate();
-  events.eval(0, 0, report, labels);
-  return 0;
-}
-
-int predict(const std::string& checkpoint, std::vector<std::string> texts, int max_length, bool logits) {
-  configure_threads({});
-  auto ckpt = load_checkpoint(checkpoint, false);
-  const auto tokenizer = load_model_dir_tokenizer(checkpoint);
-  if (!tokenizer) fail("checkpoint {}: neither tokenizer.json nor vocab.txt; predict needs the tokenizer", checkpoint);
-  const WordPieceTokenizer& tok = *tokenizer;
-  // Tokenise as training did: the checkpoint's model_max_length unless --max-length says otherwise.
-  if (max_length <= 0) max_length = static_cast<int>(read_model_max_length(checkpoint).value_or(128));
-  BertForSequenceClassification model(ckpt.config);
-  apply_checkpoint_method(model, ckpt);  // its weights come with ckpt.model
-  model.load_weights(ckpt.model, checkpoint + "/model.safetensors");
-  if (ckpt.check == CheckpointCheck::kUnverified) note_unverified(checkpoint);  // said once it loaded
-  model.eval();
-  if (texts.empty()) {
-    for (std::string line; std::getline(std::cin, line);)
-      if (!line.empty()) texts.push_back(line);
-  }
-  torch::NoGradGuard no_grad;
-  const auto& names = ckpt.config.id2label;
-  for (const auto& text : texts) {
-    auto enc = tok.encode(text, std::nullopt, max_length, false);
-    const auto n = static_cast<int64_t>(enc.input_ids.size());
-    Batch b;
-    b.input_ids = at::tensor(enc.input_ids, at::kLong).view({1, n});
-    b.attention_mask = at::tensor(enc.attention_mask, at::kLong).view({1, n});
-    b.token_type_ids = at::tensor(enc.token_type_ids, at::kLong).view({1, n});
-    const at::Tensor scores = model.forward(b)[0];
-    const at::Tensor probs = at::softmax(scores, -1);
-    const int64_t best = probs.argmax().item<int64_t>();
-    nlohmann::json out{{"text", text}, {"label", names.empty() ? std::to_string(best) : names[best]}};
-    nlohmann::json p = nlohmann::json::object();
-    for (int64_t k = 0; k < probs.size(0); ++k) {
-      p[names.empty() ? std::to_string(k) : names[k]] = probs[k].item<double>();
-    }
-    out["probabilities"] = p;
-    if (logits) {
-      std::vector<double> raw(static_cast<size_t>(scores.size(0)));
-      for (int64_t k = 0; k < scores.size(0); ++k) raw[static_cast<size_t>(k)] = scores[k].item<double>();
-      out["logits"] = raw;
-    }
-    std::cout << out.dump() << "\n";
-  }
-  return 0;
-}
-
 }  // namespace
 
 void add_strategies_command(CLI::App& app, int& exit_code) {
@@ -150,38 +47,6 @@ void add_strategies_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--plugin-dir", *dirs, "extra plugin directory (repeatable)");
   cmd->add_flag("-v,--verbose", *verbose, "show where each plugin came from and refused files");
   cmd->callback([dirs, verbose, &exit_code] { exit_code = list_strategies(*dirs, *verbose); });
-}
-
-void add_eval_predict_commands(CLI::App& app, int& exit_code) {
-  struct EvalFlags {
-    ConfigFlags config;
-    std::string checkpoint, data;
-    int max_length = 0;  // 0: the checkpoint's tokenizer_config.json, else the config's data.max_seq_len
-  };
-  auto ef = std::make_shared<EvalFlags>();
-  auto* eval = app.add_subcommand("eval", "evaluate a saved checkpoint on dev data");
-  add_config_flags(*eval, ef->config);
-  eval->add_option("--checkpoint", ef->checkpoint, "checkpoint directory")->required();
-  eval->add_option("--data", ef->data, "evaluate every row of this file (default: the config's dev split)");
-  eval->add_option("--max-length", ef->max_length,
-                   "truncate inputs to this many tokens (default: the checkpoint's model_max_length)");
-  eval->callback([ef, &exit_code] {
-    exit_code = evaluate_checkpoint(ef->config, ef->checkpoint, ef->data, ef->max_length);
-  });
-
-  struct PredictFlags {
-    std::string checkpoint;
-    std::vector<std::string> texts;
-    int max_length = 0;  // 0: the checkpoint's tokenizer_config.json, else 128
-    bool logits = false;
-  };
-  auto pf = std::make_shared<PredictFlags>();
-  auto* pred = app.add_subcommand("predict", "text in, label + probabilities out (JSON Lines)");
-  pred->add_option("--checkpoint", pf->checkpoint, "checkpoint directory")->required();
-  pred->add_option("--max-length", pf->max_length, "truncate inputs to this many tokens (default: the checkpoint's model_max_length, else 128)");
-  pred->add_option("texts", pf->texts, "texts to classify (default: one per line on stdin)");
-  pred->add_flag("--logits", pf->logits, "also print the raw logits (what transformers' model(...).logits gives)");
-  pred->callback([pf, &exit_code] { exit_code = predict(pf->checkpoint, pf->texts, pf->max_length, pf->logits); });
 }
 
 void add_vocab_command(CLI::App& app, int& exit_code) {
@@ -194,7 +59,7 @@ void add_vocab_command(CLI::App& app, int& exit_code) {
   auto* vocab = app.add_subcommand("vocab", "vocabulary tools");
   vocab->require_subcommand(1);
   auto* build = vocab->add_subcommand("build", "build a WordPiece vocab.txt from training data");
-  add_config_flags(*build, vf->config);
+  add_config_flags(*build, vf->config, false);
   build->add_option("--data", vf->data, "training file (default: the config's data.train)");
   build->add_option("--out", vf->out, "where to write vocab.txt")->required();
   build->add_option("--size", vf->options.vocab_size, "vocabulary size");
@@ -228,33 +93,24 @@ void add_vocab_command(CLI::App& app, int& exit_code) {
 }
 
 void add_config_command(CLI::App& app, int& exit_code) {
-  struct ShowFlags {
-    ConfigFlags config;
-    int nproc = 1, nnodes = 1;
-  };
-  auto sf = std::make_shared<ShowFlags>();
+  auto flags = std::make_shared<RunFlags>();
   auto* cmd = app.add_subcommand("config", "run-config tools");
   cmd->require_subcommand(1);
-  auto* show = cmd->add_subcommand("show", "print the effective run config (imports, --config, --set) as YAML");
-  add_config_flags(*show, sf->config);
-  show->add_option("--nproc", sf->nproc, "worker processes per host, for DeepSpeed's train_batch_size check");
-  show->add_option("--nnodes", sf->nnodes, "hosts in the job");
-  auto* nproc_opt = show->get_option("--nproc");
-  show->callback([sf, nproc_opt, &exit_code] {
-    ConfigFlags f = sf->config;
-    if (nproc_opt->count() > 0) f.world_size = sf->nproc * sf->nnodes;
-    const ConfigImports imports = read_imports(f, false);
-    const RunConfig config = load_run_config(f, imports);
-    std::cout << "# effective config: " << config.source << "\n";
-    const ImportedLaunch l = imports.launch();
-    std::string launch;
-    if (l.nproc) launch += fmt::format(" --nproc {}", *l.nproc);
-    if (l.nnodes) launch += fmt::format(" --nnodes {}", *l.nnodes);
-    if (l.node_rank) launch += fmt::format(" --node-rank {}", *l.node_rank);
-    if (l.master_addr) launch += " --master-addr " + *l.master_addr;
-    if (l.master_port) launch += fmt::format(" --master-port {}", *l.master_port);
-    if (!launch.empty()) std::cout << "# launch (from the accelerate config):" << launch << "\n";
-    std::cout << to_yaml(config);
+  auto* show = cmd->add_subcommand("show", "print what `ft run` with these flags would run: the launch and the config as YAML");
+  add_run_flags(*show, *flags);
+  show->callback([flags, &exit_code] {
+    const ResolvedRun run = resolve_run(*flags, RunConfig::Task::kClassify, false);
+    std::cout << "# effective config: " << run.config.source << "\n";
+    // The launch as `ft run` would start it: flags, else the accelerate config's.
+    std::string launch = fmt::format(" --nproc {}", flags->nproc);
+    if (flags->nnodes != 1) launch += fmt::format(" --nnodes {} --node-rank {}", flags->nnodes, flags->node_rank);
+    if (flags->nnodes != 1 || flags->addr_opt->count() > 0 || !flags->config.accelerate_config.empty())
+      launch += " --master-addr " + flags->master_addr;
+    if (flags->master_port != 0) launch += fmt::format(" --master-port {}", flags->master_port);
+    std::cout << "# launch:" << launch << "\n";
+    for (const auto& note : run.notes) std::cout << "# " << note << "\n";
+    for (const auto& w : run.warnings) std::cout << "# warning: " << w << "\n";
+    std::cout << to_yaml(run.config);
     exit_code = 0;
   });
 }

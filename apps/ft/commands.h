@@ -51,6 +51,7 @@ RunConfig load_run_config(const ConfigFlags& flags, const ConfigImports& imports
 RunConfig load_run_config(const ConfigFlags& flags);
 // One stderr line: `dir` has no manifest.json, so it loads unverified.
 void note_unverified(const std::string& dir);
-// Adds --config/--set/--plugin-dir to a subcommand.
-void add_config_flags(CLI::App& cmd, ConfigFlags& flags);
+// Adds --config/--set/--plugin-dir to a subcommand, and with `imports` the
+// foreign-config flags (--deepspeed, --accelerate-config, --training-args).
+void add_config_flags(CLI::App& cmd, ConfigFlags& flags, bool imports = true);
 }  // namespace ft::app

@@ -7,10 +7,13 @@
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
+#include <torch/version.h>
 
 #include "commands.h"
 #include "ft/error.h"
 #include "ft/launcher.h"
+#include "ft/plugin.h"
+#include "ft/runtime.h"
 
 namespace {
 
@@ -39,11 +42,18 @@ std::string one_line(const std::string& text) {
 // for the whole job (ft/launcher.h).
 void print_error(const std::string& message) { ft::report_error(one_line(message)); }
 
+// What a bug report needs: a plugin built against another LibTorch or ABI is refused.
+std::string version_text() {
+  return fmt::format("ft {}\nLibTorch {}\nBLAS {}\nplugin ABI {}", FT_VERSION, TORCH_VERSION,
+                     ft::detect_blas().describe(), ft::kPluginAbiVersion);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ft: fine-tune BERT-style classifiers with any distributed-training strategy"};
+  CLI::App app{"ft: fine-tune BERT-style classifiers with any distributed-training strategy", "ft"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", version_text, "print the versions of ft, LibTorch, the BLAS and the plugin ABI");
   int exit_code = 0;
   const std::vector<std::string> args(argv + 1, argv + argc);
   ft::app::add_run_command(app, exit_code, args);
@@ -58,6 +68,10 @@ int main(int argc, char** argv) {
   ft::app::add_checkpoint_command(app, exit_code);
   ft::app::add_features_command(app, exit_code);
   ft::app::add_tokenize_command(app, exit_code);
+  if (argc < 2) {
+    std::fputs(app.help().c_str(), stdout);  // bare `ft`: what it can do, not an error
+    return 0;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -22,11 +22,12 @@ struct RunOutput {
   std::string output;  // stdout + stderr
 };
 
-// Runs `ft <args>` from the source dir (configs use paths relative to it);
-// `env` ("NAME=value ...") is set for that process only.
-inline RunOutput run_ft(const std::string& args, const std::string& env = "") {
+// Runs `ft <args>` from `cwd`, by default the source dir (configs use paths
+// relative to it); `env` ("NAME=value ...") is set for that process only.
+inline RunOutput run_ft(const std::string& args, const std::string& env = "",
+                        const std::filesystem::path& cwd = source_dir()) {
   const std::string cmd =
-      "cd '" + source_dir().string() + "' && " + (env.empty() ? "" : "env " + env + " ") + "'" + ft_exe().string() + "' " + args + " 2>&1";
+      "cd '" + cwd.string() + "' && " + (env.empty() ? "" : "env " + env + " ") + "'" + ft_exe().string() + "' " + args + " 2>&1";
   RunOutput out;
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (!pipe) return out;

@@ -56,7 +56,8 @@ TEST_CASE("DeepSpeed ZeRO-2 bf16 with HF's auto values: stage, precision, schedu
   CHECK(c.strategy.precision == "bf16");
   CHECK(c.train.scheduler == "linear");  // WarmupDecayLR
   CHECK(c.train.warmup_type == "linear");
-  CHECK(c.train.log_every == 2000);
+  // steps_per_print 2000 paces DeepSpeed's own prints: ft's loss lines keep the run's log_every.
+  CHECK(c.train.log_every == base.train.log_every);
   // "auto": the other layers decide.
   CHECK(c.train.lr == base.train.lr);
   CHECK(c.train.batch_size == base.train.batch_size);

@@ -201,6 +201,8 @@ TEST_CASE("SIGKILL at random moments of a run saving every step leaves only load
     std::vector<std::string> args{"run", "--config", (tmp.path() / "run.yaml").string(), "--max-steps", "100000",
                                   "--set", "train.save_every=1", "--set", "train.save_total_limit=2",
                                   "--output-dir", out.string(), "--metrics-out", metrics.string()};
+    // With nothing complete to resume, the trial starts over in the killed trial's directory.
+    if (resume.empty()) args.push_back("--overwrite-output-dir");
     if (!resume.empty()) args.insert(args.end(), {"--resume", resume});
     const pid_t pid = ft_test::spawn_ft(args, log);
     REQUIRE(pid > 0);

@@ -372,6 +372,10 @@ RunConfig default_config();
 /// config_from_yaml_string to apply overrides on the default run.
 const std::string& default_config_yaml();
 
+/// The dotted keys ("train.lr") a run-config YAML text sets, in file order:
+/// what a run takes from the embedded default when it names its own data.
+std::vector<std::string> yaml_keys(const std::string& yaml, const std::string& source_name);
+
 /// The full effective config as YAML, every key present (saved beside
 /// checkpoints). config_from_yaml_string(to_yaml(c), ...) gives back c
 /// (except `source`), and to_yaml of that is byte-identical.

@@ -86,12 +86,17 @@ class EventLog {
   void eval_progress(int64_t done, int64_t total);
   void eval(int64_t step, int64_t epoch, const ClassificationReport& r,
             const std::vector<std::string>& label_names);
+  /// The per-label precision / recall / F1 table (the summary prints the
+  /// last evaluation's).
+  void report(const ClassificationReport& r, const std::vector<std::string>& label_names);
   /// Masked-LM evaluation: r.loss and r.accuracy over r.total masked tokens.
   void eval_masked_lm(int64_t step, int64_t epoch, const ClassificationReport& r);
   void summary(const SummaryEvent& s);
 
  private:
   void write_json(const std::string& line);
+  // Elapsed time and ETA of `step` of `total`, counted from the first call.
+  ProgressLine timing(int64_t step, int64_t total);
   void end_progress_line();
   bool rank0_;
   bool tty_;
@@ -102,6 +107,7 @@ class EventLog {
   std::chrono::steady_clock::time_point first_time_{};
   std::FILE* metrics_ = nullptr;  // opened at the first event
   std::string metrics_path_;
+  std::vector<std::string> report_labels_;  // of the last eval(), for the summary's table
   std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 

@@ -27,6 +27,7 @@ struct RunInputs {
   std::unique_ptr<Dataset> dev;  // null: no evaluation
   std::vector<std::string> label_names;
   int64_t skipped_rows = 0;
+  std::vector<std::string> skip_notes;  // the first few skipped rows and why
   std::vector<std::string> notes;  // lines for the start of the run (what was read, left out)
 };
 

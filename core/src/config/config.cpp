@@ -339,6 +339,17 @@ std::vector<std::string> known_keys() {
 
 }  // namespace config_detail
 
+std::vector<std::string> yaml_keys(const std::string& yaml, const std::string& source_name) {
+  std::vector<std::string> keys;
+  const YAML::Node root = parse_yaml(yaml, source_name);
+  if (!root.IsMap()) return keys;
+  for (const auto& section : root) {
+    if (!section.second.IsMap()) continue;
+    for (const auto& kv : section.second) keys.push_back(section.first.Scalar() + "." + kv.first.Scalar());
+  }
+  return keys;
+}
+
 RunConfig config_from_yaml_string(const std::string& yaml, const std::string& source_name,
                                   const std::vector<std::string>& overrides) {
   return config_from_layers(yaml, source_name, false, ConfigImports{}, overrides);

@@ -341,15 +341,27 @@ std::string resolve_data_format(const std::string& format, const std::string& pa
 
 void validate(const RunConfig& config) {
   const Checker ck(config);
-  check_model(ck, config.model);
-  check_data(ck, config);
-  check_train(ck, config);
-  check_lora(ck, config);
-  check_adapter(ck, config);
-  check_prompt_learning(ck, config);
-  check_one_method(ck, config);
-  check_pretrain(ck, config.pretrain);
-  check_strategy_runtime(ck, config);
+  // Each section's first problem, all in one line: a config with three
+  // mistakes needs one fix round, not three runs.
+  std::vector<std::string> problems;
+  const auto check = [&problems](const auto& section_check) {
+    try {
+      section_check();
+    } catch (const Error& e) {
+      problems.emplace_back(e.what());
+    }
+  };
+  check([&] { check_model(ck, config.model); });
+  check([&] { check_data(ck, config); });
+  check([&] { check_train(ck, config); });
+  check([&] { check_lora(ck, config); });
+  check([&] { check_adapter(ck, config); });
+  check([&] { check_prompt_learning(ck, config); });
+  check([&] { check_one_method(ck, config); });
+  check([&] { check_pretrain(ck, config.pretrain); });
+  check([&] { check_strategy_runtime(ck, config); });
+  if (problems.size() == 1) fail("{}", problems.front());
+  if (problems.size() > 1) fail("{} problems: {}", problems.size(), fmt::join(problems, "; "));
 }
 
 }  // namespace ft

@@ -4,6 +4,10 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/ranges.h>
 
 #include "import_builder.h"
 
@@ -277,19 +281,28 @@ void import_activation_checkpointing(Builder& b, const Field& root) {
 void import_deepspeed_tree(Builder& b, const Json& root_json, int world_size) {
   const Field root{root_json, ""};
   if (!root_json.is_object()) b.error("(top level)", "expected a JSON object of DeepSpeed settings, got {}", root_json.dump().substr(0, 40));
-  import_batch(b, root, world_size);
-  import_precision(b, root);
-  import_optimizer(b, root);
-  import_scheduler(b, root);
-  import_zero(b, root);
-  import_activation_checkpointing(b, root);
+  // Each section's first problem, all in one line: a file with three
+  // mistakes needs one fix round, not three runs.
+  std::vector<std::string> problems;
+  const auto section = [&problems](const auto& import) {
+    try {
+      import();
+    } catch (const Error& e) {
+      problems.emplace_back(e.what());
+    }
+  };
+  section([&] { import_batch(b, root, world_size); });
+  section([&] { import_precision(b, root); });
+  section([&] { import_optimizer(b, root); });
+  section([&] { import_scheduler(b, root); });
+  section([&] { import_zero(b, root); });
+  section([&] { import_activation_checkpointing(b, root); });
   if (root.has("gradient_clipping") && !is_auto(root_json.at("gradient_clipping"))) {
-    b.set("train.max_grad_norm", b.number(root.at("gradient_clipping")), "gradient_clipping");
+    section([&] { b.set("train.max_grad_norm", b.number(root.at("gradient_clipping")), "gradient_clipping"); });
   }
-  if (root.has("steps_per_print") && !is_auto(root_json.at("steps_per_print"))) {
-    b.set("train.log_every", b.integer(root.at("steps_per_print")), "steps_per_print");
-  }
-  if (root.has("tensorboard")) {
+  // steps_per_print paces DeepSpeed's own console prints, not the training
+  // log: as train.log_every, the usual 2000 would hide every loss line.
+  if (root.has("tensorboard")) section([&] {
     const Field t = root.at("tensorboard");
     b.object(t);
     if (t.has("enabled") && b.boolean(t.at("enabled"))) {
@@ -297,14 +310,16 @@ void import_deepspeed_tree(Builder& b, const Json& root_json, int world_size) {
       if (t.has("job_name")) dir += "/" + b.text(t.at("job_name"));
       b.set("runtime.tensorboard_dir", dir, "tensorboard.output_path");
     }
-  }
+  });
   // Training-changing features ft does not have: refusing beats ignoring.
-  for (const char* section : {"curriculum_learning", "data_efficiency", "compression_training", "progressive_layer_drop",
-                              "eigenvalue", "sparse_attention", "elasticity"}) {
-    if (!root.has(section)) continue;
-    const Json& s = root_json.at(section);
+  for (const char* name : {"curriculum_learning", "data_efficiency", "compression_training", "progressive_layer_drop",
+                           "eigenvalue", "sparse_attention", "elasticity"}) {
+    if (!root.has(name)) continue;
+    const Json& s = root_json.at(name);
     const bool enabled = !s.is_object() || !s.contains("enabled") || (s.at("enabled").is_boolean() && s.at("enabled").get<bool>());
-    if (enabled) b.error(section, "changes what is trained and is not in ft; remove it or set \"enabled\": false");
+    if (enabled) {
+      section([&] { b.error(name, "changes what is trained and is not in ft; remove it or set \"enabled\": false"); });
+    }
   }
   static const std::set<std::string> mapped = {
       "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "fp16", "bf16", "bfloat16",
@@ -327,6 +342,8 @@ void import_deepspeed_tree(Builder& b, const Json& root_json, int world_size) {
       b.warn(k, "not a DeepSpeed key ft maps; ignored");
     }
   }
+  if (problems.size() == 1) fail("{}", problems.front());
+  if (problems.size() > 1) fail("{} problems: {}", problems.size(), fmt::join(problems, "; "));
 }
 
 }  // namespace ft::config_import

@@ -258,6 +258,12 @@ void prepare_text_inputs(const RunConfig& config, RunInputs& in) {
   }
   detail::attach_tokenizer(config, in);
   auto [train, dev] = detail::read_train_dev(config, in.skipped_rows);
+  for (const auto* part : {&train, &dev}) {  // a split's halves both carry the file's notes
+    for (const auto& note : part->skip_notes) {
+      if (in.skip_notes.size() < 5 && std::find(in.skip_notes.begin(), in.skip_notes.end(), note) == in.skip_notes.end())
+        in.skip_notes.push_back(note);
+    }
+  }
   in.label_names = train.label_names;
   const auto n_labels = static_cast<int64_t>(in.label_names.size());
   const bool has_classifier =

@@ -98,16 +98,29 @@ std::string format_eval_progress(int64_t done, int64_t total) {
   return fmt::format("[eval] {}/{} batches", done, total);
 }
 
-void EventLog::progress(int64_t step, int64_t total, double loss, double samples_per_s) {
-  if (!rank0_ || !tty_ || !progress_enabled_ || total <= 0) return;
+ProgressLine EventLog::timing(int64_t step, int64_t total) {
   const auto now = std::chrono::steady_clock::now();
   if (!progress_started_) {
     progress_started_ = true;
     first_step_ = step;
     first_time_ = now;
   }
-  ProgressLine p{step, total, loss, samples_per_s, std::chrono::duration<double>(now - first_time_).count(), -1.0};
-  if (step > first_step_) p.eta_s = p.elapsed_s / static_cast<double>(step - first_step_) * static_cast<double>(total - step);
+  ProgressLine p;
+  p.step = step;
+  p.total = total;
+  p.elapsed_s = std::chrono::duration<double>(now - first_time_).count();
+  if (step > first_step_ && total >= step) {
+    p.eta_s = p.elapsed_s / static_cast<double>(step - first_step_) * static_cast<double>(total - step);
+  }
+  return p;
+}
+
+void EventLog::progress(int64_t step, int64_t total, double loss, double samples_per_s) {
+  if (!rank0_ || total <= 0) return;
+  ProgressLine p = timing(step, total);  // piped too: the step lines' elapsed time counts from here
+  if (!tty_ || !progress_enabled_) return;
+  p.loss = loss;
+  p.samples_per_s = samples_per_s;
   // "\r" redraws; the trailing clear wipes what a longer previous line left.
   std::fputs(("\r" + format_progress(p) + "\033[K").c_str(), stdout);
   std::fflush(stdout);
@@ -136,13 +149,23 @@ void EventLog::step(const StepEvent& e, bool print_line) {
     tensorboard_->add_scalar("train/samples_per_s", e.samples_per_s, e.step);
     tensorboard_->add_scalar("train/loss_scale", e.loss_scale, e.step);
   }
-  if (print_line && !(tty_ && progress_enabled_)) {
-    info(fmt::format("step {}/{} epoch {} loss {:.6f} lr {:.3e} grad_norm {:.4f} {:.1f} samples/s{}", e.step,
-                     e.total_steps, e.epoch, e.loss, e.lr, e.grad_norm, e.samples_per_s,
-                     e.skipped ? " (skipped: fp16 overflow)" : ""));
-  } else {
-    progress(e.step, e.total_steps, e.loss, e.samples_per_s);
+  const bool bar = tty_ && progress_enabled_;
+  if (print_line) {
+    const ProgressLine t = timing(e.step, e.total_steps);
+    std::string line = fmt::format("step {}/{} epoch {} loss {:.6f} lr {:.3e} grad_norm {:.4f} {:.1f} samples/s{}", e.step,
+                                   e.total_steps, e.epoch, e.loss, e.lr, e.grad_norm, e.samples_per_s,
+                                   e.skipped ? " (skipped: fp16 overflow)" : "");
+    // A piped log has no bar: each line carries the time (a slow rank, a long job's end).
+    line += " | " + format_duration(t.elapsed_s) + " elapsed";
+    if (t.eta_s >= 0) line += ", ETA " + format_duration(t.eta_s);
+    if (bar && progress_drawn_) {
+      // As tqdm's write(): the line goes above the bar, which is redrawn below it.
+      std::fputs("\r\033[K", stdout);
+      progress_drawn_ = false;
+    }
+    info(line);
   }
+  if (bar) progress(e.step, e.total_steps, e.loss, e.samples_per_s);
 }
 
 void EventLog::eval(int64_t step, int64_t epoch, const ClassificationReport& r,
@@ -159,6 +182,12 @@ void EventLog::eval(int64_t step, int64_t epoch, const ClassificationReport& r,
   }
   info(fmt::format("eval step {}: loss {:.4f} accuracy {:.4f} macro_f1 {:.4f} ({} samples)", step, r.loss,
                    r.accuracy, r.macro_f1, r.total));
+  // One line per evaluation; the per-label table once, at the end (summary).
+  report_labels_ = label_names;
+}
+
+void EventLog::report(const ClassificationReport& r, const std::vector<std::string>& label_names) {
+  if (!rank0_) return;
   info(format_report(r, label_names));
 }
 
@@ -211,6 +240,7 @@ void EventLog::summary(const SummaryEvent& s) {
   if (s.has_eval) {
     info(s.masked_lm ? fmt::format("dev masked-token accuracy {:.4f}, mlm loss {:.4f}", s.eval.accuracy, s.eval.loss)
                      : fmt::format("dev accuracy {:.4f} macro_f1 {:.4f}", s.eval.accuracy, s.eval.macro_f1));
+    if (!s.masked_lm && !report_labels_.empty()) report(s.eval, report_labels_);
   }
 }
 

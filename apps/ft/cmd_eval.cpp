@@ -1,0 +1,203 @@
+// `ft eval` and `ft predict`: a checkpoint describes itself. Its labels
+// (config.json's id2label), tokenizer (vocab.txt), max length
+// (tokenizer_config.json) and the run that made it (training_state/run.yaml)
+// come from the checkpoint directory, so both work from any directory.
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+#include <torch/autograd.h>
+
+#include "commands.h"
+#include "ft/checkpoint.h"
+#include "ft/comm.h"
+#include "ft/config.h"
+#include "ft/error.h"
+#include "ft/run_inputs.h"
+#include "ft/events.h"
+#include "ft/fs.h"
+#include "ft/plugin_host.h"
+#include "ft/runtime.h"
+#include "ft/tokenizer.h"
+#include "ft/trainer.h"
+#include "ft/tuning_method.h"
+
+namespace ft::app {
+namespace {
+
+namespace fsys = std::filesystem;
+
+std::optional<int64_t> saved_step(const fsys::path& checkpoint) {
+  const fsys::path state = checkpoint / "training_state" / "trainer_state.json";
+  if (!fsys::exists(state)) return std::nullopt;
+  const auto j = nlohmann::json::parse(fs::read_file(state), nullptr, false);
+  if (j.is_discarded() || !j.contains("global_step") || !j.at("global_step").is_number_integer()) return std::nullopt;
+  return j.at("global_step").get<int64_t>();
+}
+
+// What the checkpoint says about its inputs, as --set overrides placed below
+// the user's own --set.
+std::vector<std::string> checkpoint_overrides(const fsys::path& dir, const std::string& data, int max_length) {
+  std::vector<std::string> out;
+  // Tokenise as training did: the checkpoint's model_max_length unless
+  // --max-length says otherwise; --set data.max_seq_len still wins.
+  if (max_length <= 0) max_length = static_cast<int>(read_model_max_length(dir).value_or(0));
+  if (max_length > 0) out.push_back("data.max_seq_len=" + std::to_string(max_length));
+  // The checkpoint's own tokenizer (model.config is the checkpoint: tokenizer.json, else vocab.txt).
+  if (fsys::exists(dir / "tokenizer.json") || fsys::exists(dir / "vocab.txt")) out.push_back("data.vocab=");
+  // fp32 whatever the run trained in (the default trains under bf16 autocast); --set still wins.
+  out.push_back("strategy.precision=fp32");
+  // Labels by name, in the model's order: a file whose labels the training
+  // run never saw fails naming the label and the model's names.
+  if (fsys::exists(dir / "config.json")) {
+    const auto labels = BertConfig::from_json_file((dir / "config.json").string()).id2label;
+    if (!labels.empty()) out.push_back("data.labels=" + nlohmann::json(labels).dump());
+  }
+  // The run's side outputs are its own, not this evaluation's.
+  for (const char* key : {"runtime.metrics_out=", "runtime.tensorboard_dir=", "runtime.profile_steps=",
+                          "strategy.options={}", "train.resume_from=", "train.output_dir=", "train.save_every=0",
+                          "train.save_each_epoch=false", "train.save_sharded=false"}) {
+    out.emplace_back(key);
+  }
+  if (!data.empty()) {
+    out.insert(out.end(), {"data.train=" + data, "data.dev=" + data, "data.max_rows=0", "data.take=first"});
+  }
+  return out;
+}
+
+// Evaluation reuses the Trainer with a one-process `single` strategy, so
+// `ft eval` and the in-training evaluation are the same code.
+int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint, const std::string& data, int max_length) {
+  // Else model.config would read it as a config.json and blame its JSON.
+  if (!fsys::is_directory(checkpoint)) fail("checkpoint {}: not a directory", checkpoint);
+  const fsys::path dir(checkpoint);
+  // Loading the weights verifies a checkpoint that has a manifest; one
+  // without is said after it loaded, so a bad one still gets one line.
+  const bool unverified = !fsys::exists(dir / kManifestFile) && verify_checkpoint(checkpoint) == CheckpointCheck::kUnverified;
+  ConfigFlags f = flags;
+  // The run that made the checkpoint: its text and label fields, its dev split.
+  const fsys::path run_yaml = dir / "training_state" / "run.yaml";
+  const bool own_run = f.config_path.empty() && fsys::exists(run_yaml);
+  if (own_run) f.config_path = run_yaml.string();
+  std::vector<std::string> overrides = checkpoint_overrides(dir, data, max_length);
+  overrides.insert(overrides.end(), flags.overrides.begin(), flags.overrides.end());
+  for (const char* fixed : {"model.weights=", "strategy.name=single"}) overrides.emplace_back(fixed);
+  overrides.push_back("model.config=" + checkpoint);
+  f.overrides = overrides;
+  RunConfig config = load_run_config(f);
+  // The checkpoint's LoRA, adapters or virtual tokens (the Trainer applies them); others none.
+  use_checkpoint_method(config, checkpoint);
+  if (data.empty() && !fsys::exists(config.data.train)) {
+    fail("checkpoint {}: its run's data {} is not found from {}; pass --data FILE to evaluate a file", checkpoint,
+         config.data.train, fsys::current_path().string());
+  }
+  configure_threads({config.runtime.threads});
+  PluginHost host = PluginHost::discover(DiscoveryOptions::from_environment({f.plugin_dirs.begin(), f.plugin_dirs.end()}));
+  auto strategy = host.create("single");
+  RunInputs inputs = prepare_inputs(config);
+  if (!inputs.dev) fail("ft eval: no dev data; pass --data FILE or set data.dev / data.dev_fraction");
+  const auto labels = inputs.label_names;
+  const auto rows = inputs.dev->size();
+  const int64_t step = saved_step(dir).value_or(0);
+  auto comm = Comm::create(DistEnv{});
+  EventLog events(true, config.runtime.metrics_out, false);
+  events.info(fmt::format("evaluating checkpoint {} (step {}) on {} ({} rows{}), labels {}", checkpoint, step,
+                          data.empty() ? (config.data.dev.empty() ? config.data.train + ", the run's dev split" : config.data.dev)
+                                       : data,
+                          rows, inputs.skipped_rows > 0 ? fmt::format(", {} skipped", inputs.skipped_rows) : "",
+                          fmt::join(labels, ", ")));
+  Trainer trainer(config, std::move(inputs), strategy, "single", *comm, events);
+  if (unverified) note_unverified(checkpoint);
+  auto report = trainer.evaluate();
+  events.eval(step, 0, report, labels);
+  events.report(report, labels);
+  return 0;
+}
+
+int predict(const std::string& checkpoint, std::vector<std::string> texts, int max_length, bool logits) {
+  configure_threads({});
+  auto ckpt = load_checkpoint(checkpoint, false);
+  const auto tokenizer = load_model_dir_tokenizer(checkpoint);
+  if (!tokenizer) fail("checkpoint {}: neither tokenizer.json nor vocab.txt; predict needs the tokenizer", checkpoint);
+  const WordPieceTokenizer& tok = *tokenizer;
+  // Tokenise as training did: the checkpoint's model_max_length unless --max-length says otherwise.
+  if (max_length <= 0) max_length = static_cast<int>(read_model_max_length(checkpoint).value_or(128));
+  BertForSequenceClassification model(ckpt.config);
+  apply_checkpoint_method(model, ckpt);  // its weights come with ckpt.model
+  model.load_weights(ckpt.model, checkpoint + "/model.safetensors");
+  if (ckpt.check == CheckpointCheck::kUnverified) note_unverified(checkpoint);  // said once it loaded
+  model.eval();
+  if (texts.empty()) {
+    for (std::string line; std::getline(std::cin, line);)
+      if (!line.empty()) texts.push_back(line);
+  }
+  torch::NoGradGuard no_grad;
+  const auto& names = ckpt.config.id2label;
+  for (const auto& text : texts) {
+    auto enc = tok.encode(text, std::nullopt, max_length, false);
+    const auto n = static_cast<int64_t>(enc.input_ids.size());
+    Batch b;
+    b.input_ids = at::tensor(enc.input_ids, at::kLong).view({1, n});
+    b.attention_mask = at::tensor(enc.attention_mask, at::kLong).view({1, n});
+    b.token_type_ids = at::tensor(enc.token_type_ids, at::kLong).view({1, n});
+    const at::Tensor scores = model.forward(b)[0];
+    const at::Tensor probs = at::softmax(scores, -1);
+    const int64_t best = probs.argmax().item<int64_t>();
+    // The documented order: text, label, probabilities (the labels in the model's order).
+    nlohmann::ordered_json out{{"text", text}, {"label", names.empty() ? std::to_string(best) : names[best]}};
+    nlohmann::ordered_json p = nlohmann::ordered_json::object();
+    for (int64_t k = 0; k < probs.size(0); ++k) {
+      p[names.empty() ? std::to_string(k) : names[k]] = probs[k].item<double>();
+    }
+    out["probabilities"] = p;
+    if (logits) {
+      std::vector<double> raw(static_cast<size_t>(scores.size(0)));
+      for (int64_t k = 0; k < scores.size(0); ++k) raw[static_cast<size_t>(k)] = scores[k].item<double>();
+      out["logits"] = raw;
+    }
+    std::cout << out.dump() << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_eval_predict_commands(CLI::App& app, int& exit_code) {
+  struct EvalFlags {
+    ConfigFlags config;
+    std::string checkpoint, data;
+    int max_length = 0;  // 0: the checkpoint's tokenizer_config.json, else the config's data.max_seq_len
+  };
+  auto ef = std::make_shared<EvalFlags>();
+  auto* eval = app.add_subcommand("eval", "evaluate a saved checkpoint (its labels, tokenizer and run come with it)");
+  add_config_flags(*eval, ef->config, false);
+  eval->get_option("--config")->description("run config YAML (default: the checkpoint's training_state/run.yaml)");
+  eval->add_option("--checkpoint", ef->checkpoint, "checkpoint directory")->required();
+  eval->add_option("--data", ef->data,
+                   "evaluate every row of this file, labels mapped by name to the checkpoint's (default: the run's dev split)");
+  eval->add_option("--max-length", ef->max_length,
+                   "truncate inputs to this many tokens (default: the checkpoint's model_max_length)");
+  eval->callback([ef, &exit_code] {
+    exit_code = evaluate_checkpoint(ef->config, ef->checkpoint, ef->data, ef->max_length);
+  });
+
+  struct PredictFlags {
+    std::string checkpoint;
+    std::vector<std::string> texts;
+    int max_length = 0;  // 0: the checkpoint's tokenizer_config.json, else 128
+    bool logits = false;
+  };
+  auto pf = std::make_shared<PredictFlags>();
+  auto* pred = app.add_subcommand("predict", "text in, label + probabilities out (JSON Lines)");
+  pred->add_option("--checkpoint", pf->checkpoint, "checkpoint directory")->required();
+  pred->add_option("--max-length", pf->max_length, "truncate inputs to this many tokens (default: the checkpoint's model_max_length, else 128)");
+  pred->add_option("texts", pf->texts, "texts to classify (default: one per line on stdin)");
+  pred->add_flag("--logits", pf->logits, "also print the raw logits (what transformers' model(...).logits gives)");
+  pred->callback([pf, &exit_code] { exit_code = predict(pf->checkpoint, pf->texts, pf->max_length, pf->logits); });
+}
+
+}  // namespace ft::app
