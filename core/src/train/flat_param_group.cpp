@@ -165,6 +165,11 @@ at::Tensor FlatParamGroup::run_unit(int unit, RunPass pass, const at::Tensor& in
 }
 
 void FlatParamGroup::pre_backward(int unit) {
+  // Also from here, not only from the first gradient: a model that trains
+  // nothing still has units to reshard at the end. The head's hook, in the
+  // outer backward, always comes first (a checkpointed layer's recompute
+  // runs hooks inside a nested one).
+  queue_backward_end();
   // The grad of this unit's output is the grad of the next unit's input:
   // that unit's backward has read its frozen weights for the last time.
   if (unit + 1 < static_cast<int>(units_.size())) {
