@@ -134,12 +134,13 @@ void ShardedStrategy::setup(std::shared_ptr<BertForSequenceClassification> model
 }
 
 void ShardedStrategy::build_group(const ParamPlan& plan) {
-  // Rank 0's weights everywhere, so the shards form one consistent model.
-  std::vector<at::Tensor> all;
+  // Rank 0's weights everywhere, so the shards form one consistent model;
+  // unit by unit, so the wire copy is one unit, not the model.
   for (const auto& unit : model_->unit_parameters()) {
-    for (const auto& [name, t] : unit) all.push_back(t);
+    std::vector<at::Tensor> tensors;
+    for (const auto& [name, t] : unit) tensors.push_back(t);
+    broadcast_tensors(*ctx_->comm, tensors, 0);
   }
-  broadcast_tensors(*ctx_->comm, all, 0);
   FlatParamGroupOptions o;
   o.params_sharded = policy_.shard_params;
   o.reshard_after_forward = policy_.reshard_after_forward;
