@@ -34,6 +34,9 @@ struct BenchRow {
   std::string theory_strategy;  ///< whose memory formula applies (auto: its pick)
   int replicas = 1;             ///< dp replicas (theory)
   int64_t sliced_params = 0;    ///< parameters tensor parallelism cuts (theory)
+  /// Each shard unit's parameters, model order (zero*/fsdp theory: padding,
+  /// the bucket pool and the gathered units follow from them).
+  std::vector<int64_t> unit_params;
   bool ok = false;
   std::string error;  ///< first error line of a failed row
   std::string note;   ///< e.g. "auto picked ddp"

@@ -22,6 +22,7 @@
 #include "ft/cost_model.h"
 #include "ft/error.h"
 #include "ft/launcher.h"
+#include "ft/model.h"
 #include "ft/plugin_host.h"
 #include "ft/run_inputs.h"
 
@@ -43,6 +44,7 @@ struct BenchFlags {
   int global_batch = 32;
   double row_timeout_s = 1800;
   std::string machine;
+  bool memory_model = false;
   std::vector<std::string> argv;
 };
 
@@ -360,6 +362,16 @@ BenchRow run_row(const RowDef& def, const BenchFlags& flags, const Workload& wl,
       row.note = "picked " + pick;
     }
   }
+  const std::string& t = row.theory_strategy;
+  if (t == "zero1" || t == "zero2" || t == "zero3" || t == "fsdp") {
+    // Full fine-tuning: each unit's parameters give its padding, its bucket and its gather.
+    const BertForSequenceClassification model(resolve_model_config(load_config(wl.config, {})));
+    for (const auto& unit : model.unit_parameters()) {
+      int64_t n = 0;
+      for (const auto& named : unit) n += named.second.numel();
+      row.unit_params.push_back(n);
+    }
+  }
   if (row.theory_strategy == "tensor") {
     // Full fine-tuning: every parameter trains, so the cut ones follow from the shape.
     const BertConfig c = resolve_model_config(load_config(wl.config, {}));
@@ -376,6 +388,10 @@ void write_file(const fsys::path& p, const std::string& text) {
 }
 
 int run_bench(const BenchFlags& flags) {
+  if (flags.memory_model) {
+    std::fputs(zero_table1_report().c_str(), stdout);
+    return 0;
+  }
   if (flags.nproc < 1) fail("--nproc {}: need at least 1 rank", flags.nproc);
   if (flags.global_batch < 1 || flags.global_batch % flags.nproc != 0) {
     fail("--global-batch {}: must be a positive multiple of --nproc {} (per-rank batch = global / ranks)",
@@ -455,6 +471,8 @@ void add_bench_command(CLI::App& app, int& exit_code, const std::vector<std::str
   cmd->add_option("--global-batch", flags->global_batch, "global batch; per rank = global / ranks (default 32)");
   cmd->add_option("--row-timeout", flags->row_timeout_s, "seconds before a row is killed (default 1800)");
   cmd->add_option("--machine", flags->machine, "text describing the machine, for the table header");
+  cmd->add_flag("--memory-model", flags->memory_model,
+                "print ZeRO Table 1 (7.5 B parameters, K = 12, 64 ranks) through ft's cost model and exit");
   cmd->callback([flags, &exit_code] { exit_code = run_bench(*flags); });
 }
 

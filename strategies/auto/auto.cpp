@@ -245,6 +245,7 @@ class AutoStrategy final : public ft::Strategy, public ft::DataParallelGroup {
       }
       s.params += n;
       s.largest_unit_params = std::max(s.largest_unit_params, n);
+      s.unit_params.push_back(n);
     }
     return s;
   }

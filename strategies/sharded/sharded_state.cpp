@@ -18,7 +18,7 @@ namespace ft {
 TensorList ShardedStrategy::model_state() {
   c10::NoGradGuard no_grad;
   TensorList out;
-  for (const auto& f : units_) {
+  for (const auto& f : units()) {
     for (auto& named : f->layout().unflatten(f->gather_copy(shard_comm()))) out.push_back(std::move(named));
   }
   return out;
@@ -47,8 +47,8 @@ OptimizerState ShardedStrategy::optimizer_state() {
   s.step = optimizer_->step_count();
   const auto names = optimizer_->buffer_names();
   for (size_t k = 0; k < names.size(); ++k) {
-    for (size_t u = 0; u < units_.size(); ++u) {
-      const FlatParam& f = *units_[u];
+    for (size_t u = 0; u < units().size(); ++u) {
+      const FlatParam& f = *units()[u];
       at::Tensor shard = buffer_shard(f, static_cast<int>(u), slots_, optimizer_->buffers(), k);
       at::Tensor full = shard;
       if (shard_world() > 1) {
@@ -68,7 +68,7 @@ void ShardedStrategy::load_state(const TensorList& model, const OptimizerState* 
   // Accept DDP-style "module." prefixes like BertForSequenceClassification::load_weights.
   TensorList weights;
   for (const auto& [name, t] : model) weights.emplace_back(name.rfind("module.", 0) == 0 ? name.substr(7) : name, t);
-  for (auto& f : units_) f->load_full(f->layout().flatten(weights, "checkpoint"));
+  for (auto& f : units()) f->load_full(f->layout().flatten(weights, "checkpoint"));
   if (!optimizer) return;
   std::map<std::string, const at::Tensor*> by_name;
   for (const auto& [name, t] : optimizer->tensors) by_name[name] = &t;
@@ -76,7 +76,7 @@ void ShardedStrategy::load_state(const TensorList& model, const OptimizerState* 
   OptimizerState mine;
   mine.step = optimizer->step;
   for (const SlotRef& r : slots_) {
-    const FlatEntry& e = units_[static_cast<size_t>(r.unit)]->layout().entries[static_cast<size_t>(r.entry)];
+    const FlatEntry& e = units()[static_cast<size_t>(r.unit)]->layout().entries[static_cast<size_t>(r.entry)];
     for (const auto& k : names) {
       const std::string key = e.name + "." + k;
       auto it = by_name.find(key);
@@ -92,10 +92,11 @@ void ShardedStrategy::load_state(const TensorList& model, const OptimizerState* 
 
 StateBytes ShardedStrategy::state_bytes() const {
   StateBytes b;
-  for (const auto& f : units_) {
+  for (const auto& f : units()) {
     b.params += f->params_sharded() ? f->shard_bytes() : f->layout().padded_numel * 4;
   }
-  if (policy_.shard_params) b.params += peak_full_bytes_;
+  b.params += group_->peak_gathered_bytes();
+  b.grads = group_->grad_bytes();
   if (grad_buffer_) {
     for (const auto& t : grad_buffer_->buffers()) b.grads += t.numel() * static_cast<int64_t>(t.element_size());
   }
@@ -110,18 +111,18 @@ void ShardedStrategy::save_sharded(const std::filesystem::path& dir) {
   meta.world_size = shard_world();
   meta.optimizer_step = optimizer_->step_count();
   meta.optimizer_buffers = optimizer_->buffer_names();
-  for (const auto& f : units_) meta.units.push_back(f->layout());
+  for (const auto& f : units()) meta.units.push_back(f->layout());
   // With unsharded optimizer state (NO_SHARD) every rank holds the same
   // single shard, and under hybrid sharding every replica the same shards:
   // one copy is written (rank 0's, or the first replica's).
   if (writes_shards()) {
     TensorList tensors;
-    for (size_t u = 0; u < units_.size(); ++u) {
+    for (size_t u = 0; u < units().size(); ++u) {
       const std::string prefix = "unit." + std::to_string(u) + ".";
-      tensors.emplace_back(prefix + "param", units_[u]->shard().detach().to(at::kCPU).clone());
+      tensors.emplace_back(prefix + "param", units()[u]->shard().detach().to(at::kCPU).clone());
       for (size_t k = 0; k < meta.optimizer_buffers.size(); ++k) {
         tensors.emplace_back(prefix + meta.optimizer_buffers[k],
-                             buffer_shard(*units_[u], static_cast<int>(u), slots_, optimizer_->buffers(), k));
+                             buffer_shard(*units()[u], static_cast<int>(u), slots_, optimizer_->buffers(), k));
       }
     }
     write_shard(dir, shard_rank(), meta, tensors);

@@ -60,18 +60,54 @@ TEST_CASE("link model: two timed all-reduces give back alpha and beta exactly") 
   CHECK_THROWS_AS(ft::fit_link_model(2, 4096, 0.1, 1024, 0.2), ft::Error);
 }
 
+TEST_CASE("ZeRO Table 1 through ft's cost model: 7.5 B parameters, K = 12, 64 ranks, within 1%") {
+  const ft::StateAccounting zero = ft::StateAccounting::mixed_precision(12.0);
+  const double psi = 7.5e9, gb = 1e9;
+  // Rajbhandari et al. 2020, Table 1, the Ψ = 7.5 B, N_d = 64 column.
+  const double paper[] = {120.0, 31.4, 16.6, 1.88};
+  for (int stage = 0; stage <= 3; ++stage) {
+    CAPTURE(stage);
+    const double ft_gb = ft::zero_state_bytes(stage, psi, 64, zero) / gb;
+    CHECK(std::abs(ft_gb - paper[stage]) / paper[stage] < 0.01);
+  }
+  // ft's own fp32 accounting is the same formulas with 4 + 4 + 8 bytes.
+  CHECK(ft::zero_state_bytes(2, 1000, 4, ft::StateAccounting::fp32()) == 4000 + 3000);
+  const std::string report = ft::zero_table1_report();
+  CHECK(report.find("P_os+g+p        1.875       1.88") != std::string::npos);
+  CHECK(report.find("baseline      120.000        120") != std::string::npos);
+}
+
+TEST_CASE("sharded engine state per rank from its units: padding, the bucket pool, the gathered units") {
+  // Units of 10, 7, 7, 3 parameters on 2 ranks: padded 10, 8, 8, 4 (30).
+  const std::vector<int64_t> units = {10, 7, 7, 3};
+  const auto z1 = ft::sharded_state_bytes("zero1", units, 2);
+  CHECK(z1.total() == 4 * 30 + 4 * 27 + 8 * 15);
+  const auto z2 = ft::sharded_state_bytes("zero2", units, 2);
+  CHECK(z2.buckets == 4 * 16);  // two layers of 8 beat the 10 alone
+  CHECK(z2.total() == 4 * 30 + 4 * 15 + 4 * 16 + 8 * 15);
+  const auto z3 = ft::sharded_state_bytes("zero3", units, 2);
+  CHECK(z3.gathered == 4 * 18);  // the first unit and the prefetched next
+  CHECK(z3.total() == 4 * 15 + 4 * 18 + 4 * 15 + 4 * 16 + 8 * 15);
+  CHECK(ft::sharded_state_bytes("fsdp", units, 2, 1, 0).gathered == 4 * 10);
+  CHECK(ft::sharded_state_bytes("ddp", units, 2).total() == 0);
+  CHECK(ft::grad_pool_capacity({100, 10, 10, 10}, 2) == 100);
+  CHECK(ft::grad_pool_capacity({100, 10, 10, 10}, 1) == 100);
+  CHECK(ft::grad_pool_capacity({8, 8, 8}, 2) == 16);
+}
+
 TEST_CASE("memory formulas per rank (fp32 AdamW: 16 bytes per parameter)") {
   CHECK(ft::theory_state_bytes("ddp", 1000, 4) == 16000);
   CHECK(ft::theory_state_bytes("single", 1000, 1) == 16000);
   CHECK(ft::theory_state_bytes("zero1", 1000, 4) == 8000 + 2000);
-  // zero2/3 and fsdp keep the whole gradient buffer (4Ψ); see ft/cost_model.h.
-  CHECK(ft::theory_state_bytes("zero2", 1000, 4) == 8000 + 2000);
-  CHECK(ft::theory_state_bytes("zero3", 1000, 4) == 4000 + 3000);
-  CHECK(ft::theory_state_bytes("fsdp", 1000, 4) == 4000 + 3000);
+  // zero2/3 and fsdp: gradients as shards (the bucket pool and the gathered
+  // units come on top; sharded_state_bytes below).
+  CHECK(ft::theory_state_bytes("zero2", 1000, 4) == 4000 + 3000);
+  CHECK(ft::theory_state_bytes("zero3", 1000, 4) == 4000);
+  CHECK(ft::theory_state_bytes("fsdp", 1000, 4) == 4000);
   CHECK(ft::theory_state_bytes("dp", 1000, 1, 3) == 16000 + 16000);
   CHECK(ft::theory_state_bytes("mystery", 1000, 4) == -1);
-  CHECK(ft::theory_formula("zero2") == "8Ψ+8Ψ/N");
-  CHECK(ft::theory_formula("zero3") == "4Ψ+12Ψ/N");
+  CHECK(ft::theory_formula("zero2") == "4Ψ+12Ψ/N+B");
+  CHECK(ft::theory_formula("zero3") == "16Ψ/N+G+B");
   CHECK(ft::theory_state_bytes("pipeline", 1000, 4) == 4000);
   // tensor: 16 B for each replicated parameter, 16/N for each cut one.
   CHECK(ft::theory_state_bytes("tensor", 1000, 4, 1, 800) == 16 * 200 + 16 * 200);
@@ -89,7 +125,7 @@ TEST_CASE("auto picks a DDP variant when the model state fits") {
   REQUIRE(plan.table.size() == 5);
   CHECK(plan.choice().name == "ddp");
   CHECK(row(plan, "ddp").state_bytes == 16 * 110'000'000LL);
-  CHECK(row(plan, "zero3").state_bytes == (4 + 12 / 4) * 110'000'000LL);
+  CHECK(row(plan, "zero3").state_bytes == 16 * 110'000'000LL / 4);
   // Bytes each rank moves: 2(N-1)/N·4Ψ for ddp, 3(N-1)/N·4Ψ for zero1/zero3.
   CHECK(row(plan, "ddp").comm_bytes == 660'000'000);
   CHECK(row(plan, "zero1").comm_bytes == 990'000'000);
@@ -125,9 +161,12 @@ TEST_CASE("auto picks zero3/fsdp when only a full shard fits the memory limit") 
   in.candidates = {"ddp", "zero1", "zero2", "fsdp"};
   CHECK(ft::plan_strategy(in).choice().name == "fsdp");
 
-  // ZeRO-1 and ZeRO-2 hold the same state (one whole gradient buffer);
-  // ZeRO-2 reduce-scatters, so it moves fewer bytes.
-  CHECK(row(open, "zero2").state_bytes == row(open, "zero1").state_bytes);
+  // ZeRO-2 holds gradient shards (4Ψ + 12Ψ/N) plus the bucket pool, counted
+  // as extra: here the embedding unit alone (no other units given); it
+  // reduce-scatters, so it moves fewer bytes than ZeRO-1 too.
+  CHECK(row(open, "zero2").state_bytes == 4 * 110'000'000LL + 12 * 110'000'000LL / 4);
+  CHECK(row(open, "zero2").state_bytes < row(open, "zero1").state_bytes);
+  CHECK(row(open, "zero2").extra_bytes == 4 * in.model.largest_unit_params);
   CHECK(row(open, "zero2").comm_bytes < row(open, "zero1").comm_bytes);
   in = base_inputs();
 

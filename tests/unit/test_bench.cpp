@@ -66,6 +66,8 @@ ft::BenchReport sample_report() {
   single.ok = true;
   ft::BenchRow zero;
   zero.id = zero.label = zero.strategy = zero.theory_strategy = "zero2";
+  // Two units: the pool holds the larger (600), as two of the others do not exist.
+  zero.unit_params = {600, 400};
   ft::fill_row_from_summary(
       zero,
       R"({"event":"summary","strategy":"zero2","precision":"fp32","world_size":2,"threads_per_rank":1,"steps":5,)"
@@ -125,8 +127,9 @@ TEST_CASE("markdown, CSV, JSON and SVG carry every row, the theory and the failu
   };
   CHECK(field(z, "speedup_vs_single") == "2.5000");
   CHECK(field(z, "peak_rss_mb_per_rank") == "200.0;210.0");
-  CHECK(field(z, "theory_formula") == "8Ψ+8Ψ/N");
-  CHECK(field(z, "theory_bytes_per_rank") == "12000");  // 8·1000 + 8·1000/2
+  CHECK(field(z, "theory_formula") == "4Ψ+12Ψ/N+B");
+  // 4·1000 params + 4·1000/2 grad shards + 4·600 pool + 8·1000/2 Adam.
+  CHECK(field(z, "theory_bytes_per_rank") == "12400");
   const auto bad = csv_fields(csv[3]);
   CHECK(field(bad, "status") == "failed");
   CHECK(field(bad, "error") == "ft: error: unknown strategy 'nope'");
@@ -134,7 +137,7 @@ TEST_CASE("markdown, CSV, JSON and SVG carry every row, the theory and the failu
 
   const auto json = nlohmann::json::parse(ft::bench_json(rep));
   REQUIRE(json.at("rows").size() == 3);
-  CHECK(json["rows"][1]["theory_bytes"] == 12000);
+  CHECK(json["rows"][1]["theory_bytes"] == 12400);
   CHECK(json["rows"][2]["ok"] == false);
   CHECK(json["rows"][2].contains("train_seconds") == false);
 

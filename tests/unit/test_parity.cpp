@@ -35,6 +35,15 @@ const ParityCase kCases[] = {
     {"zero3", 2, 16, 1, "", 1e-5},
     {"zero3", 4, 8, 1, "", 1e-5},
     {"zero3", 2, 8, 2, "", 1e-5},
+    // Accumulation over 4 micro-batches, both rules: DeepSpeed's (each
+    // micro-batch reduce-scattered into the gradient shard, the default) and
+    // FSDP's no_sync (full gradients kept, one reduce-scatter).
+    {"zero2", 2, 4, 4, "", 1e-5},
+    {"zero2", 2, 4, 4, "--set strategy.options.grad_accumulation=no_sync", 1e-5},
+    {"zero3", 4, 2, 4, "", 1e-5},
+    {"zero3", 2, 4, 4, "--set strategy.options.grad_accumulation=no_sync", 1e-5},
+    {"fsdp", 2, 4, 4, "--set strategy.options.grad_buckets=1", 1e-5},
+    {"fsdp", 4, 2, 4, "--set strategy.options.grad_accumulation=no_sync", 1e-5},
     {"fsdp", 2, 16, 1, "--set strategy.options.sharding_strategy=FULL_SHARD", 1e-5},
     {"fsdp", 4, 8, 1, "--set strategy.options.sharding_strategy=FULL_SHARD", 1e-5},
     {"fsdp", 2, 16, 1, "--set strategy.options.sharding_strategy=SHARD_GRAD_OP", 1e-5},

@@ -15,6 +15,8 @@
 #include <fmt/format.h>
 
 #include "ft/comm.h"
+#include "ft/cost_model.h"
+#include "ft/flat_param_group.h"
 #include "ft/error.h"
 #include "ft/flat_shard.h"
 #include "ft/model.h"
@@ -94,6 +96,17 @@ struct Harness {
 };
 
 std::shared_ptr<ft::Strategy> sharded(ft::ShardingPolicy p) { return std::make_shared<ft::ShardedStrategy>(p); }
+
+// Each unit's parameter count, model order (what ft/cost_model.h is given).
+std::vector<int64_t> unit_sizes(const ft::BertForSequenceClassification& model) {
+  std::vector<int64_t> out;
+  for (const auto& unit : model.unit_parameters()) {
+    int64_t n = 0;
+    for (const auto& [name, t] : unit) n += t.numel();
+    out.push_back(n);
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -180,7 +193,13 @@ TEST_CASE("strategy options: policies and errors naming the key") {
   auto ns = ft::fsdp_policy_from_options({{"sharding_strategy", "NO_SHARD"}, {"backward_prefetch", "NONE"}}, 1, 1);
   CHECK((!ns.shard_optimizer && !ns.shard_grads && !ns.backward_prefetch));
   CHECK(ft_test::error_of([] { ft::zero_policy_from_options(ft::ZeroStage::kGradients, {{"stage", "2"}}); }) ==
-        "strategy.options.stage: unknown option for zero2 (known: bucket_mb, prefetch, limit_all_gathers)");
+        "strategy.options.stage: unknown option for zero2 (known: bucket_mb, prefetch, limit_all_gathers, grad_buckets, "
+        "grad_accumulation)");
+  auto nosync = ft::zero_policy_from_options(ft::ZeroStage::kGradients,
+                                             {{"grad_accumulation", "no_sync"}, {"grad_buckets", "3"}});
+  CHECK((nosync.accumulation == ft::GradAccumulation::kNoSync && nosync.grad_buckets == 3));
+  CHECK(ft_test::error_of([] { ft::zero_policy_from_options(ft::ZeroStage::kWeights, {{"grad_buckets", "0"}}); }) ==
+        "strategy.options.grad_buckets: '0' is not an integer >= 1");
   CHECK(ft_test::error_of([] { ft::zero_policy_from_options(ft::ZeroStage::kWeights, {{"limit_all_gathers", "-1"}}); }) ==
         "strategy.options.limit_all_gathers: '-1' is not an integer >= 0");
   CHECK(ft_test::error_of([] { ft::fsdp_policy_from_options({{"sharding_strategy", "FULL"}}, 1, 1); }) ==
@@ -207,17 +226,31 @@ TEST_CASE("strategy options: policies and errors naming the key") {
         "set sharding_strategy: HYBRID_SHARD");
 }
 
+namespace {
+ft::ShardingPolicy with(ft::ShardingPolicy p, ft::GradAccumulation acc, int buckets) {
+  p.accumulation = acc;
+  p.grad_buckets = buckets;
+  return p;
+}
+}  // namespace
+
 TEST_CASE("every sharding policy trains the same weights as the replicated strategy (accumulation, clipping)") {
   Harness ref(std::make_shared<ft::ReplicatedStrategy>());
   const auto ref_losses = ref.train(3);
   const auto ref_weights = ref.strategy->model_state();
+  using Acc = ft::GradAccumulation;
+  const auto z2 = ft::ShardingPolicy::zero(ft::ZeroStage::kGradients);
+  const auto z3 = ft::ShardingPolicy::zero(ft::ZeroStage::kWeights);
   const std::vector<ft::ShardingPolicy> policies = {
-      ft::ShardingPolicy::zero(ft::ZeroStage::kOptimizerStates), ft::ShardingPolicy::zero(ft::ZeroStage::kGradients),
-      ft::ShardingPolicy::zero(ft::ZeroStage::kWeights), ft::ShardingPolicy::fsdp(ft::FsdpSharding::kShardGradOp, 1),
-      ft::ShardingPolicy::fsdp(ft::FsdpSharding::kNoShard, 1)};
+      ft::ShardingPolicy::zero(ft::ZeroStage::kOptimizerStates), z2, z3,
+      ft::ShardingPolicy::fsdp(ft::FsdpSharding::kShardGradOp, 1), ft::ShardingPolicy::fsdp(ft::FsdpSharding::kNoShard, 1),
+      with(z2, Acc::kNoSync, 2), with(z3, Acc::kNoSync, 2), with(z3, Acc::kReduceEachMicroBatch, 1),
+      with(z3, Acc::kReduceEachMicroBatch, 5)};
   for (const auto& p : policies) {
     CAPTURE(p.name);
     CAPTURE(p.reshard_after_forward);
+    CAPTURE(static_cast<int>(p.accumulation));
+    CAPTURE(p.grad_buckets);
     Harness h(sharded(p));
     const auto losses = h.train(3);
     for (size_t i = 0; i < losses.size(); ++i) CHECK(losses[i] == doctest::Approx(ref_losses[i]).epsilon(1e-6));
@@ -225,22 +258,77 @@ TEST_CASE("every sharding policy trains the same weights as the replicated strat
   }
 }
 
-TEST_CASE("zero3 state bytes: shards, grad shards, Adam state and the two units gathered at once") {
+TEST_CASE("zero3 state bytes: shards, grad shards + the bucket pool, Adam state and the two units gathered at once") {
   Harness h(sharded(ft::ShardingPolicy::zero(ft::ZeroStage::kWeights)));
   h.train(1);
   auto& s = dynamic_cast<ft::ShardedStrategy&>(*h.strategy);
   int64_t shards = 0, trainable = 0, peak_pair = 0, prev = 0;
+  std::vector<int64_t> sizes;
   for (const auto& f : s.flat_params()) {
     shards += f->layout().padded_numel * 4;
     trainable += f->layout().numel;
+    sizes.push_back(f->layout().padded_numel);
     CHECK(f->full_bytes_held() == 0);  // everything resharded after the step
     peak_pair = std::max(peak_pair, prev + f->layout().padded_numel * 4);
     prev = f->layout().padded_numel * 4;
   }
   const ft::StateBytes b = h.strategy->state_bytes();
   CHECK(b.params == shards + peak_pair);  // limit_all_gathers 1: the unit in use + the prefetched one
-  CHECK(b.grads == shards);
+  // The pool: the embedding unit (the largest) or two of the others.
+  const int64_t pool = ft::grad_pool_capacity(sizes, 2);
+  std::sort(sizes.rbegin(), sizes.rend());
+  CHECK(pool == std::max(sizes[0], sizes[1] + sizes[2]));
+  CHECK(b.grads == shards + 4 * pool);
   CHECK(b.optimizer == 2 * 4 * trainable);
+  CHECK(b.params + b.grads + b.optimizer == ft::sharded_state_bytes("zero3", unit_sizes(*h.model), 1).total());
+}
+
+TEST_CASE("the gradient bucket pool: at most grad_buckets units' full gradients at once, nothing allocated after step 1") {
+  for (int buckets : {1, 2, 3}) {
+    CAPTURE(buckets);
+    for (auto stage : {ft::ZeroStage::kGradients, ft::ZeroStage::kWeights}) {
+      auto p = ft::ShardingPolicy::zero(stage);
+      p.grad_buckets = buckets;
+      Harness h(sharded(p));
+      h.train(1);
+      const ft::StateBytes first = h.strategy->state_bytes();
+      h.train(2, 1);
+      const ft::StateBytes later = h.strategy->state_bytes();
+      CHECK(later.grads == first.grads);
+      CHECK(later.params == first.params);
+      const auto& g = dynamic_cast<ft::ShardedStrategy&>(*h.strategy).group();
+      // tiny_model has 4 units that train: the bound is reached and holds.
+      CHECK(g.peak_live_buckets() == buckets);
+      CHECK(g.overflow_buckets() == 0);
+    }
+  }
+  // no_sync keeps every unit's full gradient: 4Ψ more than the shards.
+  auto p = ft::ShardingPolicy::zero(ft::ZeroStage::kGradients);
+  p.accumulation = ft::GradAccumulation::kNoSync;
+  Harness h(sharded(p));
+  h.train(2);
+  int64_t full = 0;
+  for (const auto& f : dynamic_cast<ft::ShardedStrategy&>(*h.strategy).flat_params()) full += f->layout().padded_numel * 4;
+  CHECK(h.strategy->state_bytes().grads == full + full);  // world 1: a shard is the whole unit
+}
+
+TEST_CASE("the bucket pool's ring: first in, first out, waits when full, never overlaps") {
+  ft::GradBucketPool pool(10, 2);
+  CHECK(pool.held_bytes() == 0);
+  at::Tensor a = pool.take(4, at::kFloat);
+  at::Tensor b = pool.take(5, at::kFloat);
+  CHECK(pool.held_bytes() == 40);
+  CHECK_FALSE(pool.fits(1));  // two live: the bound
+  pool.give_oldest();         // a's [0, 4) is free again
+  CHECK(pool.fits(4));
+  CHECK_FALSE(pool.fits(5));  // [9, 10) and [0, 4): no 5 in a row
+  at::Tensor c = pool.take(4, at::kFloat);
+  CHECK(c.data_ptr<float>() == a.data_ptr<float>());  // wrapped to the start
+  pool.give_oldest();
+  pool.give_oldest();
+  CHECK(pool.fits(10));
+  CHECK(ft_test::error_of([] { ft::GradBucketPool(0, 2); }) ==
+        "gradient bucket pool: capacity 0 and bucket limit 2 must be >= 1");
 }
 
 TEST_CASE("full state moves between replicated and sharded strategies, optimizer state included") {
@@ -301,36 +389,46 @@ TEST_CASE("zero3 on 4 ranks saves at step 4; ddp on 2 ranks and single resume it
   }
 }
 
-TEST_CASE("bench-mini, 2 ranks: model-state bytes per rank within 10% of BENCHMARK.md's theory") {
+TEST_CASE("bench-mini at 2 and 4 ranks: model-state bytes per rank equal ft's cost model exactly") {
   FT_REQUIRE_SHARED("fixtures/bench-mini");
   ft_test::TempDir tmp("zero-mem");
   ft::BertConfig c = ft::BertConfig::from_json_file((ft_test::shared_dir() / "fixtures/bench-mini/config.json").string());
-  ft::BertForSequenceClassification model(c);
-  double psi = 0, largest_unit = 0;
-  for (const auto& unit : model.unit_parameters()) {
-    double n = 0;
-    for (const auto& [name, t] : unit) n += static_cast<double>(t.numel());
-    psi += n;
-    largest_unit = std::max(largest_unit, n);
-  }
-  const double N = 2;
-  // zero2/zero3 keep the whole gradient buffer (ft/cost_model.h).
-  const std::map<std::string, double> theory = {{"zero1", 8 * psi + 8 * psi / N},
-                                                {"zero2", 8 * psi + 8 * psi / N},
-                                                {"zero3", 4 * psi + 12 * psi / N + 4 * largest_unit}};
-  for (const auto& [name, bytes] : theory) {
-    CAPTURE(name);
-    const auto metrics = tmp.path() / (name + ".jsonl");
-    auto out = ft_test::run_ft(fmt::format(
-        "run --config configs/bench-mini.yaml --strategy {} --nproc 2 --threads 1 --set train.batch_size=2 "
-        "--max-steps 1 --metrics-out {}",
-        name, metrics.string()));
-    INFO(out.output);
-    REQUIRE(out.exit_code == 0);
-    const auto summary = ft_test::read_events(metrics, "summary");
-    REQUIRE(summary.size() == 1);
-    const auto per_rank = summary[0].at("model_state_bytes").get<std::vector<double>>();
-    REQUIRE(per_rank.size() == 2);
-    for (double b : per_rank) CHECK(std::abs(b - bytes) / bytes < 0.10);
+  const std::vector<int64_t> units = unit_sizes(ft::BertForSequenceClassification(c));
+  int64_t psi = 0;
+  for (int64_t n : units) psi += n;
+  for (int world : {2, 4}) {
+    CAPTURE(world);
+    // The last rank's shards end in the padding, which has no Adam state.
+    int64_t padding = 0;
+    for (int64_t n : units) padding += (n + world - 1) / world * world - n;
+    std::map<std::string, int64_t> rank0;
+    for (const std::string name : {"zero1", "zero2", "zero3"}) {
+      CAPTURE(name);
+      const ft::ShardedStateBytes theory = ft::sharded_state_bytes(name, units, world);
+      const auto metrics = tmp.path() / fmt::format("{}-{}.jsonl", name, world);
+      auto out = ft_test::run_ft(fmt::format(
+          "run --config configs/bench-mini.yaml --strategy {} --nproc {} --threads 1 --set train.batch_size=2 "
+          "--max-steps 2 --metrics-out {}",
+          name, world, metrics.string()));
+      INFO(out.output);
+      REQUIRE(out.exit_code == 0);
+      const auto summary = ft_test::read_events(metrics, "summary");
+      REQUIRE(summary.size() == 1);
+      const auto per_rank = summary[0].at("model_state_bytes").get<std::vector<int64_t>>();
+      REQUIRE(per_rank.size() == static_cast<size_t>(world));
+      CHECK(per_rank[0] == theory.total());
+      for (int64_t b : per_rank) CHECK((b <= theory.total() && b >= theory.total() - 8 * padding));
+      rank0[name] = per_rank[0];
+    }
+    // The paper's terms, with the pool (B) and gathered units (G) on top.
+    const ft::ShardedStateBytes z2 = ft::sharded_state_bytes("zero2", units, world);
+    const ft::ShardedStateBytes z3 = ft::sharded_state_bytes("zero3", units, world);
+    CHECK(std::abs(static_cast<double>(rank0["zero2"] - z2.buckets) - (4.0 * psi + 12.0 * psi / world)) <= 16.0 * padding);
+    CHECK(std::abs(static_cast<double>(rank0["zero3"] - z3.buckets - z3.gathered) - 16.0 * psi / world) <= 16.0 * padding);
+    if (world == 4) {
+      CHECK(rank0["zero3"] < rank0["zero2"]);
+      CHECK(rank0["zero2"] < rank0["zero1"]);
+      CHECK(rank0["zero1"] < 16 * psi);
+    }
   }
 }

@@ -7,13 +7,13 @@
 //
 // Byte counting (BENCHMARK.md "Memory"): fp32 AdamW, Ψ trainable
 // parameters, N ranks: 4 B param + 4 B grad + 8 B Adam moments = 16Ψ per
-// full replica. DDP 16Ψ; ZeRO-1 8Ψ + 8Ψ/N. ZeRO-2, ZeRO-3 and FSDP keep
-// ft's one gradient buffer whole (Megatron-core's distributed optimizer:
-// reduce-scatter in place, no per-step allocation) where DeepSpeed frees
-// it bucket by bucket: ZeRO-2 8Ψ + 8Ψ/N (DeepSpeed: 4Ψ + 12Ψ/N), ZeRO-3
-// and FSDP full shard 4Ψ + 12Ψ/N (DeepSpeed: 16Ψ/N), plus the gathered
-// unit in flight. Mixed precision adds the 16-bit weight copies autocast
-// makes (2Ψ, or 2Ψ/N when sharded).
+// full replica. DDP 16Ψ; ZeRO-1 8Ψ + 8Ψ/N; ZeRO-2 4Ψ + 12Ψ/N + B; ZeRO-3
+// and FSDP full shard 16Ψ/N + G + B, where B is the pool of unit gradient
+// buckets in flight and G the units gathered at once (both bounded, see
+// sharded_state_bytes). ZeRO's own accounting (2 + 2 + K bytes, K = 12 for
+// mixed-precision Adam) is StateAccounting::mixed_precision(); with it
+// zero_state_bytes reproduces the paper's Table 1. Mixed precision in ft
+// adds the 16-bit weight copies autocast makes (2Ψ, or 2Ψ/N when sharded).
 #pragma once
 
 #include <cstdint>
@@ -52,6 +52,9 @@ struct ModelShape {
   int64_t params = 0;               ///< Ψ: trainable parameters
   int64_t embedding_params = 0;     ///< word-embedding parameters (no matmul FLOPs)
   int64_t largest_unit_params = 0;  ///< biggest shard unit (ZeRO-3/FSDP gather in flight)
+  /// Trainable parameters of each shard unit in model order (empty:
+  /// unknown; the estimates then use largest_unit_params).
+  std::vector<int64_t> unit_params;
   int64_t num_units = 1;            ///< shard units (collectives per pass for ZeRO-3/FSDP)
   int64_t hidden = 0;
   int64_t layers = 0;
@@ -130,12 +133,58 @@ std::string format_plan(const Plan& plan, const PlanInputs& inputs);
 /// they are vocab-parallel (docs/model-parallel.md).
 int64_t tensor_sliced_params(int64_t hidden, int64_t intermediate, int64_t layers, int64_t vocab, bool vocab_parallel);
 
+/// Bytes per parameter of each kind of model state.
+struct StateAccounting {
+  double param = 4.0;      ///< the weights
+  double grad = 4.0;       ///< their gradients
+  double optimizer = 8.0;  ///< K: optimizer state (fp32 Adam: two moments)
+  /// ft's: fp32 weights, gradients and Adam moments (16Ψ per replica).
+  static StateAccounting fp32() { return {}; }
+  /// ZeRO's (Rajbhandari et al., 2020, section 3.1): fp16 weights and
+  /// gradients, K bytes of fp32 master weights, momentum and variance.
+  static StateAccounting mixed_precision(double k = 12.0) { return {2.0, 2.0, k}; }
+};
+
+/// ZeRO's model-state bytes per rank for `stage` (0: data parallel; 1: P_os;
+/// 2: P_os+g; 3: P_os+g+p) with Ψ = `params` over N_d = `world_size`:
+/// (p+g+K)Ψ, (p+g)Ψ + KΨ/N, pΨ + (g+K)Ψ/N, (p+g+K)Ψ/N. Buckets and gathered
+/// units in flight are not in it (sharded_state_bytes has them).
+double zero_state_bytes(int stage, double params, int world_size, const StateAccounting& accounting);
+
+/// ZeRO Table 1's row (Ψ = 7.5 B, K = 12, N_d = 64) in ZeRO's accounting, in
+/// GB (1e9 B): baseline, P_os, P_os+g, P_os+g+p, as lines to print.
+std::string zero_table1_report();
+
+/// Elements of the gradient bucket pool (ft::GradBucketPool) for units of
+/// `unit_numels` with at most `max_buckets` alive at once: the largest unit,
+/// or the sum of the `max_buckets` largest other units, whichever is more.
+/// Units beside the largest then wait for it rather than doubling the pool.
+int64_t grad_pool_capacity(const std::vector<int64_t>& unit_numels, int max_buckets);
+
+/// What ft's sharded engine holds per rank (rank 0; later ranks hold up to
+/// 8 B less per unit of padding in optimizer state), every parameter
+/// trainable, fp32: units padded to a multiple of N, split in equal shards.
+struct ShardedStateBytes {
+  int64_t params = 0;     ///< persistent weights: full (zero1/2) or the shard
+  int64_t gathered = 0;   ///< zero3/fsdp: full units gathered at once, at most
+  int64_t grads = 0;      ///< full buffer (zero1) or shards
+  int64_t buckets = 0;    ///< zero2/3/fsdp: the bucket pool
+  int64_t optimizer = 0;  ///< Adam moments of the shard
+  int64_t total() const { return params + gathered + grads + buckets + optimizer; }
+};
+/// For zero1, zero2, zero3 and fsdp (FULL_SHARD) with the defaults
+/// (`grad_buckets` units in flight, `limit_all_gathers` prefetched units);
+/// `unit_params`: each unit's parameters, model order. Unknown strategy: all 0.
+ShardedStateBytes sharded_state_bytes(const std::string& strategy, const std::vector<int64_t>& unit_params,
+                                      int world_size, int grad_buckets = 2, int limit_all_gathers = 1);
+
 /// Model-state bytes per rank the theory predicts for `strategy` with Ψ =
 /// `params`, N = `world_size`, R = `replicas` (dp only); -1 when the strategy
 /// is unknown to the model. single/ddp/ddp_amp/horovod: 16Ψ; dp: 16Ψ +
-/// 8Ψ(R-1) (every extra replica holds params and grads); zero1/2/3, fsdp as
-/// in the file comment (without the gathered unit); pipeline 16Ψ/N (equal
-/// stages); tensor 16(Ψ-Ψs) + 16Ψs/N with Ψs = `sliced` (-1 when 0).
+/// 8Ψ(R-1) (every extra replica holds params and grads); zero1/2/3, fsdp:
+/// zero_state_bytes in ft's fp32 accounting (without buckets and gathered
+/// units); pipeline 16Ψ/N (equal stages); tensor 16(Ψ-Ψs) + 16Ψs/N with
+/// Ψs = `sliced` (-1 when 0).
 int64_t theory_state_bytes(const std::string& strategy, int64_t params, int world_size, int replicas = 1,
                            int64_t sliced = 0);
 /// The formula theory_state_bytes uses, e.g. "8Ψ+8Ψ/N"; empty when unknown.

@@ -90,20 +90,26 @@ enum class ShardedState {
 
 /// Storage for gathered units, kept for reuse instead of freed: ZeRO-3 /
 /// FULL_SHARD gather and free every unit twice a step, and handing the same
-/// blocks back (keyed by exact size, so equal layers share them) means no
-/// allocation after the first step and no allocator churn in RSS. Holds at
-/// most the peak set of units gathered at once. Not thread-safe (see FlatParam).
+/// blocks back means no allocation after the first step and no allocator
+/// churn in RSS. A request takes the smallest free block that is big
+/// enough, not only one of its exact size: a layer prefetched while the
+/// embedding unit's block is free takes that block rather than a new one,
+/// so the pool's footprint is the peak of units gathered at once (bench-mini,
+/// zero3: the embedding unit and a layer), not every unit size seen.
+/// Not thread-safe (see FlatParam).
 class GatherPool {
  public:
-  /// A block of exactly `nbytes` on `device` from the pool, or an empty
-  /// DataPtr when there is none (the caller allocates; it counts as held).
+  /// The smallest free block of at least `nbytes` on `device`, or an empty
+  /// DataPtr when none fits (the caller allocates `nbytes`; it counts as held).
   at::DataPtr take(size_t nbytes, c10::Device device);
+  /// Hands back a block taken (or allocated after an empty take) for `nbytes`.
   void give(at::DataPtr ptr, size_t nbytes);
   /// Bytes ever handed out for allocation: the pool's footprint.
   int64_t held_bytes() const { return held_bytes_; }
 
  private:
-  std::multimap<size_t, at::DataPtr> free_;
+  std::multimap<size_t, at::DataPtr> free_;  // by block size
+  std::map<const void*, size_t> size_of_;    // every block's real size, by address
   int64_t held_bytes_ = 0;
 };
 

@@ -10,7 +10,7 @@
 //
 // What is done with a full bucket is a CommHook: all-reduce Avg for DDP, a
 // low-precision all-reduce for gradient compression, a reduce-scatter for
-// ZeRO-2 (buckets can be padded to a multiple of the world size for that).
+// sharded gradients (the unit buckets of ft::FlatParamGroup, ft/flat_param_group.h).
 // This is the c10d Reducer / Megatron param-and-grad-buffer idea, written
 // against ft::Comm because c10d::Reducer cannot be used from LibTorch's
 // installed headers.
@@ -85,11 +85,12 @@ CommHook allreduce_avg_hook(Comm& comm);
 /// and only grows.
 CommHook row_sparse_allreduce_hook(Comm& comm, CommHook dense);
 
-/// Sharded-gradient hook (ZeRO-2/3, FSDP): in-place reduce-scatter Avg of
-/// the bucket (Comm::reduce_scatter_inplace_async). Afterwards this rank's
-/// chunk of the bucket (bucket.data.numel() / world elements at rank *
-/// that) holds the averaged gradient; the other chunks are unspecified
-/// until zero(). Needs buckets padded to a multiple of the world size.
+/// Sharded-gradient hook (ZeRO-2/3, FSDP: ft::FlatParamGroup's unit
+/// buckets): in-place reduce-scatter Avg of the bucket
+/// (Comm::reduce_scatter_inplace_async). Afterwards this rank's chunk of
+/// the bucket (bucket.data.numel() / world elements at rank * that) holds
+/// the averaged gradient; the other chunks are unspecified. Needs buckets
+/// padded to a multiple of the world size.
 CommHook reduce_scatter_avg_hook(Comm& comm);
 
 /// Hybrid sharding (FSDP's HYBRID_SHARD): the reduce-scatter Avg above inside
@@ -106,16 +107,6 @@ CommHook hybrid_reduce_hook(Comm& shard, Comm& replicate);
 /// tensors to fp32 on the wire, so there it only costs precision. The
 /// low-precision copy of each bucket is kept from one step to the next.
 CommHook compressed_allreduce_hook(Comm& comm, at::ScalarType wire);
-
-/// One model unit's place in a unit-aligned layout (GradBufferOptions::units).
-struct GradBufferSegment {
-  int param = -1;     ///< index into the constructor's params; -1: a gap (e.g. a frozen weight), kept zero
-  int64_t numel = 0;  ///< elements (the parameter's numel when param >= 0)
-};
-struct GradBufferUnit {
-  std::vector<GradBufferSegment> segments;  ///< laid out end to end from offset 0
-  int64_t padded_numel = 0;                 ///< >= the segments' sum; the rest is zero padding
-};
 
 /// How to lay out the buffer; every field has a usable default.
 struct GradBufferOptions {
@@ -139,20 +130,9 @@ struct GradBufferOptions {
   /// inside start_backward) so every rank lays out alike. Leave null when
   /// others depend on a fixed layout (e.g. shards cut from buffers()).
   Comm* rebuild_with = nullptr;
-  /// Unit-aligned layout (sharded strategies): one bucket per entry, in this
-  /// order (the first is launched first, so list the last model unit first),
-  /// each exactly as described, so that chunk r of a bucket lines up with
-  /// shard r of the unit's flat parameters. Replaces bucket_bytes,
-  /// first_bucket_bytes and align_elements; no rebuild. Every constructor
-  /// param must appear in exactly one segment.
-  std::vector<GradBufferUnit> units;
-  /// Called (under the buffer's lock; must not call back into it) in every
-  /// backward, synchronised or not, once all params of a bucket have
-  /// accumulated their gradient: e.g. to free a unit's gathered weights.
-  std::function<void(int bucket)> on_bucket_ready;
   /// 2-D params whose gradient is row-sparse (an embedding table): each gets
   /// a bucket of its own, marked with its row width (GradBucket::row_width)
-  /// for row_sparse_allreduce_hook. Ignored with `units`.
+  /// for row_sparse_allreduce_hook.
   std::vector<int> row_sparse;
   /// Records each bucket's communication ("allreduce bucket k", launch to
   /// completion) on the trace's comm track while it is active, from
@@ -243,7 +223,6 @@ class GradBuffer {
   };
 
   void layout(const std::vector<int>& order);  // fills buckets_, slots_, buffers_
-  void layout_units();                          // the same, from options_.units
   void reset_bucket_state();                   // sizes the per-bucket vectors
   void rebuild();                              // re-layout in ready_order_
   void attach_views();

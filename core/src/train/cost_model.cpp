@@ -92,13 +92,15 @@ CandidateEstimate estimate(const std::string& name, const PlanInputs& in) {
   e.name = name;
   e.formula = theory_formula(name);
   e.state_bytes = theory_state_bytes(name, psi, n);
-  if (sharded_params(name)) {
-    // The gathered unit in fp32 and its full gradient before the reduce-scatter.
-    e.extra_bytes = n > 1 ? 2 * 4 * in.model.largest_unit_params : 0;
-    if (in.mixed_precision) e.extra_bytes += 2 * psi / n;
-  } else if (in.mixed_precision) {
-    e.extra_bytes = 2 * psi;
+  if (name == "zero2" || sharded_params(name)) {
+    // The bucket pool of unit gradients in flight and (zero3/fsdp) the
+    // gathered units, from the units when known.
+    const std::vector<int64_t> units =
+        in.model.unit_params.empty() ? std::vector<int64_t>{in.model.largest_unit_params} : in.model.unit_params;
+    const ShardedStateBytes b = sharded_state_bytes(name, units, n);
+    e.extra_bytes = b.buckets + b.gathered;
   }
+  if (in.mixed_precision) e.extra_bytes += sharded_params(name) ? 2 * psi / n : 2 * psi;
   e.activation_bytes = activation_bytes(in, in.batch_rows);
   e.compute_s = step_flops(in, in.batch_rows) / std::max(1.0, in.flops_per_s);
   if (name == "pipeline" || name == "tensor") {
@@ -179,15 +181,84 @@ int64_t tensor_sliced_params(int64_t hidden, int64_t intermediate, int64_t layer
   return layers * per_layer + (vocab_parallel ? vocab * h : 0);
 }
 
+double zero_state_bytes(int stage, double params, int world_size, const StateAccounting& a) {
+  const double n = std::max(1, world_size);
+  const double p = params;
+  switch (stage) {
+    case 0: return (a.param + a.grad + a.optimizer) * p;
+    case 1: return (a.param + a.grad) * p + a.optimizer * p / n;
+    case 2: return a.param * p + (a.grad + a.optimizer) * p / n;
+    case 3: return (a.param + a.grad + a.optimizer) * p / n;
+    default: fail("zero_state_bytes: stage {} is not 0..3", stage);
+  }
+}
+
+std::string zero_table1_report() {
+  const double psi = 7.5e9;
+  const int nd = 64;
+  const StateAccounting a = StateAccounting::mixed_precision(12.0);
+  std::string out = fmt::format(
+      "ZeRO Table 1 through ft's cost model (Rajbhandari et al. 2020): Ψ = 7.5 B, K = 12 (mixed-precision Adam: "
+      "2 + 2 + K bytes), N_d = {}\n  {:<10} {:>10} {:>10}\n",
+      nd, "stage", "ft (GB)", "paper (GB)");
+  const char* names[] = {"baseline", "P_os", "P_os+g", "P_os+g+p"};
+  const double paper[] = {120.0, 31.4, 16.6, 1.88};
+  for (int stage = 0; stage <= 3; ++stage) {
+    out += fmt::format("  {:<10} {:>10.3f} {:>10}\n", names[stage], zero_state_bytes(stage, psi, nd, a) / 1e9,
+                       fmt::format("{:g}", paper[stage]));
+  }
+  return out;
+}
+
+int64_t grad_pool_capacity(const std::vector<int64_t>& unit_numels, int max_buckets) {
+  if (unit_numels.empty()) return 1;
+  std::vector<int64_t> sorted = unit_numels;
+  std::sort(sorted.rbegin(), sorted.rend());
+  int64_t others = 0;
+  for (size_t i = 1; i < sorted.size() && i <= static_cast<size_t>(std::max(1, max_buckets)); ++i) others += sorted[i];
+  return std::max(sorted.front(), others);
+}
+
+ShardedStateBytes sharded_state_bytes(const std::string& strategy, const std::vector<int64_t>& unit_params,
+                                      int world_size, int grad_buckets, int limit_all_gathers) {
+  ShardedStateBytes b;
+  const bool z1 = strategy == "zero1", z2 = strategy == "zero2", z3 = sharded_params(strategy);
+  if (!z1 && !z2 && !z3) return b;
+  const int64_t n = std::max(1, world_size);
+  std::vector<int64_t> padded;  // FlatLayout: a positive multiple of N
+  int64_t full = 0, psi = 0;
+  for (int64_t u : unit_params) {
+    padded.push_back(std::max<int64_t>(1, ceil_div(u, n)) * n);
+    full += padded.back();
+    psi += u;
+  }
+  b.params = z3 ? 4 * full / n : 4 * full;
+  b.grads = z1 ? 4 * psi : 4 * full / n;
+  b.optimizer = 8 * full / n;
+  if (z1) return b;
+  // Launch order is last unit first; the pool only depends on the sizes.
+  b.buckets = 4 * grad_pool_capacity(padded, grad_buckets);
+  if (z3) {
+    // The unit in use and the next `limit_all_gathers` prefetched ones.
+    const size_t window = static_cast<size_t>(std::max(0, limit_all_gathers)) + 1;
+    for (size_t i = 0; i < padded.size(); ++i) {
+      int64_t sum = 0;
+      for (size_t k = i; k < std::min(padded.size(), i + window); ++k) sum += padded[k];
+      b.gathered = std::max(b.gathered, 4 * sum);
+    }
+  }
+  return b;
+}
+
 int64_t theory_state_bytes(const std::string& strategy, int64_t params, int world_size, int replicas,
                            int64_t sliced) {
   const int64_t n = std::max(1, world_size);
   const int64_t p = params;
+  const StateAccounting fp32 = StateAccounting::fp32();
   if (strategy == "single" || strategy == "ddp" || strategy == "ddp_amp" || strategy == "horovod") return 16 * p;
   if (strategy == "dp") return 16 * p + 8 * p * (std::max(1, replicas) - 1);
-  if (strategy == "zero1") return 8 * p + 8 * p / n;
-  if (strategy == "zero2") return 8 * p + 8 * p / n;
-  if (strategy == "zero3" || strategy == "fsdp") return 4 * p + 12 * p / n;
+  const int stage = strategy == "zero1" ? 1 : strategy == "zero2" ? 2 : sharded_params(strategy) ? 3 : 0;
+  if (stage > 0) return std::llround(zero_state_bytes(stage, static_cast<double>(p), world_size, fp32));
   // Stages of equal size (the ideal split; ft bench lists every stage).
   if (strategy == "pipeline") return 16 * p / n;
   if (strategy == "tensor" && sliced > 0) return 16 * (p - std::min(p, sliced)) + 16 * std::min(p, sliced) / n;
@@ -198,8 +269,8 @@ std::string theory_formula(const std::string& strategy) {
   if (strategy == "single" || strategy == "ddp" || strategy == "ddp_amp" || strategy == "horovod") return "16Ψ";
   if (strategy == "dp") return "16Ψ+8Ψ(R-1)";
   if (strategy == "zero1") return "8Ψ+8Ψ/N";
-  if (strategy == "zero2") return "8Ψ+8Ψ/N";
-  if (strategy == "zero3" || strategy == "fsdp") return "4Ψ+12Ψ/N";
+  if (strategy == "zero2") return "4Ψ+12Ψ/N+B";
+  if (strategy == "zero3" || strategy == "fsdp") return "16Ψ/N+G+B";
   if (strategy == "pipeline") return "16Ψ/N";
   if (strategy == "tensor") return "16Ψr+16Ψs/N";
   return "";

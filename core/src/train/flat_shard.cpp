@@ -141,7 +141,7 @@ FlatLayout FlatLayout::from_json(const std::string& json, const std::string& sou
 // ---------------------------------------------------------------- GatherPool
 
 at::DataPtr GatherPool::take(size_t nbytes, c10::Device device) {
-  for (auto it = free_.lower_bound(nbytes); it != free_.end() && it->first == nbytes; ++it) {
+  for (auto it = free_.lower_bound(nbytes); it != free_.end(); ++it) {
     if (it->second.device() != device) continue;
     at::DataPtr ptr = std::move(it->second);
     free_.erase(it);
@@ -151,7 +151,11 @@ at::DataPtr GatherPool::take(size_t nbytes, c10::Device device) {
   return at::DataPtr(nullptr, device);
 }
 
-void GatherPool::give(at::DataPtr ptr, size_t nbytes) { free_.emplace(nbytes, std::move(ptr)); }
+void GatherPool::give(at::DataPtr ptr, size_t nbytes) {
+  // A block seen for the first time was allocated for exactly `nbytes`.
+  const size_t size = size_of_.emplace(ptr.get(), nbytes).first->second;
+  free_.emplace(size, std::move(ptr));
+}
 
 // ---------------------------------------------------------------- FlatParam
 

@@ -93,15 +93,11 @@ GradBuffer::GradBuffer(const std::vector<at::Tensor>& params, GradBufferOptions 
       fail("GradBuffer: parameter {} is not a leaf tensor that requires grad", i);
     }
   }
-  if (options_.units.empty()) {
-    std::vector<int> order;
-    for (int i = static_cast<int>(params_.size()) - 1; i >= 0; --i) order.push_back(i);
-    layout(order);
-  } else {
-    layout_units();
-  }
+  std::vector<int> order;
+  for (int i = static_cast<int>(params_.size()) - 1; i >= 0; --i) order.push_back(i);
+  layout(order);
   attach_views();
-  rebuilt_ = options_.rebuild_with == nullptr || !options_.units.empty();
+  rebuilt_ = options_.rebuild_with == nullptr;
   for (size_t i = 0; i < params_.size(); ++i) {
     auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
     hook_keys_.push_back(acc->add_post_hook(std::make_unique<Hook>(this, static_cast<int>(i))));
@@ -195,40 +191,6 @@ void GradBuffer::layout(const std::vector<int>& order) {
   }
 }
 
-void GradBuffer::layout_units() {
-  buckets_.clear();
-  buffers_.clear();
-  slots_.assign(params_.size(), ParamSlot{-1, 0, 0, 0});
-  const at::Tensor& first = params_.front();
-  int64_t cursor = 0;
-  for (const GradBufferUnit& unit : options_.units) {
-    BucketInfo b;
-    b.offset = cursor;
-    int64_t used = 0;
-    for (const GradBufferSegment& seg : unit.segments) {
-      if (seg.param >= 0) {
-        const auto i = static_cast<size_t>(seg.param);
-        if (i >= params_.size() || slots_[i].bucket >= 0 || params_[i].numel() != seg.numel ||
-            params_[i].scalar_type() != first.scalar_type() || params_[i].device() != first.device()) {
-          fail("GradBuffer: unit layout segment for parameter {} does not match the parameters", seg.param);
-        }
-        slots_[i] = ParamSlot{static_cast<int>(buckets_.size()), 0, cursor + used, seg.numel};
-        b.params.push_back(seg.param);
-        b.numel += seg.numel;
-      }
-      used += seg.numel;
-    }
-    if (unit.padded_numel < used) fail("GradBuffer: unit padded to {} elements holds {}", unit.padded_numel, used);
-    b.padded_numel = unit.padded_numel;
-    cursor += unit.padded_numel;
-    buckets_.push_back(std::move(b));
-  }
-  for (const ParamSlot& slot : slots_) {
-    if (slot.bucket < 0) fail("GradBuffer: a parameter is in no unit of the unit layout");
-  }
-  buffers_.push_back(at::zeros({cursor}, first.options().requires_grad(false)));
-}
-
 void GradBuffer::attach_views() {
   c10::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -279,10 +241,7 @@ void GradBuffer::start_backward(bool sync) {
 void GradBuffer::on_grad_ready(int param) {
   std::lock_guard<std::mutex> lock(mutex_);
   const int b = slots_[static_cast<size_t>(param)].bucket;
-  if (state_ == State::kNoSync) {
-    if (--pending_[static_cast<size_t>(b)] == 0 && options_.on_bucket_ready) options_.on_bucket_ready(b);
-    return;
-  }
+  if (state_ == State::kNoSync) return;
   if (state_ != State::kSyncing) return;
   if (param_ready_[static_cast<size_t>(param)] || b < next_launch_) {
     fail("GradBuffer: parameter {} got a gradient after its bucket {} was launched (a second backward "
@@ -297,10 +256,7 @@ void GradBuffer::on_grad_ready(int param) {
     torch::autograd::Engine::get_default_engine().queue_callback([this] { on_backward_end(); });
     callback_queued_ = true;
   }
-  if (--pending_[static_cast<size_t>(b)] == 0) {
-    if (options_.on_bucket_ready) options_.on_bucket_ready(b);
-    launch_ready_in_order();
-  }
+  if (--pending_[static_cast<size_t>(b)] == 0) launch_ready_in_order();
   observe_completions();
 }
 

@@ -1,0 +1,229 @@
+// FlatParamGroup: the per-unit engine of ZeRO-2/3 and FSDP, beside the
+// FlatParams it drives (FSDP2 keeps the same hooks with FSDPParamGroup).
+//
+// It owns one FlatParam per model unit and, by policy:
+//  - parameters (params_sharded): a UnitRunner the model calls around each
+//    unit's forward: wait for the unit's all-gather, prefetch the next
+//    `limit_all_gathers` units, run, reshard (reshard_after_forward); a hook
+//    on the unit's output gathers it again before its backward and
+//    prefetches the previous one; the unit is resharded once its gradients
+//    are complete (and its frozen weights read for the last time).
+//  - gradients (grads_sharded): the persistent gradient of a unit is this
+//    rank's shard only (4Ψ/S over all units). A unit's full gradient exists
+//    only while its backward is in flight, in a bucket taken from a
+//    persistent pool (GradBucketPool): a pre-hook on each trainable
+//    parameter's AccumulateGrad node writes the incoming gradient into the
+//    unit's bucket (autograd's own `.grad` stays undefined); when a unit's
+//    last gradient has arrived its bucket is reduce-scattered in place,
+//    units strictly in launch order (last unit first) so every rank issues
+//    the same collectives; once the reduce-scatter is waited on, this rank's
+//    chunk is added into the unit's gradient shard and the bucket goes back
+//    to the pool.
+//
+// Gradient accumulation (GradAccumulation):
+//  - kReduceEachMicroBatch (DeepSpeed's rule, the default): every
+//    micro-batch's unit gradients are reduce-scattered and summed into the
+//    shards; memory stays 4Ψ/S + the pool.
+//  - kNoSync (FSDP's no_sync): every unit keeps a full-size bucket of its
+//    own across micro-batches (4Ψ in all, like DDP) and only the
+//    synchronised micro-batch communicates.
+//
+// One end-of-backward callback (queued by the first gradient of a
+// backward): it completes units whose gradients did not all arrive (unused
+// parameters: zeros), launches what is left in order and reshards every
+// unit still gathered.
+//
+// Threading: everything runs on the caller's thread and on autograd's
+// thread for the parameters' device, never concurrently (CPU: the same
+// thread). Blocking: a bucket taken from a full pool waits for the oldest
+// reduce-scatter; finish_grad_sync() waits for all. Throwing: a failed
+// collective throws ft::Error from where it is waited on.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "ft/activation_checkpoint.h"
+#include "ft/flat_shard.h"
+#include "ft/grad_buffer.h"
+
+namespace torch::autograd {
+struct Node;
+}  // namespace torch::autograd
+
+namespace ft {
+
+class BertForSequenceClassification;
+class Tracer;
+
+/// How micro-batches of one optimizer step accumulate sharded gradients.
+enum class GradAccumulation {
+  kReduceEachMicroBatch,  ///< reduce-scatter every micro-batch, sum into the shard (DeepSpeed)
+  kNoSync,                ///< keep full unit gradients, reduce-scatter once (FSDP no_sync; +4Ψ)
+};
+
+/// A persistent arena for the full gradients of units in flight (its size:
+/// ft::grad_pool_capacity, ft/cost_model.h): buckets are
+/// taken and given back strictly first-in first-out (launch order), at most
+/// `max_buckets` at once, inside one buffer of `capacity` elements laid out
+/// as a ring. A bucket that does not fit waits (the caller's `wait_oldest`)
+/// for the oldest ones. Allocated once, at the first take().
+class GradBucketPool {
+ public:
+  /// `capacity` >= the largest bucket ever taken; `max_buckets` >= 1.
+  GradBucketPool(int64_t capacity, int max_buckets);
+
+  /// Whether a bucket of `numel` can be placed now without releasing any.
+  bool fits(int64_t numel) const;
+  /// A 1-D view of `numel` elements (contents unspecified). Requires fits().
+  at::Tensor take(int64_t numel, const at::TensorOptions& options);
+  /// Gives back the oldest bucket taken.
+  void give_oldest();
+  int live() const { return static_cast<int>(live_.size()); }
+  int64_t capacity() const { return capacity_; }
+  /// Bytes allocated (0 before the first take).
+  int64_t held_bytes() const;
+
+ private:
+  struct Span {
+    int64_t offset, numel;
+  };
+  int64_t capacity_;
+  int max_buckets_;
+  at::Tensor arena_;
+  std::vector<Span> live_;  // oldest first
+  int64_t cursor_ = 0;      // where the next bucket would start
+};
+
+struct FlatParamGroupOptions {
+  bool params_sharded = false;        ///< only the shard lives between uses of a unit
+  bool reshard_after_forward = true;  ///< free a unit after its forward (else after its backward)
+  bool forward_prefetch = true;
+  bool backward_prefetch = true;
+  int limit_all_gathers = 1;          ///< prefetched all-gathers in flight at most (>= 0)
+  bool grads_sharded = false;         ///< gradients as shards + bucket pool (else the caller's GradBuffer)
+  int grad_buckets = 2;               ///< most units' full gradients alive at once (>= 1)
+  GradAccumulation accumulation = GradAccumulation::kReduceEachMicroBatch;
+  Tracer* trace = nullptr;
+};
+
+class FlatParamGroup {
+ public:
+  /// Flattens `model`'s units (ft/model.h) over `shard` (`world`, `rank`:
+  /// the shard group's; 1/0 keeps one full shard). `trainable(name)` says
+  /// which parameters get gradients. `reduce` launches a unit bucket's
+  /// reduce-scatter (reduce_scatter_avg_hook, hybrid_reduce_hook); needed
+  /// with grads_sharded. Installs the runner on the model when
+  /// params_sharded or grads_sharded.
+  FlatParamGroup(BertForSequenceClassification& model, const std::function<bool(const std::string&)>& trainable,
+                 Comm& shard, int world, int rank, FlatParamGroupOptions options, CommHook reduce);
+  ~FlatParamGroup();
+  FlatParamGroup(const FlatParamGroup&) = delete;
+  FlatParamGroup& operator=(const FlatParamGroup&) = delete;
+
+  const FlatParamGroupOptions& options() const { return options_; }
+  const std::vector<std::unique_ptr<FlatParam>>& units() const { return units_; }
+
+  /// Before each backward: whether this micro-batch ends the accumulation.
+  void start_backward(bool sync);
+  /// Launches what was not launched and waits for every reduce-scatter: the
+  /// gradient shards then hold the averaged sum over the micro-batches.
+  void finish_grad_sync();
+  /// This rank's gradient shard of `unit` (grads_sharded; undefined for a
+  /// unit that trains nothing). Zeroed by the caller after the update.
+  const at::Tensor& grad_shard(int unit) const { return grad_shards_[static_cast<size_t>(unit)]; }
+
+  /// Bytes of full units gathered at once, at most, so far (params_sharded).
+  int64_t peak_gathered_bytes() const { return peak_full_bytes_; }
+  /// Gradient bytes: shards + the bucket pool (+ no_sync's buckets).
+  int64_t grad_bytes() const;
+  /// Full unit gradients alive at once, at most, so far; buckets that had
+  /// to be allocated outside the pool (gradients arriving out of launch
+  /// order), which should stay 0.
+  int peak_live_buckets() const { return peak_live_buckets_; }
+  int overflow_buckets() const { return overflow_; }
+
+ private:
+  class Runner;
+  class GradHook;
+  enum class UnitGrad { kIdle, kFilling, kComplete, kLaunched };
+  struct UnitGrads {
+    int position = -1;          // in launch order; -1: trains nothing
+    at::Tensor bucket;          // bound while kFilling..kLaunched (no_sync: always)
+    bool from_pool = false;
+    bool holds_data = false;    // no_sync: earlier micro-batches accumulated here
+    std::vector<bool> arrived;  // per entry, this backward
+    int pending = 0;            // trainable entries still to arrive this backward
+    UnitGrad state = UnitGrad::kIdle;
+    BucketComm comm;
+  };
+
+  void build_units(BertForSequenceClassification& model, const std::function<bool(const std::string&)>& trainable,
+                   int world, int rank);
+  void install_grad_hooks();
+
+  // Parameters (flat_param_group.cpp).
+  at::Tensor run_unit(int unit, RunPass pass, const at::Tensor& input,
+                      const std::function<at::Tensor(const at::Tensor&)>& fn);
+  void pre_backward(int unit);
+  void prefetch(int unit);
+  void release_prefetch(int unit);
+  void gather_for_use(int unit);
+  void reshard_unit(int unit);
+  void reshard_if_backward_done(int unit);
+  void note_gathered_bytes();
+
+  // Gradients (flat_param_grads.cpp).
+  void on_grad(int unit, int entry, const at::Tensor& grad);
+  void bind(int unit);
+  void complete(int unit);
+  void launch_in_order();
+  void launch(int unit);
+  void finish_oldest();
+  void finish(int unit);
+  void finish_through(int unit);  // and every pool bucket older than it
+  void finish_all();
+  void on_backward_end();
+  void queue_backward_end();
+
+  BertForSequenceClassification& model_;
+  Comm& shard_;
+  FlatParamGroupOptions options_;
+  CommHook reduce_;
+  GatherPool gather_pool_;  // before units_: they hand storage back to it
+  std::vector<std::unique_ptr<FlatParam>> units_;
+  std::unique_ptr<Runner> runner_;
+
+  // Per unit, fixed at construction.
+  std::vector<int> trainable_count_;
+  std::vector<bool> has_frozen_;
+  std::vector<int> launch_order_;  // units that train, last first
+
+  // Parameters, per backward.
+  std::vector<bool> ready_;            // all trainable grads accumulated this backward
+  std::vector<bool> input_grad_done_;  // the grad of the unit's input is complete
+  std::vector<bool> prefetched_unit_;
+  int prefetched_ = 0;
+  int64_t peak_full_bytes_ = 0;
+
+  // Gradients.
+  std::vector<at::Tensor> grad_shards_;
+  std::vector<UnitGrads> grads_;
+  std::unique_ptr<GradBucketPool> pool_;
+  std::vector<int> in_pool_;  // units holding pool buckets, oldest first
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<const void*> hook_ids_;
+  bool sync_ = true;
+  bool callback_queued_ = false;
+  int next_launch_ = 0;  // index into launch_order_
+  int peak_live_buckets_ = 0;
+  int overflow_ = 0;
+  int64_t overflow_bytes_ = 0;
+};
+
+}  // namespace ft
