@@ -91,7 +91,8 @@ TEST_CASE("DeepSpeed ZeRO-3 fp16 (the seeds' row): batch arithmetic, Adam, Warmu
   CHECK(c.train.warmup_steps == 100);
   CHECK(c.train.warmup_type == "log");  // DeepSpeed's default ramp
   CHECK(c.train.max_grad_norm == 1.0);
-  CHECK(c.train.log_every == 10);
+  // steps_per_print governs DeepSpeed's own prints, not ft's loss lines: the other layers decide.
+  CHECK(c.train.log_every == ft::default_config().train.log_every);
   CHECK(c.train.activation_checkpointing);
   CHECK(c.strategy.precision == "fp16");
   CHECK(c.strategy.loss_scale == 0);
