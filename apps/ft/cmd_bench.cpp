@@ -14,6 +14,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in format.h before {fmt} 11, e.g. the copy in LibTorch 2.x wheels)
 
 #include "bench_proc.h"
 #include "commands.h"

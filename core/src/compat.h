@@ -12,7 +12,10 @@
 //     methods, which have the same names and signatures on both;
 //   - NCCL, present only when LibTorch was built with it (`USE_C10D_NCCL`);
 //   - the autocast API (per-device functions before 2.4, device-typed after);
-//   - NVTX ranges through LibTorch's CUDA profiler stubs (header moved in 2.0).
+//   - NVTX ranges through LibTorch's CUDA profiler stubs (header moved in 2.0);
+//   - autograd nodes (a leaf's grad accumulator) held in std::shared_ptr up to
+//     2.11 at least, in c10::intrusive_ptr by 2.15: shared_node() gives ft's
+//     std::shared_ptr either way (found by overload, no version number).
 //
 // This header is heavy (c10d + gloo, ~4.5 s to compile): include it only from
 // sources under core/src/ (comm/, precision, trace, activation checkpoint), never from a public header.
@@ -20,7 +23,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include <ATen/autocast_mode.h>
 #if __has_include(<torch/csrc/profiler/stubs/base.h>)
@@ -73,6 +78,19 @@ using Backend = c10d::Backend;
 #else
 using Backend = c10d::ProcessGroup;
 #endif
+
+/// A grad accumulator (torch::autograd::impl::grad_accumulator) as the
+/// std::shared_ptr ft keeps: as is where LibTorch returns one; where it returns
+/// a c10::intrusive_ptr, a shared_ptr whose deleter owns that reference.
+template <class T>
+std::shared_ptr<T> shared_node(std::shared_ptr<T> node) {
+  return node;
+}
+template <class T>
+std::shared_ptr<T> shared_node(c10::intrusive_ptr<T> node) {
+  T* raw = node.get();
+  return std::shared_ptr<T>(raw, [keep = std::move(node)](T*) mutable { keep.reset(); });
+}
 
 // Autocast: 2.4 replaced the per-device functions with device-typed ones.
 inline bool autocast_enabled(c10::DeviceType device) {

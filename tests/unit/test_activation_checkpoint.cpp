@@ -78,7 +78,8 @@ PlainRun linear_dropout_run(bool ckpt, bool input_requires_grad) {
   torch::nn::Linear lin(6, 5);
   torch::nn::Dropout drop(0.5);
   PlainRun r;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accs;
+  // The accumulator's pointer type: std::shared_ptr (LibTorch 1.13) or c10::intrusive_ptr (2.15).
+  std::vector<std::decay_t<decltype(torch::autograd::impl::grad_accumulator(lin->weight))>> accs;
   std::vector<uintptr_t> keys;
   for (auto& p : lin->parameters()) {
     accs.push_back(torch::autograd::impl::grad_accumulator(p));

@@ -11,6 +11,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "ft/cost_model.h"
+#include "compat.h"
 #include "ft/error.h"
 #include "ft/flat_param_group.h"
 #include "ft/model.h"
@@ -100,7 +101,7 @@ void FlatParamGroup::install_grad_hooks() {
       auto hook = std::make_unique<GradHook>(this, u, static_cast<int>(i));
       hook_ids_.push_back(hook.get());
       acc->add_pre_hook(std::move(hook));
-      accumulators_.push_back(std::move(acc));
+      accumulators_.push_back(compat::shared_node(std::move(acc)));
     }
   }
   if (options_.accumulation == GradAccumulation::kReduceEachMicroBatch && !sizes.empty()) {

@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include "compat.h"
 #include "ft/error.h"
 #include "inplace_scale.h"
 #include "ft/trace.h"
@@ -101,7 +102,7 @@ GradBuffer::GradBuffer(const std::vector<at::Tensor>& params, GradBufferOptions 
   for (size_t i = 0; i < params_.size(); ++i) {
     auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
     hook_keys_.push_back(acc->add_post_hook(std::make_unique<Hook>(this, static_cast<int>(i))));
-    accumulators_.push_back(std::move(acc));
+    accumulators_.push_back(compat::shared_node(std::move(acc)));
   }
   reset_bucket_state();
   param_ready_.assign(params_.size(), false);
