@@ -33,6 +33,9 @@ function(ft_add_strategy target)
   if(ARG_COMPILE_DEFINITIONS)
     target_compile_definitions(${target} PRIVATE ${ARG_COMPILE_DEFINITIONS})
   endif()
+  # FT_TORCH_RPATH: a LibTorch outside the system directories (top-level CMakeLists.txt; unset
+  # in a third-party project, where the link path below covers it).
+  set(_ft_plugin_rpath "$ORIGIN/../.." ${FT_TORCH_RPATH})
   set_target_properties(${target} PROPERTIES
     PREFIX "libft_strategy_"
     OUTPUT_NAME ${ARG_NAME}
@@ -44,7 +47,7 @@ function(ft_add_strategy target)
     # Installed into <prefix>/lib/ft/strategies: libft_core.so of the same
     # prefix is in lib/. A third-party plugin installed elsewhere also gets
     # the directories of the libft_core.so and LibTorch it linked (link path).
-    INSTALL_RPATH "$ORIGIN/../.."
+    INSTALL_RPATH "${_ft_plugin_rpath}"
     INSTALL_RPATH_USE_LINK_PATH ON)
   if(ARG_OUTPUT_DIR)
     set_target_properties(${target} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${ARG_OUTPUT_DIR})

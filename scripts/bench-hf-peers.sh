@@ -33,7 +33,8 @@
 #
 # Usage: scripts/bench-hf-peers.sh [minilm|mini|weibo|all]
 #   env: STEPS=20 WARMUP=2 ROUNDS=3 ROWS="single ddp ..." BUILD=build
-#        QUIET_LOAD=0.5 QUIET_TIMEOUT=1800 (seconds to wait for load < QUIET_LOAD; 0: don't wait)
+#        QUIET_BUSY=0.1 QUIET_TIMEOUT=1800 (seconds to wait until under a tenth of the cores is busy)
+#        FT2=build-torch2 (also time the ft of that build: scripts/build-torch2.sh) FT2_ROWS="single ..." (default: all rows)
 #        OUT=file.md OUT_DIR=bench-out/hf-peers
 # Not a test: the full run takes hours on 2 cores. Numbers from a loaded machine are worthless.
 set -euo pipefail
@@ -56,19 +57,30 @@ global=32
 [[ -x "$py" ]] || scripts/hf-env.sh
 mkdir -p "$out_dir/logs"
 
-load_now() { cut -d' ' -f1 /proc/loadavg; }
-# Wait for a quiet machine: poll the 1-minute load until < QUIET_LOAD or QUIET_TIMEOUT.
+# Quiet means no other process keeps the cores busy: the share of all cores
+# busy over a 3-second window, from /proc/stat. (The 1-minute load average
+# would still count this script's own previous run for a minute or more.)
+busy_now() {
+  local u1 n1 s1 i1 w1 q1 sq1 st1 u2 n2 s2 i2 w2 q2 sq2 st2
+  read -r _ u1 n1 s1 i1 w1 q1 sq1 st1 _ </proc/stat
+  sleep 3
+  read -r _ u2 n2 s2 i2 w2 q2 sq2 st2 _ </proc/stat
+  local busy=$(((u2 + n2 + s2 + q2 + sq2 + st2) - (u1 + n1 + s1 + q1 + sq1 + st1))) idle=$(((i2 + w2) - (i1 + w1)))
+  awk -v b="$busy" -v i="$idle" 'BEGIN {printf "%.2f", (b + i) > 0 ? b / (b + i) : 0}'
+}
+# Wait until busy_now < QUIET_BUSY, at most QUIET_TIMEOUT seconds.
 wait_quiet() {
-  local limit="${QUIET_TIMEOUT:-1800}" want="${QUIET_LOAD:-0.5}" waited=0
-  while ! awk -v l="$(load_now)" -v w="$want" 'BEGIN {exit !(l < w)}'; do
+  local limit="${QUIET_TIMEOUT:-1800}" want="${QUIET_BUSY:-0.1}" waited=0 b
+  while b="$(busy_now)"; ! awk -v b="$b" -v w="$want" 'BEGIN {exit !(b < w)}'; do
     if ((waited >= limit)); then
-      echo "bench-hf-peers: load still $(load_now) after ${limit}s: measuring anyway (the table says so)" >&2
+      echo "bench-hf-peers: cores still $b busy after ${limit}s: measuring anyway (the table says so)" >&2
       return 0
     fi
-    ((waited == 0)) && echo "bench-hf-peers: waiting for the load average to drop below $want ($(load_now))" >&2
-    sleep 10
+    ((waited == 0)) && echo "bench-hf-peers: waiting for the cores to go idle (busy $b, want < $want)" >&2
+    sleep 7
     waited=$((waited + 10))
   done
+  last_busy="$b"
 }
 
 median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
@@ -132,10 +144,10 @@ EOF
   fi
 }
 
-# ftrun <ft row> <overrides...>: one run; prints ft's summary line (or {"error": ...}).
+# ftrun <ft binary> <ft row> <overrides...>: one run; prints ft's summary line (or {"error": ...}).
 ftrun() {
-  local row="$1"; shift
-  local s="$row" n=$nproc_dist extra=() log="$out_dir/logs/ft-$row.log"
+  local bin="$1" row="$2"; shift 2
+  local s="$row" n=$nproc_dist extra=() log="$out_dir/logs/ft-$row-$(basename "$(dirname "$(dirname "$bin")")").log"
   case "$row" in
     single) n=1 ;;
     lora) s=single; n=1; extra+=(--set lora.rank=8) ;;
@@ -143,7 +155,7 @@ ftrun() {
   esac
   [[ "$s" == ddp_amp ]] || extra+=(--precision fp32)
   rm -f "$out_dir/ft.jsonl"
-  if "$ft" run --config configs/bench-mini.yaml --strategy "$s" --nproc "$n" --threads $((cores / n)) \
+  if "$bin" run --config configs/bench-mini.yaml --strategy "$s" --nproc "$n" --threads $((cores / n)) \
       --max-steps "$steps" --set train.batch_size=$((global / n)) --metrics-out "$out_dir/ft.jsonl" \
       "$@" "${extra[@]}" >"$log" 2>&1; then
     grep '"event":"summary"' "$out_dir/ft.jsonl"
@@ -160,56 +172,71 @@ peers_of() {
   esac
 }
 
+# ft_column <label> <binary> <row> <overrides...>: one ft run, appended to $out_dir/<label>.{sps,rss,err}.
+ft_column() {
+  local label="$1" bin="$2" row="$3"; shift 3
+  echo "bench-hf-peers: $row: $label (busy $(busy_now))" >&2
+  local f; f="$(ftrun "$bin" "$row" "$@")"
+  if [[ "$f" == *'"error"'* ]]; then echo "$f" | field error >"$out_dir/$label.err"; else
+    echo "$f" | field samples_per_s >>"$out_dir/$label.sps"; echo "$f" | field peak_rss_mb >>"$out_dir/$label.rss"
+  fi
+}
+
+# cell <label>: the median samples/s of that column, or its error.
+cell() {
+  if [[ -s "$out_dir/$1.err" ]]; then echo "failed: $(cat "$out_dir/$1.err")"; else median <"$out_dir/$1.sps" | xargs printf '%.1f'; fi
+}
+
 bench_workload() {  # bench_workload <name> <data> <model> <padding> <lr> <max_len>
   local name="$1" data="$2" model="$3" padding="$4" lr="$5" maxlen="$6"
   [[ -f "$data" ]] || { echo "bench-hf-peers: $data is missing" >&2; exit 1; }
   local ftover=(--set "model.config=$model" --set "data.train=$data" --set "data.padding=$padding"
                 --set "data.max_seq_len=$maxlen" --set "train.lr=$lr")
   local peerover=(--data "$data" --model "$model" --padding "$padding" --lr "$lr")
+  local ft2_head="" ft2_rule=""
+  if [[ -n "$ft2" ]]; then ft2_head=" ft LibTorch $ft2_version samples/s | ft 2.x / peer |"; ft2_rule="---:|---:|"; fi
   echo
   echo "### $name: $data, model $model, padding $padding, global batch $global, $steps steps ($warmup warm-up excluded), median of $rounds"
   echo
-  echo "| ft row | peer row | ranks x threads | peer samples/s | ft samples/s | ft / peer | peer peak RSS/rank MB | ft peak RSS/rank MB | load |"
-  echo "|---|---|---|---:|---:|---:|---:|---:|---|"
+  echo "| ft row | peer row | ranks x threads | peer samples/s | ft samples/s | ft / peer |$ft2_head peer peak RSS/rank MB | ft peak RSS/rank MB | cores busy before each round |"
+  echo "|---|---|---|---:|---:|---:|$ft2_rule---:|---:|---|"
   local row p r
   for row in $rows; do
     local n=$nproc_dist
     case "$row" in single | lora | gbl) n=1 ;; esac
     local peer_list; peer_list="$(peers_of "$row")"
-    for p in $peer_list; do : >"$out_dir/$p.sps"; : >"$out_dir/$p.rss"; : >"$out_dir/$p.err"; done
-    : >"$out_dir/ft.sps"; : >"$out_dir/ft.rss"; : >"$out_dir/ft.err"
-    local loads=""
+    local c
+    for c in $peer_list ft ft2; do : >"$out_dir/$c.sps"; : >"$out_dir/$c.rss"; : >"$out_dir/$c.err"; done
+    local busy=""
     for ((r = 0; r < rounds; r++)); do
       wait_quiet
-      loads+="$(load_now) "
+      busy+="$last_busy "
       for p in $peer_list; do
-        echo "bench-hf-peers: $name $row: peer $p, round $((r + 1))/$rounds (load $(load_now))" >&2
+        echo "bench-hf-peers: $name $row: peer $p, round $((r + 1))/$rounds" >&2
         local j; j="$(peer "$p" "${peerover[@]}")"
         if [[ "$j" == *'"error"'* ]]; then echo "$j" | field error >"$out_dir/$p.err"; else
           echo "$j" | field samples_per_s >>"$out_dir/$p.sps"; echo "$j" | field peak_rss_mb >>"$out_dir/$p.rss"
           echo "$j" >"$out_dir/peer-versions.json"
         fi
       done
-      echo "bench-hf-peers: $name $row: ft, round $((r + 1))/$rounds (load $(load_now))" >&2
-      local f; f="$(ftrun "$row" "${ftover[@]}")"
-      if [[ "$f" == *'"error"'* ]]; then echo "$f" | field error >"$out_dir/ft.err"; else
-        echo "$f" | field samples_per_s >>"$out_dir/ft.sps"; echo "$f" | field peak_rss_mb >>"$out_dir/ft.rss"
-      fi
+      ft_column ft "$ft" "$row" "${ftover[@]}"
+      [[ -z "$ft2" || " ${FT2_ROWS:-$rows} " != *" $row "* ]] || ft_column ft2 "$ft2" "$row" "${ftover[@]}"
     done
-    local ff frss
-    ff="$(median <"$out_dir/ft.sps" | xargs printf '%.1f')"; frss="$(median <"$out_dir/ft.rss" | xargs printf '%.0f')"
-    [[ -s "$out_dir/ft.err" ]] && ff="ft failed: $(cat "$out_dir/ft.err")"
+    local ff ff2="" frss
+    ff="$(cell ft)"; frss="$(median <"$out_dir/ft.rss" | xargs printf '%.0f')"
+    [[ -z "$ft2" ]] || ff2="$( [[ -s "$out_dir/ft2.sps" || -s "$out_dir/ft2.err" ]] && cell ft2 || echo "–")"
     for p in $peer_list; do
       local ps prss
       ps="$(median <"$out_dir/$p.sps")"; prss="$(median <"$out_dir/$p.rss")"
-      if [[ -s "$out_dir/$p.err" ]]; then
-        echo "| $row | $p | $n x $((cores / n)) | **failed**: \`$(cat "$out_dir/$p.err")\` | $ff | – | – | $frss | $loads|"
-      else
-        awk -v row="$row" -v p="$p" -v n="$n" -v t=$((cores / n)) -v ps="$ps" -v ff="$ff" -v prss="$prss" \
-            -v frss="$frss" -v loads="$loads" 'BEGIN {
-          ratio = (ff + 0 > 0 && ps + 0 > 0) ? sprintf("**%.2fx**", ff / ps) : "–"
-          printf "| %s | %s | %d x %d | %.1f | %s | %s | %.0f | %s | %s|\n", row, p, n, t, ps, ff, ratio, prss, frss, loads }'
-      fi
+      [[ -s "$out_dir/$p.err" ]] && { ps="**failed**: \`$(cat "$out_dir/$p.err")\`"; prss="–"; }
+      awk -v row="$row" -v p="$p" -v n="$n" -v t=$((cores / n)) -v ps="$ps" -v ff="$ff" -v ff2="$ff2" -v two="$ft2" \
+          -v prss="$prss" -v frss="$frss" -v busy="$busy" 'BEGIN {
+        r1 = (ff + 0 > 0 && ps + 0 > 0) ? sprintf("**%.2fx**", ff / ps) : "–"
+        col2 = ""
+        if (two != "") col2 = sprintf(" %s | %s |", ff2, (ff2 + 0 > 0 && ps + 0 > 0) ? sprintf("%.2fx", ff2 / ps) : "–")
+        pcell = (ps + 0 > 0) ? sprintf("%.1f", ps) : ps
+        rcell = (prss + 0 > 0) ? sprintf("%.0f", prss) : prss
+        printf "| %s | %s | %d x %d | %s | %s | %s |%s %s | %s | %s|\n", row, p, n, t, pcell, ff, r1, col2, rcell, frss, busy }'
     done
   done
 }
@@ -220,10 +247,16 @@ if [[ "$which_workloads" == minilm || "$which_workloads" == all ]] && [[ ! -f "$
     --rows 2048 --max-len 256 --out "$minilm_data" >&2
 fi
 
-load0="$(load_now)"
+ft2="${FT2:+$FT2/bin/ft}"
+ft2_version=""
+if [[ -n "$ft2" ]]; then
+  [[ -x "$ft2" ]] || { echo "bench-hf-peers: $ft2 not found: run scripts/build-torch2.sh first" >&2; exit 1; }
+  ft2_version="$("$py" -c 'import torch; print(torch.__version__.split("+")[0])')"
+fi
+busy0="$(busy_now)"
 wait_quiet
 {
-  echo "ft ($(git rev-parse --short HEAD)) vs Hugging Face peers ($("$py" -c 'import torch, transformers, accelerate, deepspeed, peft; print(f"torch {torch.__version__}, transformers {transformers.__version__}, accelerate {accelerate.__version__}, deepspeed {deepspeed.__version__}, peft {peft.__version__}")' 2>/dev/null | tail -1)), $cores cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(date -u '+%Y-%m-%d %H:%M UTC'), load at start $load0 then $(load_now) after waiting; the load column is the 1-minute load before each round"
+  echo "ft ($(git rev-parse --short HEAD)) vs Hugging Face peers ($("$py" -c 'import torch, transformers, accelerate, deepspeed, peft; print(f"torch {torch.__version__}, transformers {transformers.__version__}, accelerate {accelerate.__version__}, deepspeed {deepspeed.__version__}, peft {peft.__version__}")' 2>/dev/null | tail -1)), $cores cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(date -u '+%Y-%m-%d %H:%M UTC'), cores busy at start $busy0, then $last_busy after waiting (the share of both cores busy over 3 s, from /proc/stat)"
   if [[ "$which_workloads" == minilm || "$which_workloads" == all ]]; then
     bench_workload minilm "$minilm_data" data/all-minilm-l6-v2 longest 1e-4 256
   fi

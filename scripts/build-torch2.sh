@@ -71,8 +71,15 @@ EOF
 set(TORCH_INSTALL_PREFIX "$torch_dir")
 set(TORCH_INCLUDE_DIRS "$torch_dir/include;$torch_dir/include/torch/csrc/api/include")
 set(TORCH_CXX_FLAGS "-D_GLIBCXX_USE_CXX11_ABI=1")
+# One IMPORTED SHARED target per library: CMake then knows where each lives,
+# so the build RPATH and, through INSTALL_RPATH_USE_LINK_PATH, the installed
+# one (an SDK prefix, scripts/test-sdk.sh) name the wheel's lib directory.
 foreach(lib torch torch_cpu c10 torch_cuda c10_cuda)
   find_library(FT_SHIM_\${lib} \${lib} PATHS "$torch_dir/lib" NO_DEFAULT_PATH REQUIRED)
+  if(NOT TARGET torch_shim::\${lib})
+    add_library(torch_shim::\${lib} SHARED IMPORTED)
+    set_target_properties(torch_shim::\${lib} PROPERTIES IMPORTED_LOCATION "\${FT_SHIM_\${lib}}")
+  endif()
 endforeach()
 if(NOT TARGET torch)
   add_library(torch INTERFACE IMPORTED)
@@ -82,7 +89,7 @@ if(NOT TARGET torch)
     INTERFACE_COMPILE_DEFINITIONS "_GLIBCXX_USE_CXX11_ABI=1;USE_DISTRIBUTED;USE_C10D_GLOO;USE_RPC;USE_TENSORPIPE;USE_C10D_NCCL"
     INTERFACE_COMPILE_FEATURES cxx_std_20
     # --no-as-needed: keep libtorch_cuda (its kernels register at load time) as the real config does.
-    INTERFACE_LINK_LIBRARIES "-Wl,--no-as-needed;\${FT_SHIM_torch};\${FT_SHIM_torch_cpu};\${FT_SHIM_c10};\${FT_SHIM_torch_cuda};\${FT_SHIM_c10_cuda};-Wl,--as-needed")
+    INTERFACE_LINK_LIBRARIES "-Wl,--no-as-needed;torch_shim::torch;torch_shim::torch_cpu;torch_shim::c10;torch_shim::torch_cuda;torch_shim::c10_cuda;-Wl,--as-needed")
 endif()
 set(TORCH_LIBRARIES torch)
 set(TORCH_CUDA_LIBRARIES "\${FT_SHIM_torch_cuda};\${FT_SHIM_c10_cuda}")
