@@ -66,7 +66,7 @@ busy_now() {
   sleep 3
   read -r _ u2 n2 s2 i2 w2 q2 sq2 st2 _ </proc/stat
   local busy=$(((u2 + n2 + s2 + q2 + sq2 + st2) - (u1 + n1 + s1 + q1 + sq1 + st1))) idle=$(((i2 + w2) - (i1 + w1)))
-  awk -v b="$busy" -v i="$idle" 'BEGIN {printf "%.2f", (b + i) > 0 ? b / (b + i) : 0}'
+  awk -v b="$busy" -v i="$idle" 'BEGIN {printf "%.2f", ((b + i) > 0 ? b / (b + i) : 0)}'
 }
 # Wait until busy_now < QUIET_BUSY, at most QUIET_TIMEOUT seconds.
 wait_quiet() {
