@@ -172,14 +172,18 @@ peers_of() {
   esac
 }
 
-# ft_column <label> <binary> <row> <overrides...>: one ft run, appended to $out_dir/<label>.{sps,rss,err}.
+# record <label> <json>: one run's result appended to $out_dir/<label>.{sps,rss}, or its error to <label>.err.
+record() {
+  if [[ "$2" == *'"error"'* ]]; then echo "$2" | field error >"$out_dir/$1.err"; else
+    echo "$2" | field samples_per_s >>"$out_dir/$1.sps"; echo "$2" | field peak_rss_mb >>"$out_dir/$1.rss"
+  fi
+}
+
+# ft_column <label> <binary> <row> <overrides...>: one ft run, recorded under <label>.
 ft_column() {
   local label="$1" bin="$2" row="$3"; shift 3
-  echo "bench-hf-peers: $row: $label (busy $(busy_now))" >&2
-  local f; f="$(ftrun "$bin" "$row" "$@")"
-  if [[ "$f" == *'"error"'* ]]; then echo "$f" | field error >"$out_dir/$label.err"; else
-    echo "$f" | field samples_per_s >>"$out_dir/$label.sps"; echo "$f" | field peak_rss_mb >>"$out_dir/$label.rss"
-  fi
+  echo "bench-hf-peers: $row: $label" >&2
+  record "$label" "$(ftrun "$bin" "$row" "$@")"
 }
 
 # cell <label>: the median samples/s of that column, or its error.
@@ -214,10 +218,8 @@ bench_workload() {  # bench_workload <name> <data> <model> <padding> <lr> <max_l
       for p in $peer_list; do
         echo "bench-hf-peers: $name $row: peer $p, round $((r + 1))/$rounds" >&2
         local j; j="$(peer "$p" "${peerover[@]}")"
-        if [[ "$j" == *'"error"'* ]]; then echo "$j" | field error >"$out_dir/$p.err"; else
-          echo "$j" | field samples_per_s >>"$out_dir/$p.sps"; echo "$j" | field peak_rss_mb >>"$out_dir/$p.rss"
-          echo "$j" >"$out_dir/peer-versions.json"
-        fi
+        record "$p" "$j"
+        [[ "$j" == *'"error"'* ]] || echo "$j" >"$out_dir/peer-versions.json"
       done
       ft_column ft "$ft" "$row" "${ftover[@]}"
       [[ -z "$ft2" || " ${FT2_ROWS:-$rows} " != *" $row "* ]] || ft_column ft2 "$ft2" "$row" "${ftover[@]}"
