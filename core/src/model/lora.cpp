@@ -15,6 +15,7 @@
 #include "ft/fs.h"
 #include "ft/model.h"
 #include "ft/safetensors.h"
+#include "text_affix.h"
 
 namespace ft {
 namespace fsys = std::filesystem;
@@ -27,10 +28,6 @@ const char kWeightsFile[] = "adapter_model.safetensors";
 const char kConfigFile[] = "adapter_config.json";
 const char kSuffixA[] = ".lora_A.weight";
 const char kSuffixB[] = ".lora_B.weight";
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 bool is_classifier(const std::string& name) { return name.rfind("classifier.", 0) == 0; }
 

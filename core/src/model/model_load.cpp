@@ -9,11 +9,10 @@
 
 #include "ft/error.h"
 #include "ft/model.h"
+#include "text_affix.h"
 
 namespace ft {
 namespace {
-
-bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
 // The module a parameter belongs to ("classifier", "bert.pooler.dense"): a
 // head module is present or absent as a whole, never half.

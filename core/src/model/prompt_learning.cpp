@@ -14,6 +14,7 @@
 #include "ft/model.h"
 #include "ft/safetensors.h"
 #include "ft/tokenizer.h"
+#include "text_affix.h"
 
 namespace ft {
 namespace fsys = std::filesystem;
@@ -32,10 +33,6 @@ const char kPeftHeadPrefix[] = "base_model.";
 
 std::string prefix_name(int64_t layer, const char* which) {
   return fmt::format("bert.encoder.layer.{}.attention.self.prefix_{}", layer, which);
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 bool is_classifier(const std::string& name) { return name.rfind("classifier.", 0) == 0; }

@@ -9,13 +9,12 @@
 #include "bert_modules.h"
 #include "ft/error.h"
 #include "ft/model.h"
+#include "text_affix.h"
 
 namespace ft {
 using namespace model_detail;
 
 namespace {
-
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
 // The six Linears of a layer; column-parallel ones are cut by output rows,
 // row-parallel ones by input columns.

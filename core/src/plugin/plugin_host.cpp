@@ -16,14 +16,14 @@
 
 namespace ft {
 
-namespace fs = std::filesystem;
+namespace fsys = std::filesystem;
 
 /// A loaded plugin file. Every Strategy made from it holds a shared_ptr to
 /// this, so the library is unloaded only after the last such object is gone
 /// (using an object whose code was unloaded crashes).
 struct PluginHost::Library {
   boost::dll::shared_library library;
-  fs::path file;
+  fsys::path file;
 };
 
 namespace {
@@ -55,11 +55,11 @@ std::string load_failure_reason(const std::string& what, const std::string& file
 
 // Anyone may replace what a world-writable file or directory holds, so a
 // plugin there could be anyone's code.
-std::optional<std::string> writable_by_others(const fs::path& p) {
+std::optional<std::string> writable_by_others(const fsys::path& p) {
   std::error_code ec;
-  const auto perms = fs::status(p, ec).permissions();
+  const auto perms = fsys::status(p, ec).permissions();
   if (ec) return "cannot read its permissions: " + ec.message();
-  if ((perms & fs::perms::others_write) != fs::perms::none) {
+  if ((perms & fsys::perms::others_write) != fsys::perms::none) {
     return std::string("writable by every user (chmod o-w it)");
   }
   return std::nullopt;
@@ -74,16 +74,16 @@ struct OwnedStrategy {
 
 }  // namespace
 
-DiscoveryOptions DiscoveryOptions::from_environment(std::vector<fs::path> plugin_dirs) {
+DiscoveryOptions DiscoveryOptions::from_environment(std::vector<fsys::path> plugin_dirs) {
   DiscoveryOptions options;
   if (const char* env = std::getenv("FT_PLUGIN_PATH")) options.plugin_path = env;
   options.plugin_dirs = std::move(plugin_dirs);
   return options;
 }
 
-fs::path default_builtin_plugin_dir() {
+fsys::path default_builtin_plugin_dir() {
   std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  const fsys::path exe = fsys::read_symlink("/proc/self/exe", ec);
   if (ec) fail("/proc/self/exe: cannot find the running executable ({}); pass the plugin directory explicitly", ec.message());
   return (exe.parent_path() / ".." / "lib" / "ft" / "strategies").lexically_normal();
 }
@@ -92,7 +92,7 @@ PluginHost PluginHost::discover(const DiscoveryOptions& options) {
   // A --plugin-dir is an explicit request: a typo there must not be silent.
   for (const auto& dir : options.plugin_dirs) {
     std::error_code ec;
-    if (!fs::is_directory(dir, ec)) fail("--plugin-dir {}: not a directory", dir.string());
+    if (!fsys::is_directory(dir, ec)) fail("--plugin-dir {}: not a directory", dir.string());
   }
   PluginHost host;
   if (options.use_builtin) {
@@ -103,7 +103,7 @@ PluginHost PluginHost::discover(const DiscoveryOptions& options) {
   while (begin <= path.size()) {
     std::size_t end = path.find(':', begin);
     if (end == std::string::npos) end = path.size();
-    const fs::path item = path.substr(begin, end - begin);
+    const fsys::path item = path.substr(begin, end - begin);
     if (item.is_relative() && !item.empty()) {
       // It would mean "relative to wherever ft happens to run", which is how
       // a planted file in a shared working directory gets loaded.
@@ -118,13 +118,13 @@ PluginHost PluginHost::discover(const DiscoveryOptions& options) {
   return host;
 }
 
-void PluginHost::scan_dir(const fs::path& given, const std::string& origin) {
+void PluginHost::scan_dir(const fsys::path& given, const std::string& origin) {
   std::error_code ec;
   // Canonical from here on: dlopen gets absolute paths only (never a bare
   // name for the loader's search path), and "inside the directory" below
   // means inside its real location.
-  const fs::path dir = fs::canonical(given, ec);
-  if (ec || !fs::is_directory(dir, ec)) {
+  const fsys::path dir = fsys::canonical(given, ec);
+  if (ec || !fsys::is_directory(dir, ec)) {
     warnings_.push_back(fmt::format("{} ({}): not a directory; no plugins loaded from it", given.string(), origin));
     return;
   }
@@ -132,8 +132,8 @@ void PluginHost::scan_dir(const fs::path& given, const std::string& origin) {
     warnings_.push_back(fmt::format("{} ({}): {}; no plugins loaded from it", dir.string(), origin, *why));
     return;
   }
-  std::vector<fs::path> files;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+  std::vector<fsys::path> files;
+  for (fsys::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string file_name = it->path().filename().string();
     if (!is_plugin_file_name(file_name)) {
       // A library in a directory the user named is likely meant as a plugin:
@@ -146,7 +146,7 @@ void PluginHost::scan_dir(const fs::path& given, const std::string& origin) {
       continue;
     }
     std::error_code type_ec;
-    if (fs::is_regular_file(it->path(), type_ec)) files.push_back(it->path());
+    if (fsys::is_regular_file(it->path(), type_ec)) files.push_back(it->path());
   }
   if (ec) {
     warnings_.push_back(fmt::format("{} ({}): cannot list the directory: {}", dir.string(), origin, ec.message()));
@@ -154,7 +154,7 @@ void PluginHost::scan_dir(const fs::path& given, const std::string& origin) {
   std::sort(files.begin(), files.end());  // load order must not depend on the file system
   for (const auto& file : files) {
     std::error_code link_ec;
-    const fs::path target = fs::canonical(file, link_ec);
+    const fsys::path target = fsys::canonical(file, link_ec);
     if (link_ec) {
       warnings_.push_back(fmt::format("{}: cannot resolve the path: {}", file.string(), link_ec.message()));
     } else if (target.parent_path() != dir) {
@@ -169,8 +169,8 @@ void PluginHost::scan_dir(const fs::path& given, const std::string& origin) {
   }
 }
 
-void PluginHost::load_file(const fs::path& path, const std::string& origin) {
-  const fs::path& file = path;  // canonical (scan_dir)
+void PluginHost::load_file(const fsys::path& path, const std::string& origin) {
+  const fsys::path& file = path;  // canonical (scan_dir)
   // The same file reached twice (a directory listed twice, a symlink) is one plugin.
   if (std::find(seen_files_.begin(), seen_files_.end(), file) != seen_files_.end()) return;
   seen_files_.push_back(file);
