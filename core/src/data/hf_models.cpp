@@ -2,7 +2,9 @@
 // library's ids: BPE merges by rank, leftmost first on ties; Unigram takes the
 // Viterbi path with the first-found candidate winning ties.
 #include <algorithm>
+#include <cstddef>
 #include <limits>
+#include <queue>
 
 #include <fmt/format.h>
 
@@ -156,24 +158,53 @@ class Bpe final : public Model {
   }
 
   // The lowest-ranked adjacent pair merges first, the leftmost on ties,
-  // until no pair has a merge.
-  void merge_all(std::vector<int64_t>& symbols) const {
-    while (symbols.size() > 1) {
-      int64_t best_rank = std::numeric_limits<int64_t>::max();
-      std::size_t best = 0;
-      int64_t merged = -1;
-      for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
-        const auto it = merges_.find(pair_key(symbols[i], symbols[i + 1]));
-        if (it != merges_.end() && it->second.first < best_rank) {
-          best_rank = it->second.first;
-          best = i;
-          merged = it->second.second;
-        }
-      }
-      if (merged < 0) return;
-      symbols[best] = merged;
-      symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+  // until no pair has a merge: a heap of candidate pairs over a linked list
+  // of symbols, so long words (unspaced Chinese, runs of punctuation) stay
+  // n log n. A merged symbol keeps the left position; entries whose pair has
+  // changed since they were pushed are skipped when they surface.
+  void merge_all(std::vector<int64_t>& ids) const {
+    const auto n = static_cast<std::ptrdiff_t>(ids.size());
+    if (n < 2) return;
+    std::vector<std::ptrdiff_t> prev(ids.size()), next(ids.size());
+    for (std::ptrdiff_t i = 0; i < n; ++i) {
+      prev[static_cast<std::size_t>(i)] = i - 1;
+      next[static_cast<std::size_t>(i)] = i + 1 < n ? i + 1 : -1;
     }
+    std::vector<char> alive(ids.size(), 1);
+    struct Candidate {
+      int64_t rank;
+      std::ptrdiff_t pos;
+      int64_t merged;
+    };
+    auto later = [](const Candidate& a, const Candidate& b) { return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos; };
+    std::priority_queue<Candidate, std::vector<Candidate>, decltype(later)> heap(later);
+    auto at = [](auto& v, std::ptrdiff_t i) -> auto& { return v[static_cast<std::size_t>(i)]; };
+    auto offer = [&](std::ptrdiff_t pos) {
+      const std::ptrdiff_t right = at(next, pos);
+      if (right < 0) return;
+      const auto it = merges_.find(pair_key(at(ids, pos), at(ids, right)));
+      if (it != merges_.end()) heap.push({it->second.first, pos, it->second.second});
+    };
+    for (std::ptrdiff_t i = 0; i + 1 < n; ++i) offer(i);
+    while (!heap.empty()) {
+      const Candidate c = heap.top();
+      heap.pop();
+      const std::ptrdiff_t right = at(next, c.pos);
+      if (!at(alive, c.pos) || right < 0) continue;
+      const auto it = merges_.find(pair_key(at(ids, c.pos), at(ids, right)));
+      if (it == merges_.end() || it->second.second != c.merged) continue;
+      at(ids, c.pos) = c.merged;
+      at(alive, right) = 0;
+      at(next, c.pos) = at(next, right);
+      if (at(next, right) >= 0) at(prev, at(next, right)) = c.pos;
+      if (at(prev, c.pos) >= 0) offer(at(prev, c.pos));
+      offer(c.pos);
+    }
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (alive[i]) ids[kept++] = ids[i];
+    }
+    ids.resize(kept);
   }
 
   Lookup lookup_;

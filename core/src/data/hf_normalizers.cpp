@@ -141,7 +141,7 @@ class Prepend final : public Normalizer {
 };
 
 // A literal pattern, or a regular expression std::regex reads the same way
-// as Rust's regex crate (no \p classes, no look-around).
+// as Oniguruma, tokenizers' engine (no \p classes, no look-around).
 class Replace final : public Normalizer {
  public:
   Replace(std::string literal, std::optional<std::regex> re, std::string content)
@@ -184,7 +184,7 @@ class Sequence final : public Normalizer {
 };
 
 // What a regular expression of a Replace or Split must avoid to mean the same
-// under std::regex (ECMAScript) as under Rust's regex crate.
+// under std::regex (ECMAScript) as under Oniguruma, tokenizers' engine.
 bool portable_regex(const std::string& re) {
   for (const char* rust_only : {"\\p", "\\P", "(?", "\\s", "\\w", "\\d", "\\b", "[[:"}) {
     if (re.find(rust_only) != std::string::npos) return false;

@@ -48,14 +48,14 @@ bool is_alphanumeric(char32_t cp);
 bool is_punctuation(char32_t cp);
 // Rust's char::is_numeric: categories Nd, Nl, No.
 bool is_numeric(char32_t cp);
-// The L* categories (the regex crate's \p{L}).
+// The L* categories (\p{L} in a pattern).
 bool is_letter(char32_t cp);
 // Code point boundaries of valid UTF-8: the byte offset of every code point, then s.size().
 std::vector<std::size_t> char_starts(std::string_view s);
 
-// A regular expression of a Replace or Split that std::regex reads as Rust's
-// regex crate does (ASCII, no \p, \s, \w, \d, \b or "(?" groups); else
-// refuses `key`.
+// A regular expression of a Replace or Split that std::regex reads as
+// Oniguruma (tokenizers' engine) does: ASCII, no \p, \s, \w, \d, \b or
+// "(?" groups. Anything else refuses `key`.
 std::regex read_portable_regex(const std::string& pattern, const std::string& key, const Where& w);
 
 class Normalizer {

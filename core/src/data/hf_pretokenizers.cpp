@@ -134,7 +134,8 @@ std::vector<Span> regex_spans(const std::string& s, const std::regex& re) {
 
 // GPT-2's pattern, as ByteLevel and RoBERTa-style Split pre-tokenizers spell it:
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// matched by hand, alternative by alternative, since std::regex has no \p{..}.
+// matched by hand, alternative by alternative in Oniguruma's leftmost-first
+// order (the engine tokenizers uses), since std::regex has no \p{..}.
 constexpr std::string_view kGpt2Pattern =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
@@ -261,13 +262,12 @@ class Metaspace final : public PreTokenizer {
   std::string marker_;
 };
 
-// The regex crate's \w: Alphabetic, marks, decimal digits, connector
-// punctuation and the two joiners.
+// Oniguruma's \w (tokenizers runs Whitespace's pattern on Oniguruma):
+// letters, marks, decimal digits and connector punctuation.
 bool is_word_char(char32_t c) {
-  if (c == 0x200C || c == 0x200D) return true;
   switch (utf8proc_category(static_cast<utf8proc_int32_t>(c))) {
     case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME:
-    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_PC:
+    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_PC:
       return true;
     default:
       return is_letter(c);
