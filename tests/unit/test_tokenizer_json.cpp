@@ -124,6 +124,23 @@ TEST_CASE("special ids the pipeline needs come from the post-processor and the u
         "max_length 2 leaves no room for the 3 special tokens; use >= 3");
 }
 
+TEST_CASE("Precompiled folds what NFKC folds; WordPiece files stay WordPieceTokenizer") {
+  const auto tok = ft::load_tokenizer_json((fixtures() / "xlmr-precompiled.tokenizer.json").string());
+  // Full-width letters, a circled digit and a no-break space are SentencePiece's nmt_nfkc cases.
+  const auto folded = tok->encode("\xEF\xBC\xA1\xEF\xBC\xA2\xEF\xBC\xA3\xC2\xA0\xE2\x91\xA0", std::nullopt, 0, false);
+  CHECK(folded.input_ids == tok->encode("ABC 1", std::nullopt, 0, false).input_ids);
+  CHECK(folded.input_ids == std::vector<int64_t>{0, 69, 427, 307, 415, 2});
+  const fsys::path minilm = ft_test::source_dir() / "data/all-minilm-l6-v2/tokenizer.json";
+  if (!fsys::exists(minilm)) {
+    ft_test::skip("needs data/all-minilm-l6-v2 (scripts/fetch-data.sh) for the WordPiece half");
+    return;
+  }
+  const auto wp = ft::load_tokenizer_json(minilm.string());
+  REQUIRE(dynamic_cast<const ft::WordPieceTokenizer*>(wp.get()) != nullptr);
+  // bert-base-uncased: [CLS] hello world [SEP].
+  CHECK(wp->encode("Hello world", std::nullopt, 0, false).input_ids == std::vector<int64_t>{101, 7592, 2088, 102});
+}
+
 TEST_CASE("a model directory's BPE or Unigram tokenizer.json is the run's tokenizer and `ft tokenize` uses it") {
   const ft_test::TempDir dir("tokjson");
   fsys::copy_file(fixtures() / "roberta-bpe.tokenizer.json", dir.path() / "tokenizer.json");
