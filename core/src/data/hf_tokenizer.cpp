@@ -110,7 +110,9 @@ class JsonTokenizer final : public Tokenizer {
     pre_tokenizer_ = hf::read_pre_tokenizer(root.value("pre_tokenizer", json()), "pre_tokenizer", w);
     tokens_ = model_->vocab();
     read_added_tokens(root.value("added_tokens", json::array()), w);
-    for (std::size_t i = 0; i < tokens_.size(); ++i) ids_.insert_or_assign(tokens_[i], static_cast<int64_t>(i));
+    for (std::size_t i = 0; i < tokens_.size(); ++i) {
+      if (!tokens_[i].empty()) ids_.insert_or_assign(tokens_[i], static_cast<int64_t>(i));  // "": an id no token has
+    }
     for (const auto& [content, id] : added_ids_) ids_[content] = id;  // tokenizers looks added tokens up first
     template_ = hf::read_post_processor(root.value("post_processor", json()), "post_processor", w, ids_);
     resolve_specials(root, w);
@@ -169,8 +171,11 @@ class JsonTokenizer final : public Tokenizer {
       const std::string key = fmt::format("added_tokens[{}]", i);
       AddedToken t;
       t.content = w.str(a, "content", key + ".content");
-      if (!a.contains("id") || !a.at("id").is_number_integer() || a.at("id").get<int64_t>() < 0) {
-        w.refuse(key + ".id", "missing or not a non-negative integer");
+      // The bound only keeps a corrupt id from sizing the vocabulary to gigabytes.
+      constexpr int64_t kMaxId = int64_t{1} << 26;
+      if (!a.contains("id") || !a.at("id").is_number_integer() || a.at("id").get<int64_t>() < 0 ||
+          a.at("id").get<int64_t>() >= kMaxId) {
+        w.refuse(key + ".id", fmt::format("missing or not an integer in 0..{}", kMaxId - 1));
       }
       t.id = a.at("id").get<int64_t>();
       t.single_word = w.flag(a, "single_word", key + ".single_word", false);
