@@ -48,8 +48,8 @@ TEST_CASE("every committed tokenizer.json gives the ids of tokenizers: singles a
   const bool weibo = ft_test::have_shared("data/weibo-emotion");
   if (!weibo) ft_test::skip("needs ../shared/data/weibo-emotion for the Weibo texts (IMDB still compared)");
   int64_t total_ids = 0;
-  for (const char* name : kFiles) {
-    const auto fx = read_json(fixtures() / (std::string(name) + ".ids.json"));
+  for (const std::string name : kFiles) {
+    const auto fx = read_json(fixtures() / (name + ".ids.json"));
     const auto tok = ft::load_tokenizer_json((fixtures() / fx.at("tokenizer").get<std::string>()).string());
     int64_t compared = 0, mismatched = 0;
     for (const auto& source : fx.at("sources")) {

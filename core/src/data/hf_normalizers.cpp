@@ -150,7 +150,10 @@ class Replace final : public Normalizer {
     if (re_) {
       std::smatch m;
       if (content_.empty() && std::regex_search(s, m, *re_) && m.position(0) == 0 && m.length(0) > 0) start_kept = false;
-      s = std::regex_replace(s, *re_, content_, std::regex_constants::format_literal);
+      // ECMAScript's format string reads '$'; doubled, it stands for itself.
+      std::string literal_content;
+      for (const char c : content_) literal_content += c == '$' ? std::string("$$") : std::string(1, c);
+      s = std::regex_replace(s, *re_, literal_content);
       return;
     }
     if (literal_.empty()) return;

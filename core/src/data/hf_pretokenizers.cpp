@@ -381,7 +381,8 @@ std::unique_ptr<PreTokenizer> read_pre_tokenizer(const json& j, const std::strin
                                        w.flag(j, "use_regex", key + ".use_regex", true));
   }
   if (type == "Metaspace") return read_metaspace(j, key, w);
-  if (type == "Whitespace") return std::make_unique<Splitter>(word_spans, Behavior::kRemoved, false);
+  // The word runs are the pattern's matches; inverted, the whitespace between them is what goes.
+  if (type == "Whitespace") return std::make_unique<Splitter>(word_spans, Behavior::kRemoved, true);
   if (type == "WhitespaceSplit") {
     return std::make_unique<Splitter>([](const std::string& s) { return char_spans(s, is_whitespace); },
                                       Behavior::kRemoved, false);
