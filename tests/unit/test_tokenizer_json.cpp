@@ -6,10 +6,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "ft/model.h"
 #include "ft/run_inputs.h"
+#include "ft/safetensors.h"
 #include "ft/tokenizer.h"
 #include "ft_fixture_texts.h"
 #include "ft_run.h"
+#include "ft_tiny_task.h"
 
 namespace fsys = std::filesystem;
 using nlohmann::json;
@@ -160,6 +163,37 @@ TEST_CASE("a model directory's BPE or Unigram tokenizer.json is the run's tokeni
   // The one JSON line (anything else ft printed is not ids).
   const auto line = out.substr(out.find('{'), out.find('\n', out.find('{')) - out.find('{'));
   CHECK(json::parse(line).at("input_ids").get<std::vector<int64_t>>() == want);
+}
+
+TEST_CASE("a run from a directory with a BPE tokenizer.json trains on its ids; the checkpoint carries the file") {
+  const ft_test::TempDir dir("tokjson-run");
+  ft_test::write_tiny_task(dir.path());
+  fsys::remove(dir.path() / "vocab.txt");
+  fsys::copy_file(fixtures() / "roberta-bpe.tokenizer.json", dir.path() / "tokenizer.json");
+  json config = read_json(dir.path() / "config.json");
+  config["vocab_size"] = 5000;
+  std::ofstream(dir.path() / "config.json") << config.dump(2);
+  // A model directory has weights: ft's own random init, as a pretrained checkpoint would ship them.
+  const ft::BertForSequenceClassification model(ft::BertConfig::from_json_file((dir.path() / "config.json").string()));
+  ft::safetensors::save((dir.path() / "model.safetensors").string(), model.weights(), {{"format", "pt"}});
+  const auto out = dir.path() / "out";
+  ft_test::run_ok(fmt::format("run --config {}/run.yaml --set model.config={} --set data.vocab= --max-steps 2 "
+                              "--output-dir {}",
+                              dir.path().string(), dir.path().string(), out.string()));
+  const auto final_dir = out / "final";
+  CHECK(ft_test::read_text(final_dir / "tokenizer.json") ==
+        ft_test::read_text(fixtures() / "roberta-bpe.tokenizer.json"));
+  CHECK_FALSE(fsys::exists(final_dir / "vocab.txt"));
+  const json tc = read_json(final_dir / "tokenizer_config.json");
+  CHECK(tc.at("tokenizer_class") == "PreTrainedTokenizerFast");
+  CHECK(tc.at("model_max_length") == 12);
+  CHECK(tc.at("pad_token") == "<pad>");
+  CHECK(tc.at("cls_token") == "<s>");
+  CHECK(tc.at("sep_token") == "</s>");
+  CHECK(tc.at("mask_token") == "<mask>");
+  CHECK_FALSE(tc.contains("unk_token"));  // byte-level BPE has none
+  const auto predicted = ft_test::run_ok(fmt::format("predict --checkpoint {} \"the film was good\"", final_dir.string()));
+  CHECK(predicted.find("\"text\":\"the film was good\"") != std::string::npos);
 }
 
 TEST_CASE("tokenizer.json settings ft does not implement: one line naming the key and the value") {
