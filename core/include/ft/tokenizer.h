@@ -1,4 +1,6 @@
-// BERT WordPiece tokenizer, behaving like Hugging Face's BertTokenizer.
+// ft::Tokenizer, what training needs of any tokenizer (load_tokenizer_json
+// reads BPE and Unigram files, hf_*.cpp), and the BERT WordPiece tokenizer
+// behind it, behaving like Hugging Face's BertTokenizer:
 //
 // Same ids as `BertTokenizer(vocab.txt)(text, pair, max_length=L, truncation=True,
 // padding="max_length")`, so a model trained by ft and one trained by the HF stack
