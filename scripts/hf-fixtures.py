@@ -19,7 +19,6 @@ Deterministic: fixed rows, torch.manual_seed(0) before each model is built,
 one intra-op thread, fp32 on the CPU, dropout off where the model trains.
 """
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -50,17 +49,12 @@ from transformers import (  # noqa: E402
     TrainingArguments,
 )
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MINILM = os.path.join(REPO, "data", "all-minilm-l6-v2")
-IMDB = os.path.join(REPO, "data", "imdb", "train.jsonl")
-WEIBO = os.path.join(os.path.dirname(REPO), "shared", "data", "weibo-emotion", "train.json")
-# Paths as they are written into the fixtures: relative to the repository root.
-IMDB_REL = "data/imdb/train.jsonl"
-WEIBO_REL = "../shared/data/weibo-emotion/train.json"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_fixture_common import (  # noqa: E402
+    IMDB, IMDB_REL, IMDB_ROWS, REPO, WEIBO, WEIBO_REL, WEIBO_ROWS, sha256_file, sha256_text)
 
-# (a) and (b): 32 negative and 32 positive reviews, and the first 64 posts.
-IMDB_ROWS = list(range(0, 32)) + list(range(25000, 25032))
-WEIBO_ROWS = list(range(0, 64))
+MINILM = os.path.join(REPO, "data", "all-minilm-l6-v2")
+# (a) and (b) use IMDB_ROWS and WEIBO_ROWS.
 # (c): 64 negative + 64 positive reviews, interleaved neg, pos, neg, pos, ...
 TRAIN_NEG = list(range(1000, 1064))
 TRAIN_POS = list(range(26000, 26064))
@@ -82,18 +76,6 @@ def one_key(meta):
     """safetensors keeps metadata in a hash map whose order varies from run to
     run: one key holding sorted JSON keeps the file's bytes reproducible."""
     return {"fixture": json.dumps(meta, sort_keys=True)}
-
-
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def sha256_text(text):
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def read_imdb():

@@ -123,7 +123,7 @@ int predict(const std::string& checkpoint, std::vector<std::string> texts, int m
   auto ckpt = load_checkpoint(checkpoint, false);
   const auto tokenizer = load_model_dir_tokenizer(checkpoint);
   if (!tokenizer) fail("checkpoint {}: neither tokenizer.json nor vocab.txt; predict needs the tokenizer", checkpoint);
-  const WordPieceTokenizer& tok = *tokenizer;
+  const Tokenizer& tok = *tokenizer;
   // Tokenise as training did: the checkpoint's model_max_length unless --max-length says otherwise.
   if (max_length <= 0) max_length = static_cast<int>(read_model_max_length(checkpoint).value_or(128));
   BertForSequenceClassification model(ckpt.config);

@@ -64,7 +64,7 @@ int export_checkpoint(const fsys::path& dir, const fsys::path& out, bool merge) 
   fs::AtomicDir target(out);
   fs::write_file_atomic(target.path() / "config.json", c.config.to_json() + "\n");
   safetensors::save((target.path() / "model.safetensors").string(), weights, {{"format", "pt"}});
-  for (const char* file : {"vocab.txt", "tokenizer_config.json", "special_tokens_map.json"}) {
+  for (const char* file : {"vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}) {
     if (fsys::exists(dir / file)) fs::write_file_atomic(target.path() / file, fs::read_file(dir / file));
   }
   write_manifest(target.path());

@@ -13,6 +13,7 @@
 #include "ft/run_inputs.h"
 #include "ft/safetensors.h"
 #include "ft/tokenizer.h"
+#include "ft_fixture_texts.h"
 #include "ft_run.h"
 
 namespace fsys = std::filesystem;
@@ -49,30 +50,6 @@ ft::BertConfig minilm_config(int64_t num_labels) {
   ft::BertConfig c = ft::BertConfig::from_json_file((minilm() / "config.json").string());
   c.num_labels = num_labels;
   return c;
-}
-
-// The texts of a tokens-fixture source, read back from its data file by row
-// (tests/data/hf/README.md): a JSON Lines field, or an element of a JSON list entry.
-std::vector<std::string> fixture_texts(const nlohmann::json& source) {
-  const std::string file = source.at("file");
-  const fsys::path path = file.rfind("../shared/", 0) == 0 ? ft_test::shared_dir() / file.substr(10)
-                                                          : ft_test::source_dir() / file;
-  const auto rows = source.at("rows").get<std::vector<int64_t>>();
-  std::vector<std::string> texts;
-  if (source.at("format") == "jsonl") {
-    std::ifstream in(path);
-    std::vector<std::string> lines;
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
-    for (int64_t r : rows) {
-      REQUIRE(r < static_cast<int64_t>(lines.size()));
-      texts.push_back(nlohmann::json::parse(lines[static_cast<size_t>(r)]).at(source.at("text_field").get<std::string>()));
-    }
-  } else {
-    std::ifstream in(path);
-    const auto all = nlohmann::json::parse(in);
-    for (int64_t r : rows) texts.push_back(all.at(static_cast<size_t>(r)).at(source.at("text_index").get<size_t>()));
-  }
-  return texts;
 }
 
 double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
@@ -119,7 +96,7 @@ TEST_CASE("MiniLM tokenizer.json gives AutoTokenizer's ids: singles and pairs, t
       ft_test::skip("needs ../shared/data/weibo-emotion for the Weibo texts");
       continue;
     }
-    const auto texts = fixture_texts(source);
+    const auto texts = ft_test::fixture_texts(source);
     for (const auto& c : source.at("cases")) {
       const int max_length = c.at("max_length");
       const bool pair = c.at("pair");

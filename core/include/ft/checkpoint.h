@@ -41,7 +41,7 @@
 
 namespace ft {
 
-class WordPieceTokenizer;
+class Tokenizer;
 
 struct TrainerState {
   int64_t global_step = 0;
@@ -61,7 +61,7 @@ struct TrainerState {
 struct CheckpointData {
   BertConfig config;
   TensorList model;
-  const WordPieceTokenizer* tokenizer = nullptr;
+  const Tokenizer* tokenizer = nullptr;
   // The longest input the run tokenised to (data.max_seq_len): recorded as
   // tokenizer_config.json's model_max_length. 0: the model's position limit.
   int64_t model_max_length = 0;

@@ -127,7 +127,7 @@ class Dataset {
 /// Text rows tokenized in collate with `tok` (truncated to max_length; pairs
 /// by `pair_rule`).
 std::unique_ptr<Dataset> make_text_dataset(TextData data,
-                                           std::shared_ptr<const WordPieceTokenizer> tok,
+                                           std::shared_ptr<const Tokenizer> tok,
                                            int max_length, Padding padding,
                                            PairTruncation pair_rule = PairTruncation::kFast);
 

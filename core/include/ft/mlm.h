@@ -31,7 +31,7 @@ struct MaskingOptions {
   uint64_t seed = 0;
 
   // From the vocabulary; ft::Error when it has no [MASK].
-  static MaskingOptions from(const WordPieceTokenizer& tok, const PretrainConfig& pretrain, uint64_t seed);
+  static MaskingOptions from(const Tokenizer& tok, const PretrainConfig& pretrain, uint64_t seed);
 };
 
 // The evaluation masks' epoch: the same tokens at every evaluation.
@@ -48,7 +48,7 @@ Batch mask_tokens(Batch batch, const std::vector<int64_t>& rows, int64_t epoch, 
 // in order, as one stream cut into blocks of max_length tokens (the last one
 // shorter), as HF's run_mlm groups texts. Nothing is truncated and no block
 // position is padding. Token types are 0.
-std::unique_ptr<Dataset> make_packed_dataset(const TextData& data, const WordPieceTokenizer& tok, int max_length,
+std::unique_ptr<Dataset> make_packed_dataset(const TextData& data, const Tokenizer& tok, int max_length,
                                              Padding padding);
 
 // What `ft pretrain` trains on. The data section is read as `ft run` reads

@@ -37,7 +37,7 @@
 namespace ft {
 
 class BertForSequenceClassification;
-class WordPieceTokenizer;
+class Tokenizer;
 struct BertConfig;
 
 enum class PromptMethod { kPrompt, kPrefix };
@@ -81,7 +81,7 @@ void check_prompt_positions(const BertConfig& config, const PromptLearning& p, i
 // initialisation of its [P, layers x 2 x hidden] table. Every draw comes
 // from a generator seeded with `seed`: the same on every rank.
 void apply_prompt_learning(BertForSequenceClassification& model, const PromptLearning& p, uint64_t seed,
-                           const WordPieceTokenizer* tokenizer = nullptr);
+                           const Tokenizer* tokenizer = nullptr);
 
 // Gives `to` (a fresh model of the same config) `from`'s virtual tokens,
 // values copied: for strategies that build extra replicas (dp).

@@ -22,7 +22,7 @@ struct RunInputs {
   // Re-heading: the weights' classifier is for another label set of the same
   // size, so it starts afresh (another size is replaced by shape anyway).
   bool replace_classifier = false;
-  std::shared_ptr<const WordPieceTokenizer> tokenizer;  // null for pre-tokenized data
+  std::shared_ptr<const Tokenizer> tokenizer;  // null for pre-tokenized data
   std::unique_ptr<Dataset> train;
   std::unique_ptr<Dataset> dev;  // null: no evaluation
   std::vector<std::string> label_names;
@@ -37,12 +37,12 @@ BertConfig resolve_model_config(const RunConfig& config);
 
 // Loads the tokenizer named by data.vocab, else the model directory's (see
 // load_model_dir_tokenizer).
-std::shared_ptr<const WordPieceTokenizer> load_tokenizer(const RunConfig& config);
+std::shared_ptr<const Tokenizer> load_tokenizer(const RunConfig& config);
 
 // The tokenizer a model or checkpoint directory ships: tokenizer.json when
 // present (what AutoTokenizer reads first), else vocab.txt; null when it has
 // neither. `options.lowercase` other than Auto overrides the file's.
-std::shared_ptr<const WordPieceTokenizer> load_model_dir_tokenizer(const std::string& dir,
+std::shared_ptr<const Tokenizer> load_model_dir_tokenizer(const std::string& dir,
                                                                    const TokenizerOptions& options = {});
 
 RunInputs prepare_inputs(const RunConfig& config);

@@ -1,4 +1,6 @@
-// BERT WordPiece tokenizer, behaving like Hugging Face's BertTokenizer.
+// ft::Tokenizer, what training needs of any tokenizer (load_tokenizer_json
+// reads BPE and Unigram files, hf_*.cpp), and the BERT WordPiece tokenizer
+// behind it, behaving like Hugging Face's BertTokenizer:
 //
 // Same ids as `BertTokenizer(vocab.txt)(text, pair, max_length=L, truncation=True,
 // padding="max_length")`, so a model trained by ft and one trained by the HF stack
@@ -20,11 +22,13 @@
 // shared) and safe to use from several threads at once.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace ft {
@@ -70,7 +74,50 @@ std::vector<std::string> basic_tokenize(std::string_view text, bool lowercase,
 ///    longer side, off b on ties: a gets the spare token.
 enum class PairTruncation { kFast, kSlow };
 
-class WordPieceTokenizer {
+/// The lengths a and b keep when "[specials] a [specials] b" must fit `budget`
+/// tokens (the max_length minus the special tokens): a single text (has_pair
+/// false) is cut at the end; a pair shares the budget by `rule`.
+std::pair<std::size_t, std::size_t> truncated_lengths(std::size_t na, std::size_t nb, bool has_pair,
+                                                      std::size_t budget, PairTruncation rule);
+
+/// What the training pipeline needs of any tokenizer: ids for a text or a pair,
+/// the vocabulary and the special ids. WordPieceTokenizer (vocab.txt or a BERT
+/// tokenizer.json) and the general tokenizer.json pipeline (load_tokenizer_json)
+/// implement it; both are immutable and thread-safe once built.
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  /// The model inputs with the special tokens added; max_length > 0 truncates
+  /// (pairs: `rule`) and, with pad_to_max_length, pads with pad_id() (mask 0,
+  /// type 0). Throws ft::Error when max_length cannot hold the special tokens.
+  virtual Encoding encode(std::string_view text, std::optional<std::string_view> pair, int max_length,
+                          bool pad_to_max_length, PairTruncation rule = PairTruncation::kFast) const = 0;
+  /// The id of `token` in the vocabulary (added tokens included), if any.
+  virtual std::optional<int64_t> token_to_id(std::string_view token) const = 0;
+  /// Every token, index = id (the model's embedding rows).
+  virtual const std::vector<std::string>& tokens() const = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t pad_id() const = 0;
+  /// The token that starts a sequence ([CLS], <s>).
+  virtual int64_t cls_id() const = 0;
+  /// The token that ends one ([SEP], </s>).
+  virtual int64_t sep_id() const = 0;
+  /// -1 when the model never produces an unknown token (byte-level BPE).
+  virtual int64_t unk_id() const = 0;
+  virtual std::optional<int64_t> mask_id() const = 0;
+  /// The tokenizer.json text it was read from, for a checkpoint to carry;
+  /// empty for WordPiece, which saves vocab.txt.
+  virtual std::string tokenizer_json() const { return {}; }
+};
+
+/// A `tokenizers` tokenizer.json of any model ft reads: WordPiece files give a
+/// WordPieceTokenizer (from_tokenizer_json), BPE and Unigram files the general
+/// pipeline (docs/models.md, "Tokenizers"). A key or value ft does not
+/// implement throws ft::Error naming the file, the key and the value.
+std::shared_ptr<const Tokenizer> load_tokenizer_json(const std::string& path);
+
+class WordPieceTokenizer final : public Tokenizer {
  public:
   /// Reads `vocab_path` (one token per line, id = line index, "\n", "\r\n" or
   /// "\r" line ends). Throws ft::Error naming the file when it cannot be read,
@@ -102,7 +149,7 @@ class WordPieceTokenizer {
   /// Unknown tokens map to unk_id(), like HF.
   std::vector<int64_t> convert_tokens_to_ids(const std::vector<std::string>& tokens) const;
   /// The id of `token`, if the vocabulary has it (the last line wins on duplicates).
-  std::optional<int64_t> token_to_id(std::string_view token) const;
+  std::optional<int64_t> token_to_id(std::string_view token) const override;
 
   /// "[CLS] a [SEP]" or "[CLS] a [SEP] b [SEP]". When max_length > 0 the result
   /// is truncated to max_length tokens (single: a is cut at the end; pair: HF's
@@ -112,18 +159,18 @@ class WordPieceTokenizer {
   /// Throws ft::Error if 0 < max_length < the number of special tokens (2 or 3).
   Encoding encode(std::string_view text, std::optional<std::string_view> pair,
                   int max_length, bool pad_to_max_length,
-                  PairTruncation rule = PairTruncation::kFast) const;
+                  PairTruncation rule = PairTruncation::kFast) const override;
 
-  int64_t pad_id() const;
-  int64_t cls_id() const;
-  int64_t sep_id() const;
-  int64_t unk_id() const;
+  int64_t pad_id() const override;
+  int64_t cls_id() const override;
+  int64_t sep_id() const override;
+  int64_t unk_id() const override;
   /// [MASK]'s id, if the vocabulary has one (it is not required).
-  std::optional<int64_t> mask_id() const;
+  std::optional<int64_t> mask_id() const override;
   /// Number of lines of the vocabulary (the model's embedding rows).
-  int64_t vocab_size() const;
+  int64_t vocab_size() const override;
   /// The vocabulary, index = id.
-  const std::vector<std::string>& tokens() const;
+  const std::vector<std::string>& tokens() const override;
   /// The resolved Lowercase option.
   bool lowercase() const { return lowercase_; }
   const TokenizerOptions& options() const { return options_; }

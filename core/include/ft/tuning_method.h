@@ -13,7 +13,7 @@
 namespace ft {
 
 class BertForSequenceClassification;
-class WordPieceTokenizer;
+class Tokenizer;
 struct CheckpointData;
 struct LoadedCheckpoint;
 
@@ -29,7 +29,7 @@ struct AppliedMethod {
 // method's path names. `tokenizer` (null for pre-tokenized data) serves
 // prompt.init=text and the position check against data.max_seq_len.
 AppliedMethod apply_tuning_method(BertForSequenceClassification& model, const RunConfig& config,
-                                  const WordPieceTokenizer* tokenizer);
+                                  const Tokenizer* tokenizer);
 
 // Records `config`'s method in a checkpoint about to be saved; `base_model`
 // names the starting weights in PEFT's adapter_config.json.

@@ -29,7 +29,7 @@ void check_rows(const std::vector<int64_t>& rows, int64_t size, const std::strin
 
 class TextDataset final : public Dataset {
  public:
-  TextDataset(TextData data, std::shared_ptr<const WordPieceTokenizer> tok, int max_length,
+  TextDataset(TextData data, std::shared_ptr<const Tokenizer> tok, int max_length,
               Padding padding, PairTruncation pair_rule)
       : data_(std::move(data)), tok_(std::move(tok)), max_length_(max_length), padding_(padding),
         pair_rule_(pair_rule) {
@@ -110,7 +110,7 @@ class TextDataset final : public Dataset {
   }
 
   TextData data_;
-  std::shared_ptr<const WordPieceTokenizer> tok_;
+  std::shared_ptr<const Tokenizer> tok_;
   int max_length_;
   Padding padding_;
   PairTruncation pair_rule_;
@@ -203,7 +203,7 @@ std::string shape_string(const at::Tensor& t) {
 }  // namespace
 
 std::unique_ptr<Dataset> make_text_dataset(TextData data,
-                                           std::shared_ptr<const WordPieceTokenizer> tok,
+                                           std::shared_ptr<const Tokenizer> tok,
                                            int max_length, Padding padding, PairTruncation pair_rule) {
   return std::make_unique<TextDataset>(std::move(data), std::move(tok), max_length, padding, pair_rule);
 }

@@ -90,7 +90,7 @@ std::string row_key(const TextExample& r) { return r.text + '\x1f' + r.pair; }
 
 }  // namespace
 
-MaskingOptions MaskingOptions::from(const WordPieceTokenizer& tok, const PretrainConfig& pretrain, uint64_t seed) {
+MaskingOptions MaskingOptions::from(const Tokenizer& tok, const PretrainConfig& pretrain, uint64_t seed) {
   MaskingOptions o;
   o.probability = pretrain.mlm_probability;
   o.whole_word = pretrain.whole_word_masking;
@@ -100,7 +100,9 @@ MaskingOptions MaskingOptions::from(const WordPieceTokenizer& tok, const Pretrai
   if (!mask) fail("data.vocab: the vocabulary has no [MASK] token; masked-LM pretraining needs one");
   o.mask_id = *mask;
   o.never_masked.assign(static_cast<size_t>(o.vocab_size), 0);
-  for (int64_t id : {tok.pad_id(), tok.cls_id(), tok.sep_id(), tok.unk_id(), *mask}) o.never_masked[static_cast<size_t>(id)] = 1;
+  for (int64_t id : {tok.pad_id(), tok.cls_id(), tok.sep_id(), tok.unk_id(), *mask}) {
+    if (id >= 0) o.never_masked[static_cast<size_t>(id)] = 1;  // -1: a tokenizer without that token
+  }
   o.continues_word.assign(static_cast<size_t>(o.vocab_size), 0);
   const auto& tokens = tok.tokens();
   for (size_t i = 0; i < tokens.size(); ++i) o.continues_word[i] = tokens[i].rfind("##", 0) == 0 ? 1 : 0;
@@ -145,7 +147,7 @@ Batch mask_tokens(Batch batch, const std::vector<int64_t>& rows, int64_t epoch, 
   return batch;
 }
 
-std::unique_ptr<Dataset> make_packed_dataset(const TextData& data, const WordPieceTokenizer& tok, int max_length,
+std::unique_ptr<Dataset> make_packed_dataset(const TextData& data, const Tokenizer& tok, int max_length,
                                              Padding padding) {
   if (max_length < 2) fail("data.max_seq_len is {}; packing needs at least 2", max_length);
   const bool pairs = std::any_of(data.rows.begin(), data.rows.end(), [](const TextExample& r) { return !r.pair.empty(); });

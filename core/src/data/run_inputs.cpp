@@ -58,17 +58,18 @@ BertConfig resolve_model_config(const RunConfig& config) {
   return c;
 }
 
-std::shared_ptr<const WordPieceTokenizer> load_model_dir_tokenizer(const std::string& dir,
-                                                                   const TokenizerOptions& options) {
+std::shared_ptr<const Tokenizer> load_model_dir_tokenizer(const std::string& dir, const TokenizerOptions& options) {
   const fsys::path d(dir);
   if (fsys::is_regular_file(d / "tokenizer.json")) {
-    auto tok = WordPieceTokenizer::from_tokenizer_json((d / "tokenizer.json").string());
-    if (options.lowercase == Lowercase::Auto || (options.lowercase == Lowercase::Yes) == tok.lowercase()) {
-      return std::make_shared<const WordPieceTokenizer>(std::move(tok));
+    auto tok = load_tokenizer_json((d / "tokenizer.json").string());
+    // data.lowercase can override a WordPiece file's normalizer; other models keep their own.
+    const auto* wp = dynamic_cast<const WordPieceTokenizer*>(tok.get());
+    if (!wp || options.lowercase == Lowercase::Auto || (options.lowercase == Lowercase::Yes) == wp->lowercase()) {
+      return tok;
     }
-    TokenizerOptions overridden = tok.options();
+    TokenizerOptions overridden = wp->options();
     overridden.lowercase = options.lowercase;
-    return std::make_shared<const WordPieceTokenizer>(WordPieceTokenizer::from_tokens(tok.tokens(), overridden));
+    return std::make_shared<const WordPieceTokenizer>(WordPieceTokenizer::from_tokens(wp->tokens(), overridden));
   }
   if (fsys::is_regular_file(d / "vocab.txt")) {
     return std::make_shared<const WordPieceTokenizer>(WordPieceTokenizer::from_file((d / "vocab.txt").string(), options));
@@ -76,7 +77,7 @@ std::shared_ptr<const WordPieceTokenizer> load_model_dir_tokenizer(const std::st
   return nullptr;
 }
 
-std::shared_ptr<const WordPieceTokenizer> load_tokenizer(const RunConfig& config) {
+std::shared_ptr<const Tokenizer> load_tokenizer(const RunConfig& config) {
   TokenizerOptions options;
   if (config.data.lowercase == "true") options.lowercase = Lowercase::Yes;
   if (config.data.lowercase == "false") options.lowercase = Lowercase::No;

@@ -294,34 +294,7 @@ Encoding WordPieceTokenizer::encode(std::string_view text, std::optional<std::st
            max_length, specials, specials);
     }
     const std::size_t budget = static_cast<std::size_t>(max_length) - specials;
-    std::size_t na = a.size();
-    std::size_t nb = b.size();
-    if (na + nb > budget) {
-      if (!pair) {
-        na = budget;
-      } else if (rule == PairTruncation::kFast) {
-        // tokenizers' LongestFirst: the shorter side (a on ties) keeps what
-        // it has when the longer can take the rest, else each gets half and
-        // the longer one the odd token.
-        std::size_t& shorter = na <= nb ? na : nb;
-        std::size_t& longer = na <= nb ? nb : na;
-        if (shorter <= budget / 2) {
-          longer = budget - shorter;
-        } else {
-          shorter = budget / 2;
-          longer = budget / 2 + budget % 2;
-        }
-      } else {
-        // transformers' Python BertTokenizer: one token at a time off the longer side, b on ties.
-        while (na + nb > budget) {
-          if (na > nb) {
-            --na;
-          } else {
-            --nb;
-          }
-        }
-      }
-    }
+    const auto [na, nb] = truncated_lengths(a.size(), b.size(), pair.has_value(), budget, rule);
     a.resize(na);
     b.resize(nb);
   }
@@ -366,6 +339,35 @@ void WordPieceTokenizer::save(const std::string& vocab_path) const {
     bytes += '\n';
   }
   fs::write_file_atomic(vocab_path, bytes);
+}
+
+std::pair<std::size_t, std::size_t> truncated_lengths(std::size_t na, std::size_t nb, bool has_pair,
+                                                      std::size_t budget, PairTruncation rule) {
+  if (na + nb <= budget) return {na, nb};
+  if (!has_pair) return {budget, 0};
+  if (rule == PairTruncation::kFast) {
+    // tokenizers' LongestFirst: the shorter side (a on ties) keeps what
+    // it has when the longer can take the rest, else each gets half and
+    // the longer one the odd token.
+    std::size_t& shorter = na <= nb ? na : nb;
+    std::size_t& longer = na <= nb ? nb : na;
+    if (shorter <= budget / 2) {
+      longer = budget - shorter;
+    } else {
+      shorter = budget / 2;
+      longer = budget / 2 + budget % 2;
+    }
+    return {na, nb};
+  }
+  // transformers' Python BertTokenizer: one token at a time off the longer side, b on ties.
+  while (na + nb > budget) {
+    if (na > nb) {
+      --na;
+    } else {
+      --nb;
+    }
+  }
+  return {na, nb};
 }
 
 std::vector<std::string> basic_tokenize(std::string_view text, bool lowercase, bool split_cjk) {

@@ -75,6 +75,30 @@ std::string tokenizer_config_json(bool lowercase, int64_t model_max_length, bool
   return j.dump(2) + "\n";
 }
 
+namespace {
+
+// A tokenizer.json checkpoint: AutoTokenizer builds PreTrainedTokenizerFast
+// from the file and takes the special tokens' names from here.
+std::string fast_tokenizer_config_json(const Tokenizer& tok, int64_t model_max_length) {
+  json j = json::object();
+  j["tokenizer_class"] = "PreTrainedTokenizerFast";
+  j["model_max_length"] = model_max_length;
+  const auto& tokens = tok.tokens();
+  auto name = [&](const char* key, std::optional<int64_t> id) {
+    if (id && *id >= 0 && *id < static_cast<int64_t>(tokens.size())) j[key] = tokens[static_cast<size_t>(*id)];
+  };
+  name("pad_token", tok.pad_id());
+  name("cls_token", tok.cls_id());
+  name("bos_token", tok.cls_id());
+  name("sep_token", tok.sep_id());
+  name("eos_token", tok.sep_id());
+  name("unk_token", tok.unk_id());
+  name("mask_token", tok.mask_id());
+  return j.dump(2) + "\n";
+}
+
+}  // namespace
+
 std::optional<int64_t> read_model_max_length(const fsys::path& dir) {
   const fsys::path file = dir / "tokenizer_config.json";
   if (!fsys::exists(file)) return std::nullopt;
@@ -103,12 +127,15 @@ void save_checkpoint(const fsys::path& dir, const CheckpointData& data) {
   } else {
     safetensors::save((tmp / "model.safetensors").string(), data.model, {{"format", "pt"}});
   }
-  if (data.tokenizer) {
-    data.tokenizer->save((tmp / "vocab.txt").string());
-    const int64_t max_length = data.model_max_length > 0 ? data.model_max_length : data.config.max_position_embeddings;
-    fs::write_file_atomic(tmp / "tokenizer_config.json", tokenizer_config_json(data.tokenizer->lowercase(), max_length,
-                                                                                    data.tokenizer->options().split_cjk));
+  const int64_t max_length = data.model_max_length > 0 ? data.model_max_length : data.config.max_position_embeddings;
+  if (const auto* wp = dynamic_cast<const WordPieceTokenizer*>(data.tokenizer)) {
+    wp->save((tmp / "vocab.txt").string());
+    fs::write_file_atomic(tmp / "tokenizer_config.json",
+                          tokenizer_config_json(wp->lowercase(), max_length, wp->options().split_cjk));
     fs::write_file_atomic(tmp / "special_tokens_map.json", special_tokens_map_json());
+  } else if (data.tokenizer) {
+    fs::write_file_atomic(tmp / "tokenizer.json", data.tokenizer->tokenizer_json());
+    fs::write_file_atomic(tmp / "tokenizer_config.json", fast_tokenizer_config_json(*data.tokenizer, max_length));
   }
   if (data.optimizer && data.state) {
     const fsys::path ts = tmp / "training_state";

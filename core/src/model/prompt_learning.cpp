@@ -41,7 +41,7 @@ std::string shape(const at::Tensor& t) { return fmt::format("{}", fmt::join(t.si
 
 // PEFT's text init: the tokenizer's ids of init_text, special tokens
 // included, repeated until there are P and cut to P.
-at::Tensor text_ids(const PromptLearning& p, const WordPieceTokenizer* tokenizer, int64_t vocab_size) {
+at::Tensor text_ids(const PromptLearning& p, const Tokenizer* tokenizer, int64_t vocab_size) {
   if (!tokenizer) {
     fail("prompt.init: text needs the run's tokenizer (data.vocab, or text data); pre-tokenized data has none, so "
          "use init random or vocab");
@@ -63,7 +63,7 @@ at::Tensor word_embeddings(const BertForSequenceClassification& model) {
 }
 
 at::Tensor initial_prompt(const BertForSequenceClassification& model, const PromptLearning& p,
-                          at::Generator& gen, const WordPieceTokenizer* tokenizer) {
+                          at::Generator& gen, const Tokenizer* tokenizer) {
   const BertConfig& c = model.config();
   if (!p.path.empty()) return at::zeros({p.length, c.hidden_size});  // load_prompt_learning fills it
   if (p.init == "random") return at::empty({p.length, c.hidden_size}).normal_(0.0, c.initializer_range, gen);
@@ -147,7 +147,7 @@ void check_prompt_positions(const BertConfig& config, const PromptLearning& p, i
 }
 
 void apply_prompt_learning(BertForSequenceClassification& model, const PromptLearning& p, uint64_t seed,
-                           const WordPieceTokenizer* tokenizer) {
+                           const Tokenizer* tokenizer) {
   if (p.length <= 0) fail("{}.length: must be > 0 to add virtual tokens, got {}", p.section(), p.length);
   const BertConfig& c = model.config();
   // One generator: the same seed gives the same tokens on every rank.

@@ -11,7 +11,7 @@
 namespace ft {
 
 AppliedMethod apply_tuning_method(BertForSequenceClassification& model, const RunConfig& config,
-                                  const WordPieceTokenizer* tokenizer) {
+                                  const Tokenizer* tokenizer) {
   const auto seed = static_cast<uint64_t>(config.train.seed);
   AppliedMethod m;
   if (config.lora.rank > 0) {

@@ -1,0 +1,28 @@
+"""What the Hugging Face fixture scripts (hf-fixtures.py, hf-tokenizer-fixtures.py)
+share: where the data lies and how a file or text is fingerprinted. Imports
+nothing heavy, so the tokenizer script runs without torch."""
+import hashlib
+import os
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+IMDB = os.path.join(REPO, "data", "imdb", "train.jsonl")
+WEIBO = os.path.join(os.path.dirname(REPO), "shared", "data", "weibo-emotion", "train.json")
+# Paths as they are written into the fixtures: relative to the repository root.
+IMDB_REL = "data/imdb/train.jsonl"
+WEIBO_REL = "../shared/data/weibo-emotion/train.json"
+
+# The texts of the ids fixtures: 32 negative and 32 positive reviews, and the first 64 posts.
+IMDB_ROWS = list(range(0, 32)) + list(range(25000, 25032))
+WEIBO_ROWS = list(range(0, 64))
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_text(text):
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
