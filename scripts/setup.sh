@@ -16,6 +16,7 @@ packages=(
   libtorch-dev libgloo-dev                 # LibTorch 1.13 (CPU) + c10d Gloo headers
   libopenblas0-openmp                      # one thread pool: OpenBLAS runs on LibTorch's OpenMP threads (docs/performance.md)
   libblas3                                 # the reference BLAS test_threads swaps in to check the slow-BLAS warning
+  iproute2                                 # `ip netns`: the netns_two_hosts test's two "hosts"
   libboost-dev libboost-filesystem-dev     # Boost.DLL plugin loading
   libfmt-dev doctest-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libutf8proc-dev libssl-dev
 )
