@@ -51,7 +51,8 @@ from transformers import (  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_fixture_common import (  # noqa: E402
-    IMDB, IMDB_REL, IMDB_ROWS, REPO, WEIBO, WEIBO_REL, WEIBO_ROWS, sha256_file, sha256_text)
+    IMDB, IMDB_REL, IMDB_ROWS, REPO, WEIBO, WEIBO_REL, WEIBO_ROWS, one_key, read_imdb, read_weibo, sha256_file,
+    sha256_text)
 
 MINILM = os.path.join(REPO, "data", "all-minilm-l6-v2")
 # (a) and (b) use IMDB_ROWS and WEIBO_ROWS.
@@ -70,29 +71,6 @@ def versions():
         "tokenizers": tokenizers.__version__,
         "transformers": transformers.__version__,
     }
-
-
-def one_key(meta):
-    """safetensors keeps metadata in a hash map whose order varies from run to
-    run: one key holding sorted JSON keeps the file's bytes reproducible."""
-    return {"fixture": json.dumps(meta, sort_keys=True)}
-
-
-def read_imdb():
-    rows = []
-    with open(IMDB, encoding="utf-8") as f:
-        for line in f:
-            obj = json.loads(line)
-            rows.append((obj["text"], int(obj["label"])))
-    if len(rows) != 50000 or rows[24999][1] != 0 or rows[25000][1] != 1:
-        raise SystemExit(f"{IMDB}: expected 50 000 rows sorted by label")
-    return rows
-
-
-def read_weibo():
-    with open(WEIBO, encoding="utf-8") as f:
-        rows = json.load(f)
-    return [(r[0], int(r[1])) for r in rows]
 
 
 def load_tokenizer():

@@ -2,6 +2,7 @@
 share: where the data lies and how a file or text is fingerprinted. Imports
 nothing heavy, so the tokenizer script runs without torch."""
 import hashlib
+import json
 import os
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -26,3 +27,27 @@ def sha256_file(path):
 
 def sha256_text(text):
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def one_key(meta):
+    """safetensors keeps metadata in a hash map whose order varies from run to
+    run: one key holding sorted JSON keeps the file's bytes reproducible."""
+    return {"fixture": json.dumps(meta, sort_keys=True)}
+
+
+def read_imdb():
+    """(text, label) of every row of IMDB's train.jsonl, checked to be sorted by label."""
+    rows = []
+    with open(IMDB, encoding="utf-8") as f:
+        for line in f:
+            obj = json.loads(line)
+            rows.append((obj["text"], int(obj["label"])))
+    if len(rows) != 50000 or rows[24999][1] != 0 or rows[25000][1] != 1:
+        raise SystemExit(f"{IMDB}: expected 50 000 rows sorted by label")
+    return rows
+
+
+def read_weibo():
+    """(text, label_id) of every Weibo post."""
+    with open(WEIBO, encoding="utf-8") as f:
+        return [(r[0], int(r[1])) for r in json.load(f)]

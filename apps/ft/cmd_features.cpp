@@ -91,7 +91,9 @@ int extract_features(const ConfigFlags& flags, const std::string& checkpoint, co
   safetensors::save(out, tensors,
                     {{"format", "pt"},
                      {"source", checkpoint},
-                     {"pooling", "bert.pooler (tanh(dense(h_[CLS])))"},
+                     {"pooling", model->config().family().classifier == ClassifierStyle::kPooler
+                                     ? "bert.pooler (tanh(dense(h_[CLS])))"
+                                     : "classifier.dense (tanh(dense(h_<s>)))"},
                      {"labels", labels.dump()},
                      {"extract_seconds", fmt::format("{:.3f}", seconds)}});
   std::cout << fmt::format("wrote {}: {} train / {} dev rows x {} features from {} in {:.2f} s\n", out, train_x.size(0),
@@ -177,11 +179,12 @@ int train_head(const ConfigFlags& flags, const std::string& features, const std:
   }
   const double seconds = since(t0);
   // The source model with the new classifier: a checkpoint like any other.
+  const EncoderFamily& family = ckpt.config.family();
   CheckpointData data;
   data.config = ckpt.config;
   for (auto& [name, tensor] : ckpt.model) {
-    if (name == "classifier.weight") tensor = head->weight.detach().clone();
-    if (name == "classifier.bias") tensor = head->bias.detach().clone();
+    if (name == family.classifier_weight()) tensor = head->weight.detach().clone();
+    if (name == family.classifier_bias()) tensor = head->bias.detach().clone();
   }
   data.model = ckpt.model;
   if (ckpt.lora) data.lora = ckpt.lora, data.base_model = source;

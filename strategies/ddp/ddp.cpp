@@ -64,7 +64,7 @@ class DdpStrategy final : public ft::ReplicatedStrategy {
     }
     if (options.sparse_embedding) {
       const auto named = model_->named_parameters();
-      if (const at::Tensor* table = named.find("bert.embeddings.word_embeddings.weight")) {
+      if (const at::Tensor* table = named.find(model_->config().family().word_embeddings())) {
         for (size_t i = 0; i < trainable().size(); ++i) {
           if (trainable()[i].is_same(*table)) bo.row_sparse.push_back(static_cast<int>(i));
         }

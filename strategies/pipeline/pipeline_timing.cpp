@@ -49,7 +49,7 @@ class TimingRunner final : public UnitRunner {
 std::vector<int64_t> measured_unit_costs(BertForSequenceClassification& model, Comm& comm, c10::Device device,
                                          int64_t rows, int64_t seq_len) {
   const auto& c = model.config();
-  const int64_t seq = std::min(seq_len, c.max_position_embeddings - model.prompt_length() - model.prefix_length());
+  const int64_t seq = std::min(seq_len, c.max_tokens() - model.prompt_length() - model.prefix_length());
   Batch batch;
   const auto longs = at::TensorOptions().dtype(at::kLong).device(device);
   batch.input_ids = at::randint(1, c.vocab_size, {rows, seq}, longs);

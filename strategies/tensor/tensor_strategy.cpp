@@ -142,7 +142,7 @@ void TensorStrategy::setup(std::shared_ptr<BertForSequenceClassification> model,
   norm_buf_ = at::zeros({1}, at::kDouble);
   if (world.rank() == 0) {
     const auto& c = model_->config();
-    const bool vocab = split_.count("bert.embeddings.word_embeddings.weight") > 0;
+    const bool vocab = split_.count(c.family().word_embeddings()) > 0;
     const std::string share = t <= heads ? fmt::format("{} of {} heads", heads / t, heads)
                                          : fmt::format("1/{} of a head ({} of {} dims)", t / heads,
                                                        c.hidden_size / t, c.hidden_size / heads);

@@ -341,9 +341,9 @@ TEST_CASE("virtual tokens must fit max_position_embeddings") {
   ft::apply_prompt_learning(m, method(ft::PromptMethod::kPrefix, 25), 1);
   const std::string err = ft_test::error_of([&] { logits(m, ft_test::small_batch(), false); });
   CHECK(err.find("8 tokens after 25 virtual tokens (prompt or prefix tuning) need 33 positions, but "
-                 "max_position_embeddings is 32") == 7);
+                 "the model has 32") == 7);
   CHECK(ft_test::error_of([&] {
           ft::check_prompt_positions(m.config(), method(ft::PromptMethod::kPrompt, 20), 16);
         }) == "prompt.length: 20 virtual tokens + data.max_seq_len 16 need 36 positions, but the model has "
-              "max_position_embeddings 32; lower data.max_seq_len to 12 or prompt.length");
+              "32; lower data.max_seq_len to 12 or prompt.length");
 }

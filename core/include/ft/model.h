@@ -20,6 +20,7 @@
 #include <torch/nn/modules/linear.h>
 
 #include "ft/activation_checkpoint.h"
+#include "ft/encoder_family.h"
 #include "ft/types.h"
 
 namespace ft {
@@ -48,9 +49,11 @@ TORCH_MODULE(AdaptableLinear);
 // from either, ft pretrain trains the masked-LM head).
 enum class BertHead { kSequenceClassification, kMaskedLM };
 
-// The fields of an HF BertConfig that ft uses; unknown fields are kept
-// verbatim (`extra_json`) so a saved config.json loses nothing.
+// The fields of an HF BertConfig (or RobertaConfig, ...: model_type picks the
+// family, ft/encoder_family.h) that ft uses; unknown fields are kept verbatim
+// (`extra_json`) so a saved config.json loses nothing.
 struct BertConfig {
+  std::string model_type = "bert";
   int64_t vocab_size = 30522;
   int64_t hidden_size = 768;
   int64_t num_hidden_layers = 12;
@@ -65,6 +68,7 @@ struct BertConfig {
   double layer_norm_eps = 1e-12;
   int64_t pad_token_id = 0;
   int64_t num_labels = 2;
+  double classifier_dropout = -1.0;   // the head's dropout; < 0: hidden_dropout_prob (config.json's null)
   std::vector<std::string> id2label;  // size num_labels
   BertHead head = BertHead::kSequenceClassification;
   std::string extra_json = "{}";      // other keys of the source config.json
@@ -75,6 +79,13 @@ struct BertConfig {
   // BENCHMARK.md workloads: "tiny", "mini", "base". Unknown name: ft::Error.
   static BertConfig preset(const std::string& name);
   std::string to_json() const;  // HF-loadable config.json text
+  const EncoderFamily& family() const { return encoder_family(model_type, "model config"); }
+  // Tokens one sequence can hold: max_position_embeddings, less the rows
+  // that RoBERTa's positions skip (0..pad_token_id).
+  int64_t max_tokens() const {
+    return max_position_embeddings - (family().positions_after_padding ? pad_token_id + 1 : 0);
+  }
+  double head_dropout() const { return classifier_dropout >= 0.0 ? classifier_dropout : hidden_dropout_prob; }
   // Checks the shapes make sense (heads divide hidden, ...); names the key.
   void validate(const std::string& source) const;
 };
@@ -236,6 +247,7 @@ class BertForSequenceClassification : public torch::nn::Module {
     std::vector<std::string> replaced;     // "classifier.weight: 2x384 given, 3x384 here"
     int64_t loaded = 0;                    // tensors copied
     bool base_model_names = false;         // the weights were a BertModel's (no "bert." prefix)
+    std::string family_class, family_prefix;  // "Bert", "bert.": how describe_load names the family
   };
   LoadReport load_weights(const TensorList& weights, const std::string& source, const LoadOptions& options);
   LoadReport load_weights(const TensorList& weights, const std::string& source) {

@@ -94,7 +94,9 @@ TensorList without_prompt_learning(const TensorList& weights);
 // PEFT's prefix table [P, layers x 2 x hidden] from the model's per-layer
 // prefixes in `weights` (HF names), and back (HF names -> tensors).
 at::Tensor prefix_to_peft(const TensorList& weights, int64_t layers);
-TensorList prefix_from_peft(const at::Tensor& table, int64_t layers, const std::string& source);
+// `base`: the model family's prefix ("bert.", "roberta."; EncoderFamily::prefix).
+TensorList prefix_from_peft(const at::Tensor& table, int64_t layers, const std::string& source,
+                            const std::string& base = "bert.");
 
 // --- Adapter files (PEFT's) -------------------------------------------------
 

@@ -176,9 +176,9 @@ void attach_tokenizer(const RunConfig& config, RunInputs& in) {
     }
     in.model_config.vocab_size = in.tokenizer->vocab_size();  // random init: size the embeddings to the vocab
   }
-  if (d.max_seq_len > in.model_config.max_position_embeddings) {
-    fail("data.max_seq_len {} exceeds the model's max_position_embeddings {}", d.max_seq_len,
-         in.model_config.max_position_embeddings);
+  if (d.max_seq_len > in.model_config.max_tokens()) {
+    fail("data.max_seq_len {} exceeds the {} positions of the model (max_position_embeddings {})", d.max_seq_len,
+         in.model_config.max_tokens(), in.model_config.max_position_embeddings);
   }
 }
 
@@ -269,7 +269,9 @@ void prepare_text_inputs(const RunConfig& config, RunInputs& in) {
   const auto n_labels = static_cast<int64_t>(in.label_names.size());
   const bool has_classifier =
       in.initial_weights && std::any_of(in.initial_weights->begin(), in.initial_weights->end(),
-                                        [](const auto& named) { return named.first == "classifier.weight"; });
+                                        [&](const auto& named) {
+                                          return named.first == in.model_config.family().classifier_weight();
+                                        });
   if (has_classifier && relabelled(in.model_config.id2label, in.label_names)) {
     // Re-heading: the weights' classifier answers another question; as
     // from_pretrained(..., num_labels=N, ignore_mismatched_sizes=True) does,

@@ -127,7 +127,7 @@ void save_checkpoint(const fsys::path& dir, const CheckpointData& data) {
   } else {
     safetensors::save((tmp / "model.safetensors").string(), data.model, {{"format", "pt"}});
   }
-  const int64_t max_length = data.model_max_length > 0 ? data.model_max_length : data.config.max_position_embeddings;
+  const int64_t max_length = data.model_max_length > 0 ? data.model_max_length : data.config.max_tokens();
   if (const auto* wp = dynamic_cast<const WordPieceTokenizer*>(data.tokenizer)) {
     wp->save((tmp / "vocab.txt").string());
     fs::write_file_atomic(tmp / "tokenizer_config.json",

@@ -27,8 +27,10 @@ const char kAdapterWeightsFile[] = "bottleneck_adapter.safetensors";
 const char kAdapterConfigFile[] = "bottleneck_adapter_config.json";
 const char* const kSites[] = {"attention.output.dense", "output.dense"};
 
+// The classifier, and BERT's pooler, which transformers' head-only training
+// leaves trainable too ("<base>.pooler.*" in every family that has one).
 bool is_head(const std::string& name) {
-  return name.rfind("classifier.", 0) == 0 || name.rfind("bert.pooler.", 0) == 0;
+  return starts_with(name, "classifier.") || name.find(".pooler.") != std::string::npos;
 }
 
 // The non-linearity, kept beside the adapter's Linears (no parameters) so
@@ -56,7 +58,7 @@ std::vector<std::pair<std::string, std::shared_ptr<AdaptableLinearImpl>>> sites(
   std::vector<std::pair<std::string, std::shared_ptr<AdaptableLinearImpl>>> out;
   for (int64_t layer : adapter_layers(adapter, model.config().num_hidden_layers)) {
     for (const char* site : kSites) {
-      const std::string name = fmt::format("bert.encoder.layer.{}.{}", layer, site);
+      const std::string name = model.config().family().layer_prefix(layer) + site;
       const auto* found = modules.find(name);
       auto linear = found ? std::dynamic_pointer_cast<AdaptableLinearImpl>(*found) : nullptr;
       if (!linear) fail("adapter: the model has no Linear '{}'", name);

@@ -49,12 +49,20 @@ struct EmbeddingsImpl : torch::nn::Module {
   // positions start.
   int64_t position_offset = 0;
 
+  // Where the first real token's position row is: 0, or pad_token_id + 1
+  // for RoBERTa (EncoderFamily::positions_after_padding).
+  int64_t first_position = 0;
+
   explicit EmbeddingsImpl(const BertConfig& c) : vocab_size(c.vocab_size), pad_token_id(c.pad_token_id) {
     word_embeddings = register_module(
         "word_embeddings",
         Embedding(torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size).padding_idx(c.pad_token_id)));
-    position_embeddings = register_module(
-        "position_embeddings", Embedding(c.max_position_embeddings, c.hidden_size));
+    auto positions = torch::nn::EmbeddingOptions(c.max_position_embeddings, c.hidden_size);
+    if (c.family().positions_after_padding) {
+      first_position = c.pad_token_id + 1;
+      positions.padding_idx(c.pad_token_id);  // as transformers builds it: that row is padding's, never trained
+    }
+    position_embeddings = register_module("position_embeddings", Embedding(positions));
     token_type_embeddings =
         register_module("token_type_embeddings", Embedding(c.type_vocab_size, c.hidden_size));
     norm = register_module("LayerNorm", make_layer_norm(c));
@@ -64,8 +72,12 @@ struct EmbeddingsImpl : torch::nn::Module {
   // ids and types: [T] per token (TokenLayout); returns [T, hidden].
   at::Tensor forward(const at::Tensor& ids, const at::Tensor& types, const TokenLayout& layout) {
     auto positions = layout.positions(ids.options().dtype(at::kLong));
-    if (position_offset > 0) positions = positions + position_offset;
-    auto x = words(ids) + token_type_embeddings(types) + position_embeddings(positions);
+    if (position_offset + first_position > 0) positions = positions + (position_offset + first_position);
+    // One token type (RoBERTa): every token reads row 0, whatever ids a
+    // pair-aware tokenizer gave, as transformers does when the model's
+    // tokenizer passes none.
+    const at::Tensor type_rows = token_type_embeddings->weight.size(0) == 1 ? at::zeros_like(types) : types;
+    auto x = words(ids) + token_type_embeddings(type_rows) + position_embeddings(positions);
     return drop(dropout, norm(x));
   }
 
@@ -228,9 +240,17 @@ struct PoolerImpl : torch::nn::Module {
   at::Tensor forward(const at::Tensor& first) { return at::tanh(dense(first)); }
 };
 
-// The classification head as one unit. The model registers its parts under
-// the HF names ("bert.pooler.*", "classifier.*"); this module only groups them.
-struct HeadUnit : torch::nn::Module {
+// The classification head as one unit, whichever the family's style.
+struct ClassificationHead : torch::nn::Module {
+  // first: [rows, hidden], each row's column-0 ([CLS], <s>) state -> logits.
+  virtual at::Tensor forward(const at::Tensor& first) = 0;
+  // What the final projection reads, without dropout: `ft features`' vectors.
+  virtual at::Tensor features(const at::Tensor& first) = 0;
+};
+
+// BERT's head. The model registers its parts under the HF names
+// ("bert.pooler.*", "classifier.*"); this module only groups them.
+struct HeadUnit : ClassificationHead {
   std::shared_ptr<PoolerImpl> pooler;
   Dropout dropout;
   Linear classifier;
@@ -241,9 +261,24 @@ struct HeadUnit : torch::nn::Module {
     register_module("dropout", dropout);
     register_module("classifier", classifier);
   }
-  at::Tensor forward(const at::Tensor& first) {
-    return classifier(drop(dropout, pooler->forward(first)));
+  at::Tensor forward(const at::Tensor& first) override { return classifier(drop(dropout, pooler->forward(first))); }
+  at::Tensor features(const at::Tensor& first) override { return pooler->forward(first); }
+};
+
+// RoBERTa's head (transformers' RobertaClassificationHead), registered as
+// "classifier": no pooler in the base model, its own dense and tanh instead.
+struct DenseTanhHeadImpl : ClassificationHead {
+  Linear dense{nullptr}, out_proj{nullptr};
+  Dropout dropout{nullptr};
+  explicit DenseTanhHeadImpl(const BertConfig& c) {
+    dense = register_module("dense", Linear(c.hidden_size, c.hidden_size));
+    dropout = register_module("dropout", Dropout(c.head_dropout()));
+    out_proj = register_module("out_proj", Linear(c.hidden_size, c.num_labels));
   }
+  at::Tensor forward(const at::Tensor& first) override {
+    return out_proj(drop(dropout, at::tanh(dense(drop(dropout, first)))));
+  }
+  at::Tensor features(const at::Tensor& first) override { return at::tanh(dense(first)); }
 };
 
 // cls.predictions of HF's BertForMaskedLM: transform (dense, gelu,
@@ -257,10 +292,17 @@ struct MaskedLmHeadImpl : torch::nn::Module {
   // is whatever tensor the embeddings hold then (a gathered shard, a replica's).
   std::shared_ptr<EmbeddingsImpl> embeddings;
 
+  // BERT nests the transform (cls.predictions.transform.{dense,LayerNorm});
+  // RoBERTa's lm_head holds dense and layer_norm itself.
   MaskedLmHeadImpl(const BertConfig& c, std::shared_ptr<EmbeddingsImpl> e) : embeddings(std::move(e)) {
-    auto transform = register_module("transform", std::make_shared<torch::nn::Module>());
-    dense = transform->register_module("dense", Linear(c.hidden_size, c.hidden_size));
-    norm = transform->register_module("LayerNorm", make_layer_norm(c));
+    if (c.family().classifier == ClassifierStyle::kPooler) {
+      auto transform = register_module("transform", std::make_shared<torch::nn::Module>());
+      dense = transform->register_module("dense", Linear(c.hidden_size, c.hidden_size));
+      norm = transform->register_module("LayerNorm", make_layer_norm(c));
+    } else {
+      dense = register_module("dense", Linear(c.hidden_size, c.hidden_size));
+      norm = register_module("layer_norm", make_layer_norm(c));
+    }
     bias = register_parameter("bias", at::zeros({c.vocab_size}));
   }
   // Vocab-parallel under tensor parallelism: this rank's rows of the tied
@@ -292,8 +334,8 @@ struct BertModelImpl : torch::nn::Module {
       layers.push_back(std::make_shared<LayerImpl>(c));
       layer->push_back(layers.back());
     }
-    // BertForMaskedLM has no pooler (HF: add_pooling_layer=False).
-    if (c.head == BertHead::kSequenceClassification) pooler = register_module("pooler", std::make_shared<PoolerImpl>(c));
+    // BertForMaskedLM and every RoBERTa head have no pooler (HF: add_pooling_layer=False).
+    if (c.head == BertHead::kSequenceClassification && c.family().classifier == ClassifierStyle::kPooler) pooler = register_module("pooler", std::make_shared<PoolerImpl>(c));
   }
 };
 
@@ -311,7 +353,7 @@ struct BertForSequenceClassification::Parts {
   std::shared_ptr<model_detail::BertModelImpl> bert;
   torch::nn::Dropout dropout{nullptr};
   model_detail::Linear classifier{nullptr};
-  std::shared_ptr<model_detail::HeadUnit> head;          // sequence classification
+  std::shared_ptr<model_detail::ClassificationHead> head;  // sequence classification
   std::shared_ptr<model_detail::MaskedLmHeadImpl> mlm;   // masked LM
   model_detail::DirectRunner direct;
 };

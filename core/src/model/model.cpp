@@ -23,11 +23,10 @@ namespace {
 // token type 0. Either method moves the real tokens' positions up by P.
 Batch encoder_input(const Batch& batch, const BertConfig& config, int64_t prompt, int64_t prefix) {
   const int64_t virtual_tokens = prompt + prefix, seq = batch.input_ids.size(1);
-  if (virtual_tokens > 0 && seq + virtual_tokens > config.max_position_embeddings) {
+  if (virtual_tokens > 0 && seq + virtual_tokens > config.max_tokens()) {
     fail("model: {} tokens after {} virtual tokens (prompt or prefix tuning) need {} positions, but "
-         "max_position_embeddings is {}; cut the input to {} tokens (data.max_seq_len, ft predict --max-length)",
-         seq, virtual_tokens, seq + virtual_tokens, config.max_position_embeddings,
-         config.max_position_embeddings - virtual_tokens);
+         "the model has {}; cut the input to {} tokens (data.max_seq_len, ft predict --max-length)",
+         seq, virtual_tokens, seq + virtual_tokens, config.max_tokens(), config.max_tokens() - virtual_tokens);
   }
   if (prompt == 0) return batch;
   const int64_t rows = batch.input_ids.size(0);
@@ -51,14 +50,23 @@ using namespace model_detail;
 BertForSequenceClassification::BertForSequenceClassification(const BertConfig& config)
     : config_(config), parts_(std::make_unique<Parts>()) {
   config_.validate("model config");
-  parts_->bert = register_module("bert", std::make_shared<BertModelImpl>(config_));
+  const EncoderFamily& family = config_.family();
+  parts_->bert = register_module(family.base, std::make_shared<BertModelImpl>(config_));
   if (config_.head == BertHead::kMaskedLM) {
-    auto cls = register_module("cls", std::make_shared<torch::nn::Module>());
-    parts_->mlm = cls->register_module("predictions", std::make_shared<MaskedLmHeadImpl>(config_, parts_->bert->embeddings));
+    auto mlm = std::make_shared<MaskedLmHeadImpl>(config_, parts_->bert->embeddings);
+    const auto dot = family.mlm_head.find('.');  // "cls.predictions": a holder module, then the head
+    if (dot == std::string::npos) {
+      parts_->mlm = register_module(family.mlm_head, mlm);
+    } else {
+      auto holder = register_module(family.mlm_head.substr(0, dot), std::make_shared<torch::nn::Module>());
+      parts_->mlm = holder->register_module(family.mlm_head.substr(dot + 1), mlm);
+    }
+  } else if (family.classifier == ClassifierStyle::kPooler) {
+    auto dropout = register_module("dropout", Dropout(config_.head_dropout()));
+    auto classifier = register_module("classifier", Linear(config_.hidden_size, config_.num_labels));
+    parts_->head = std::make_shared<HeadUnit>(parts_->bert->pooler, dropout, classifier);
   } else {
-    parts_->dropout = register_module("dropout", Dropout(config_.hidden_dropout_prob));
-    parts_->classifier = register_module("classifier", Linear(config_.hidden_size, config_.num_labels));
-    parts_->head = std::make_shared<HeadUnit>(parts_->bert->pooler, parts_->dropout, parts_->classifier);
+    parts_->head = register_module("classifier", std::make_shared<DenseTanhHeadImpl>(config_));
   }
   init_weights();
 }
@@ -84,14 +92,16 @@ std::vector<int> BertForSequenceClassification::units_read_by(int index) const {
 }
 
 std::string BertForSequenceClassification::unit_prefix(int index) const {
-  if (index == 0) return "bert.embeddings.";
-  if (index == num_units() - 1) return "";  // bert.pooler.* and classifier.*, or cls.predictions.*
-  return "bert.encoder.layer." + std::to_string(index - 1) + ".";
+  const EncoderFamily& family = config_.family();
+  if (index == 0) return family.prefix() + "embeddings.";
+  if (index == num_units() - 1) return "";  // bert.pooler.* and classifier.*, cls.predictions.*, lm_head.*
+  return family.layer_prefix(index - 1);
 }
 
 int BertForSequenceClassification::unit_of(const std::string& name) const {
-  if (name.rfind("bert.embeddings.", 0) == 0) return 0;
-  const std::string layer_prefix = "bert.encoder.layer.";
+  const std::string base = config_.family().prefix();
+  if (name.rfind(base + "embeddings.", 0) == 0) return 0;
+  const std::string layer_prefix = base + "encoder.layer.";
   if (name.rfind(layer_prefix, 0) == 0) {
     return 1 + std::stoi(name.substr(layer_prefix.size()));
   }
@@ -104,14 +114,14 @@ std::shared_ptr<const TokenLayout> BertForSequenceClassification::layout_of(cons
 }
 
 at::Tensor BertForSequenceClassification::pooled_output(const Batch& input) {
-  if (!parts_->head) fail("a masked-LM model has no pooler; fine-tune it first (ft run --set model.weights=DIR)");
+  if (!parts_->head) fail("a masked-LM model has no classification head; fine-tune it first (ft run --set model.weights=DIR)");
   const Batch batch = encoder_input(input, config_, prompt_length(), prefix_length());
   const auto layout = layout_of(batch);
   auto& bert = *parts_->bert;
   at::Tensor x = bert.embeddings->forward(layout->gather_tokens(batch.input_ids),
                                           layout->gather_tokens(batch.token_type_ids), *layout);
   for (auto& layer : bert.layers) x = layer->forward(x, *layout);
-  return bert.pooler->forward(layout->first_tokens(x)).to(at::kFloat);
+  return parts_->head->features(layout->first_tokens(x)).to(at::kFloat);
 }
 
 at::Tensor BertForSequenceClassification::forward(const Batch& input) {
@@ -193,7 +203,7 @@ void BertForSequenceClassification::init_weights() {
   for (auto& item : named_parameters()) {
     const std::string& name = item.key();
     auto& p = item.value();
-    const bool is_norm = name.find("LayerNorm") != std::string::npos;
+    const bool is_norm = is_layer_norm_parameter(name);
     const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
     if (is_norm) {
       is_bias ? p.zero_() : p.fill_(1.0);
@@ -203,8 +213,11 @@ void BertForSequenceClassification::init_weights() {
       p.normal_(0.0, std);
     }
   }
-  auto& word = parts_->bert->embeddings->word_embeddings->weight;
-  if (config_.pad_token_id >= 0 && config_.pad_token_id < config_.vocab_size) word[config_.pad_token_id].zero_();
+  // Every embedding with a padding row starts it at zero, as transformers does.
+  for (const auto* table : {&parts_->bert->embeddings->word_embeddings, &parts_->bert->embeddings->position_embeddings}) {
+    const auto& pad = (*table)->options.padding_idx();
+    if (pad && *pad >= 0 && *pad < (*table)->weight.size(0)) (*table)->weight[*pad].zero_();
+  }
 }
 
 std::vector<TensorList> BertForSequenceClassification::unit_parameters() const {

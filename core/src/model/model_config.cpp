@@ -35,10 +35,24 @@ bool within_depth(const json& j, int depth) {
 }
 
 const char* const kKnownKeys[] = {
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+    "model_type", "classifier_dropout", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
     "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
     "type_vocab_size", "initializer_range", "layer_norm_eps", "pad_token_id", "num_labels",
     "id2label", "label2id", "architectures"};
+
+// Keys whose non-default values change the network in ways ft does not
+// build: one line naming the key, never a silently different model.
+void refuse_unsupported(const json& j, const std::string& source) {
+  if (auto it = j.find("position_embedding_type"); it != j.end() && !it->is_null() && *it != "absolute") {
+    fail("{}: position_embedding_type {} is not supported; ft builds absolute position embeddings", source,
+         it->dump());
+  }
+  for (const char* key : {"is_decoder", "add_cross_attention"}) {
+    if (auto it = j.find(key); it != j.end() && it->is_boolean() && it->get<bool>()) {
+      fail("{}: {} is true; ft fine-tunes encoders only (set it false or drop it)", source, key);
+    }
+  }
+}
 
 }  // namespace
 
@@ -52,6 +66,14 @@ BertConfig BertConfig::from_json_string(const std::string& text, const std::stri
   if (!j.is_object()) fail("{}: expected a JSON object", source);
   if (!within_depth(j, 32)) fail("{}: values nested more than 32 levels deep; not a model config", source);
   BertConfig c;
+  // A config.json without model_type is one ft or an old BERT tool wrote.
+  read_key(j, "model_type", c.model_type, source);
+  const EncoderFamily& family = encoder_family(c.model_type, source);
+  if (family.positions_after_padding) {  // transformers' RobertaConfig defaults, where they differ from BERT's
+    c.pad_token_id = 1, c.max_position_embeddings = 514, c.type_vocab_size = 1, c.layer_norm_eps = 1e-5;
+    c.vocab_size = 50265;
+  }
+  refuse_unsupported(j, source);
   read_key(j, "vocab_size", c.vocab_size, source);
   read_key(j, "hidden_size", c.hidden_size, source);
   read_key(j, "num_hidden_layers", c.num_hidden_layers, source);
@@ -65,6 +87,7 @@ BertConfig BertConfig::from_json_string(const std::string& text, const std::stri
   read_key(j, "initializer_range", c.initializer_range, source);
   read_key(j, "layer_norm_eps", c.layer_norm_eps, source);
   read_key(j, "pad_token_id", c.pad_token_id, source);
+  read_key(j, "classifier_dropout", c.classifier_dropout, source);
   c.num_labels = 0;
   read_key(j, "num_labels", c.num_labels, source);
   if (auto it = j.find("id2label"); it != j.end() && it->is_object()) {
@@ -86,7 +109,7 @@ BertConfig BertConfig::from_json_string(const std::string& text, const std::stri
   if (c.num_labels == 0) c.num_labels = 2;  // HF's default
   if (auto it = j.find("architectures"); it != j.end() && it->is_array()) {
     for (const auto& a : *it)
-      if (a.is_string() && a.get<std::string>() == "BertForMaskedLM") c.head = BertHead::kMaskedLM;
+      if (a.is_string() && a.get<std::string>() == family.architecture(true)) c.head = BertHead::kMaskedLM;
   }
   json extra = j;
   for (const char* key : kKnownKeys) extra.erase(key);
@@ -130,6 +153,11 @@ void BertConfig::validate(const std::string& source) const {
   positive("max_position_embeddings", max_position_embeddings);
   positive("type_vocab_size", type_vocab_size);
   positive("num_labels", num_labels);
+  const EncoderFamily& f = encoder_family(model_type, source);
+  if (f.positions_after_padding && max_position_embeddings <= pad_token_id + 1) {
+    fail("{}: max_position_embeddings {} leaves no position for a token: {} positions start after pad_token_id {}",
+         source, max_position_embeddings, model_type, pad_token_id);
+  }
   if (hidden_size % num_attention_heads != 0) {
     fail("{}: hidden_size {} is not divisible by num_attention_heads {}", source, hidden_size,
          num_attention_heads);
@@ -144,8 +172,9 @@ void BertConfig::validate(const std::string& source) const {
 
 std::string BertConfig::to_json() const {
   json j = json::parse(extra_json.empty() ? "{}" : extra_json);
-  j["architectures"] = {head == BertHead::kMaskedLM ? "BertForMaskedLM" : "BertForSequenceClassification"};
-  j["model_type"] = "bert";
+  j["architectures"] = {family().architecture(head == BertHead::kMaskedLM)};
+  j["model_type"] = model_type;
+  if (classifier_dropout >= 0.0) j["classifier_dropout"] = classifier_dropout;
   j["vocab_size"] = vocab_size;
   j["hidden_size"] = hidden_size;
   j["num_hidden_layers"] = num_hidden_layers;

@@ -20,26 +20,32 @@ std::string module_of(const std::string& name) { return name.substr(0, name.rfin
 
 std::string shape_of(const at::Tensor& t) { return fmt::format("{}", fmt::join(t.sizes(), "x")); }
 
-// Names as this model knows them. A BertModel checkpoint (what an encoder
-// like all-MiniLM-L6-v2 ships) has no "bert." prefix: transformers adds the
-// base model prefix when the checkpoint has none of its keys, and so do we.
-std::map<std::string, const at::Tensor*> canonical_names(const TensorList& weights, bool& base_model_names) {
+bool is_base_model_key(const std::string& key) {
+  return starts_with(key, "embeddings.") || starts_with(key, "encoder.") || starts_with(key, "pooler.");
+}
+
+// Names as this model knows them. A base-model checkpoint (a BertModel, what
+// an encoder like all-MiniLM-L6-v2 ships) has no "bert." prefix: transformers
+// adds the base model prefix when the checkpoint has none of its keys, and so
+// do we. RoBERTa's masked-LM file may keep the decoder's bias under
+// lm_head.decoder.bias only (it is tied to lm_head.bias).
+std::map<std::string, const at::Tensor*> canonical_names(const TensorList& weights, const EncoderFamily& family,
+                                                        bool& base_model_names) {
   std::map<std::string, const at::Tensor*> given;
   bool has_prefix = false, has_base_keys = false;
   for (const auto& [name, t] : weights) {
     // Checkpoints saved from a DDP-wrapped model carry "module." prefixes.
     std::string key = starts_with(name, "module.") ? name.substr(7) : name;
-    has_prefix |= starts_with(key, "bert.");
-    has_base_keys |= starts_with(key, "embeddings.") || starts_with(key, "encoder.") || starts_with(key, "pooler.");
+    has_prefix |= starts_with(key, family.prefix());
+    has_base_keys |= is_base_model_key(key);
     given[key] = &t;
   }
+  const std::string tied_bias = family.mlm_head + ".decoder.bias";
+  if (given.count(tied_bias) && !given.count(family.mlm_bias())) given[family.mlm_bias()] = given[tied_bias];
   base_model_names = !has_prefix && has_base_keys;
   if (!base_model_names) return given;
   std::map<std::string, const at::Tensor*> renamed;
-  for (const auto& [key, t] : given) {
-    const bool base = starts_with(key, "embeddings.") || starts_with(key, "encoder.") || starts_with(key, "pooler.");
-    renamed[base ? "bert." + key : key] = t;
-  }
+  for (const auto& [key, t] : given) renamed[is_base_model_key(key) ? family.prefix() + key : key] = t;
   return renamed;
 }
 
@@ -64,7 +70,9 @@ std::string describe_tensors(const std::vector<std::string>& names) {
 std::vector<std::string> describe_load(const BertForSequenceClassification::LoadReport& r, const std::string& source) {
   std::vector<std::string> lines;
   lines.push_back(fmt::format("{}: loaded {} tensors{}", source, r.loaded,
-                              r.base_model_names ? " (a BertModel: its names gained the 'bert.' prefix)" : ""));
+                              r.base_model_names ? fmt::format(" (a {}Model: its names gained the '{}' prefix)",
+                                                               r.family_class, r.family_prefix)
+                                                 : ""));
   if (!r.initialised.empty()) {
     lines.push_back(fmt::format("{}: newly initialised, not in the weights: {}", source, describe_tensors(r.initialised)));
   }
@@ -81,11 +89,16 @@ std::vector<std::string> describe_load(const BertForSequenceClassification::Load
 BertForSequenceClassification::LoadReport BertForSequenceClassification::load_weights(const TensorList& weights,
                                                                                       const std::string& source,
                                                                                       const LoadOptions& options) {
-  // Other heads' tensors, and a buffer HF keeps in some files.
-  static const char* kOtherHeads[] = {"bert.embeddings.position_ids", "cls.", "bert.pooler.", "bert.pooler_",
-                                      "classifier."};
+  const EncoderFamily& family = config_.family();
+  // Other heads' tensors, and buffers HF keeps in some files.
+  const std::string base = family.prefix();
+  const std::string mlm_root = family.mlm_head.substr(0, family.mlm_head.find('.')) + ".";
+  const std::vector<std::string> other_heads = {base + "embeddings.position_ids", base + "embeddings.token_type_ids",
+                                                mlm_root, base + "pooler.", base + "pooler_", "classifier."};
   LoadReport report;
-  const auto given = canonical_names(weights, report.base_model_names);
+  report.family_class = family.class_prefix;
+  report.family_prefix = base;
+  const auto given = canonical_names(weights, family, report.base_model_names);
   const int head = num_units() - 1;
   std::set<std::string> given_modules;
   for (const auto& [key, t] : given) given_modules.insert(module_of(key));
@@ -131,9 +144,12 @@ BertForSequenceClassification::LoadReport BertForSequenceClassification::load_we
   for (const auto& [key, t] : given) {
     if (used.count(key)) continue;
     bool ignorable = false;
-    for (const char* prefix : kOtherHeads) ignorable |= starts_with(key, prefix);
-    if (!ignorable) fail("{}: unexpected tensor '{}' (not part of this BERT model)", source, key);
-    if (key != "bert.embeddings.position_ids") report.ignored.push_back(key);
+    for (const auto& prefix : other_heads) ignorable |= starts_with(key, prefix);
+    if (!ignorable) fail("{}: unexpected tensor '{}' (not part of this {} model)", source, key, family.model_type);
+    const bool buffer = ends_with(key, "embeddings.position_ids") || ends_with(key, "embeddings.token_type_ids");
+    // The tied decoder's copies are this model's tensors under another name, not unused ones.
+    const bool tied = key == family.mlm_head + ".decoder.bias" || key == family.mlm_head + ".decoder.weight";
+    if (!buffer && !tied) report.ignored.push_back(key);
   }
   return report;
 }

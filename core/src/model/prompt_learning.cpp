@@ -1,5 +1,6 @@
 #include "ft/prompt_learning.h"
 
+#include <algorithm>
 #include <map>
 
 #include <ATen/ATen.h>
@@ -22,8 +23,8 @@ using nlohmann::json;
 
 namespace {
 
-const char kPromptName[] = "bert.embeddings.prompt_embeddings";
-const char kWordsName[] = "bert.embeddings.word_embeddings.weight";
+// Suffixes: the family's base prefix ("bert.", "roberta.") comes first.
+const char kPromptSuffix[] = "embeddings.prompt_embeddings";
 const char kWeightsFile[] = "adapter_model.safetensors";
 const char kConfigFile[] = "adapter_config.json";
 const char kPeftTable[] = "prompt_embeddings";
@@ -31,8 +32,13 @@ const char kPeftTable[] = "prompt_embeddings";
 // (no LoRA-style ".model"), so modules_to_save land as base_model.<name>.
 const char kPeftHeadPrefix[] = "base_model.";
 
-std::string prefix_name(int64_t layer, const char* which) {
-  return fmt::format("bert.encoder.layer.{}.attention.self.prefix_{}", layer, which);
+std::string prompt_name(const BertConfig& config) { return config.family().prefix() + kPromptSuffix; }
+
+std::string prefix_suffix(int64_t layer, const char* which) {
+  return fmt::format("encoder.layer.{}.attention.self.prefix_{}", layer, which);
+}
+std::string prefix_name(const std::string& base, int64_t layer, const char* which) {
+  return base + prefix_suffix(layer, which);
 }
 
 bool is_classifier(const std::string& name) { return name.rfind("classifier.", 0) == 0; }
@@ -58,8 +64,8 @@ at::Tensor text_ids(const PromptLearning& p, const Tokenizer* tokenizer, int64_t
 
 at::Tensor word_embeddings(const BertForSequenceClassification& model) {
   for (const auto& [name, t] : model.weights())
-    if (name == kWordsName) return t;
-  fail("prompt tuning: the model has no '{}'", kWordsName);
+    if (name == model.config().family().word_embeddings()) return t;
+  fail("prompt tuning: the model has no '{}'", model.config().family().word_embeddings());
 }
 
 at::Tensor initial_prompt(const BertForSequenceClassification& model, const PromptLearning& p,
@@ -124,7 +130,7 @@ void set_prompt_learning(RunConfig& config, const PromptLearning& p) {
 }
 
 bool is_prompt_learning_param(const std::string& hf_name) {
-  return hf_name == kPromptName || ends_with(hf_name, ".attention.self.prefix_key") ||
+  return ends_with(hf_name, std::string(".") + kPromptSuffix) || ends_with(hf_name, ".attention.self.prefix_key") ||
          ends_with(hf_name, ".attention.self.prefix_value");
 }
 
@@ -139,11 +145,11 @@ int64_t prompt_learning_parameter_count(const BertConfig& config, const PromptLe
 }
 
 void check_prompt_positions(const BertConfig& config, const PromptLearning& p, int64_t max_seq_len) {
-  if (max_seq_len + p.length <= config.max_position_embeddings) return;
+  if (max_seq_len + p.length <= config.max_tokens()) return;
   fail("{}.length: {} virtual tokens + data.max_seq_len {} need {} positions, but the model has "
-       "max_position_embeddings {}; lower data.max_seq_len to {} or {}.length",
-       p.section(), p.length, max_seq_len, max_seq_len + p.length, config.max_position_embeddings,
-       config.max_position_embeddings - p.length, p.section());
+       "{}; lower data.max_seq_len to {} or {}.length",
+       p.section(), p.length, max_seq_len, max_seq_len + p.length, config.max_tokens(),
+       config.max_tokens() - p.length, p.section());
 }
 
 void apply_prompt_learning(BertForSequenceClassification& model, const PromptLearning& p, uint64_t seed,
@@ -160,7 +166,7 @@ void apply_prompt_learning(BertForSequenceClassification& model, const PromptLea
     at::Tensor table = at::zeros({p.length, layers * 2 * c.hidden_size});
     if (p.path.empty()) table.normal_(0.0, 1.0, gen);
     std::vector<at::Tensor> keys, values;
-    for (const auto& [name, t] : prefix_from_peft(table, layers, "prefix init")) {
+    for (const auto& [name, t] : prefix_from_peft(table, layers, "prefix init", c.family().prefix())) {
       (ends_with(name, "_key") ? keys : values).push_back(t);
     }
     model.add_attention_prefix(keys, values);
@@ -173,13 +179,13 @@ void replicate_prompt_learning(const BertForSequenceClassification& from, BertFo
   std::map<std::string, at::Tensor> w;
   for (const auto& [name, t] : from.weights()) w[name] = t.detach().clone();
   if (from.prompt_length() > 0) {
-    to.add_prompt_embeddings(w.at(kPromptName));
+    to.add_prompt_embeddings(w.at(prompt_name(from.config())));
     return;
   }
   std::vector<at::Tensor> keys, values;
   for (int64_t i = 0; i < from.config().num_hidden_layers; ++i) {
-    keys.push_back(w.at(prefix_name(i, "key")));
-    values.push_back(w.at(prefix_name(i, "value")));
+    keys.push_back(w.at(prefix_name(from.config().family().prefix(), i, "key")));
+    values.push_back(w.at(prefix_name(from.config().family().prefix(), i, "value")));
   }
   to.add_attention_prefix(keys, values);
 }
@@ -192,19 +198,20 @@ TensorList without_prompt_learning(const TensorList& weights) {
 }
 
 at::Tensor prefix_to_peft(const TensorList& weights, int64_t layers) {
-  std::map<std::string, at::Tensor> by_name(weights.begin(), weights.end());
   std::vector<at::Tensor> columns;
   for (int64_t i = 0; i < layers; ++i) {
     for (const char* which : {"key", "value"}) {
-      auto it = by_name.find(prefix_name(i, which));
-      if (it == by_name.end()) fail("prefix tuning: the model state has no '{}'", prefix_name(i, which));
+      // By suffix: whichever family's base prefix comes before it.
+      const std::string suffix = "." + prefix_suffix(i, which);
+      auto it = std::find_if(weights.begin(), weights.end(), [&](const auto& named) { return ends_with(named.first, suffix); });
+      if (it == weights.end()) fail("prefix tuning: the model state has no '*{}'", suffix);
       columns.push_back(it->second.detach().to(at::kFloat));
     }
   }
   return at::cat(columns, 1).contiguous();
 }
 
-TensorList prefix_from_peft(const at::Tensor& table, int64_t layers, const std::string& source) {
+TensorList prefix_from_peft(const at::Tensor& table, int64_t layers, const std::string& source, const std::string& base) {
   if (table.dim() != 2 || layers < 1 || table.size(1) % (2 * layers) != 0) {
     fail("{}: the prefix table is {}; PEFT's is [num_virtual_tokens, num_layers x 2 x token_dim] with {} layers",
          source, shape(table), layers);
@@ -214,8 +221,8 @@ TensorList prefix_from_peft(const at::Tensor& table, int64_t layers, const std::
   for (int64_t i = 0; i < layers; ++i) {
     // PEFT views the row as [num_layers * 2, heads, head_dim]: entry 2i is
     // layer i's key, 2i + 1 its value.
-    out.emplace_back(prefix_name(i, "key"), table.narrow(1, 2 * i * hidden, hidden).contiguous());
-    out.emplace_back(prefix_name(i, "value"), table.narrow(1, (2 * i + 1) * hidden, hidden).contiguous());
+    out.emplace_back(prefix_name(base, i, "key"), table.narrow(1, 2 * i * hidden, hidden).contiguous());
+    out.emplace_back(prefix_name(base, i, "value"), table.narrow(1, (2 * i + 1) * hidden, hidden).contiguous());
   }
   return out;
 }
@@ -233,8 +240,8 @@ void save_prompt_learning(const fsys::path& dir, const TensorList& weights, cons
   TensorList picked;
   if (p.method == PromptMethod::kPrompt) {
     for (const auto& [name, t] : weights)
-      if (name == kPromptName) picked.emplace_back(kPeftTable, t.detach().to(at::kFloat).contiguous());
-    if (picked.empty()) fail("prompt tuning: the model state has no '{}'", kPromptName);
+      if (name == prompt_name(config)) picked.emplace_back(kPeftTable, t.detach().to(at::kFloat).contiguous());
+    if (picked.empty()) fail("prompt tuning: the model state has no '{}'", prompt_name(config));
   } else {
     picked.emplace_back(kPeftTable, prefix_to_peft(weights, config.num_hidden_layers));
   }
@@ -354,9 +361,10 @@ TensorList read_prompt_learning_weights(const fsys::path& dir, const BertConfig&
       }
       table = true;
       if (p.method == PromptMethod::kPrompt) {
-        out.emplace_back(kPromptName, t);
+        out.emplace_back(prompt_name(config), t);
       } else {
-        for (auto& named : prefix_from_peft(t, config.num_hidden_layers, file.string())) out.push_back(std::move(named));
+        for (auto& named : prefix_from_peft(t, config.num_hidden_layers, file.string(), config.family().prefix()))
+          out.push_back(std::move(named));
       }
     } else if (name.rfind(kPeftHeadPrefix, 0) == 0 && is_classifier(name.substr(sizeof(kPeftHeadPrefix) - 1))) {
       out.emplace_back(name.substr(sizeof(kPeftHeadPrefix) - 1), t);

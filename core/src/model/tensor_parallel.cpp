@@ -96,11 +96,11 @@ TensorParallelSplit BertForSequenceClassification::shard_tensor_parallel(const T
     keep_part(emb.word_embeddings->weight, 0, ops);
     emb.vocab_begin = ops.rank * (c.vocab_size / ops.size);
     emb.tp = shared;
-    out.sliced["bert.embeddings.word_embeddings.weight"] = 0;
+    out.sliced[c.family().word_embeddings()] = 0;
     if (parts_->mlm) {
       keep_part(parts_->mlm->bias, 0, ops);
       parts_->mlm->tp = shared;
-      out.sliced["cls.predictions.bias"] = 0;
+      out.sliced[c.family().mlm_bias()] = 0;
     }
   }
   for (size_t i = 0; i < parts_->bert->layers.size(); ++i) {

@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "ft/encoder_family.h"
 #include "ft/error.h"
 #include "inplace_scale.h"
 
@@ -241,7 +242,7 @@ ParamPlan default_param_plan(const TensorList& params, double weight_decay, bool
   ParamPlan plan;
   for (const auto& [name, t] : params) {
     const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
-    const bool is_norm = name.find("LayerNorm") != std::string::npos;
+    const bool is_norm = is_layer_norm_parameter(name);
     ParamSettings s;
     s.weight_decay = (decay_all || !(is_bias || is_norm)) ? weight_decay : 0.0;
     plan[name] = s;

@@ -1,0 +1,57 @@
+// Encoder families that share BERT's layer: BERT itself and the RoBERTa line
+// (RoBERTa, XLM-RoBERTa, CamemBERT). One implementation serves them all; what
+// differs (config.json's model_type, HF's parameter names, where positions
+// start, the classification head) is this descriptor, looked up once from
+// config.json and read by the model, the methods and the strategies instead
+// of spelling "bert." themselves.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ft {
+
+enum class ClassifierStyle {
+  kPooler,      // BERT: bert.pooler (tanh(dense(h_[CLS]))) -> dropout -> classifier
+  kDenseTanh,   // RoBERTa: classifier.dense -> tanh -> classifier.out_proj on <s>, dropout before each
+};
+
+struct EncoderFamily {
+  std::string model_type;    // config.json's, as written back
+  std::string class_prefix;  // "Bert", "XLMRoberta": architectures are <prefix>ForSequenceClassification, ...
+  std::string base;          // transformers' base_model_prefix: parameter names start "<base>."
+  // RoBERTa numbers positions from padding_idx + 1 (fairseq's convention,
+  // kept by transformers), so the first real token reads row pad_token_id + 1.
+  bool positions_after_padding = false;
+  ClassifierStyle classifier = ClassifierStyle::kPooler;
+  std::string mlm_head;  // "cls.predictions" / "lm_head"
+
+  std::string prefix() const { return base + "."; }
+  std::string word_embeddings() const { return prefix() + "embeddings.word_embeddings.weight"; }
+  std::string layer_prefix(int64_t layer) const { return prefix() + "encoder.layer." + std::to_string(layer) + "."; }
+  // The classifier's output projection, whose rows are the labels.
+  std::string classifier_weight() const {
+    return classifier == ClassifierStyle::kPooler ? "classifier.weight" : "classifier.out_proj.weight";
+  }
+  std::string classifier_bias() const {
+    return classifier == ClassifierStyle::kPooler ? "classifier.bias" : "classifier.out_proj.bias";
+  }
+  std::string mlm_bias() const { return mlm_head + ".bias"; }
+  std::string architecture(bool masked_lm) const {
+    return class_prefix + (masked_lm ? "ForMaskedLM" : "ForSequenceClassification");
+  }
+};
+
+// A LayerNorm's weight or bias, by its HF name: BERT spells the module
+// "LayerNorm", RoBERTa's lm_head "layer_norm". (Initialisation and the
+// Trainer's no-decay rule both single them out.)
+inline bool is_layer_norm_parameter(const std::string& name) {
+  return name.find("LayerNorm") != std::string::npos || name.find("layer_norm") != std::string::npos;
+}
+
+// The family of a config.json model_type; anything else fails with one line
+// naming `source` and listing supported_model_types().
+const EncoderFamily& encoder_family(const std::string& model_type, const std::string& source);
+std::vector<std::string> supported_model_types();
+
+}  // namespace ft

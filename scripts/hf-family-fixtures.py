@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Writes tests/data/hf/families/<family>/: a tiny random-init model of each
+encoder family, built and trained by transformers itself.
+
+Run in the env that scripts/hf-env.sh makes, from anywhere:
+
+    .venv-hf/bin/python scripts/hf-family-fixtures.py [--only roberta] [--out DIR]
+
+Inputs: data/imdb/train.jsonl, ../shared/data/weibo-emotion/train.json and the
+committed tokenizer fixtures (tests/data/hf/tokenizers/). Only token ids and
+numbers are written, never text. tests/data/hf/README.md describes the files.
+
+Deterministic: torch.manual_seed(0) before each model is built, one intra-op
+thread, fp32 on the CPU, dropout 0 in every config.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+torch.use_deterministic_algorithms(True)
+
+import tokenizers  # noqa: E402
+import transformers  # noqa: E402
+from safetensors.torch import save_file  # noqa: E402
+from torch.utils.data import Dataset, SequentialSampler  # noqa: E402
+from transformers import AutoConfig, AutoModelForSequenceClassification, Trainer, TrainingArguments  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_fixture_common import (  # noqa: E402
+    IMDB, IMDB_REL, REPO, WEIBO, WEIBO_REL, one_key, read_imdb, read_weibo, sha256_file)
+
+TOKENIZERS = os.path.join(REPO, "tests", "data", "hf", "tokenizers")
+MAX_LEN = 64
+# Logits and one step's gradients: 16 negative, 16 positive reviews and 16 posts.
+EVAL_IMDB = list(range(0, 16)) + list(range(25000, 25016))
+EVAL_WEIBO = list(range(0, 16))
+# The Trainer run: 64 negative and 64 positive reviews, interleaved.
+TRAIN_ROWS = [r for pair in zip(range(1000, 1064), range(26000, 26064)) for r in pair]
+
+# Each family: its config (transformers' own class and defaults, made tiny),
+# and the committed tokenizer whose ids it reads.
+FAMILIES = {
+    "roberta": {
+        "model_type": "roberta", "tokenizer": "roberta-bpe",
+        # As roberta-base ships: one token type, LayerNorm eps 1e-5.
+        "config": {"type_vocab_size": 1, "layer_norm_eps": 1e-5},
+    },
+    "xlm-roberta": {
+        "model_type": "xlm-roberta", "tokenizer": "xlmr-unigram",
+        "config": {"type_vocab_size": 1, "layer_norm_eps": 1e-5},
+    },
+}
+# initializer_range 0.2 (not 0.02): at hidden 32 the default gives logits near
+# zero and a loss that stays at ln 2, and a flat trajectory checks nothing.
+TINY = dict(initializer_range=0.2, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=2,
+            id2label={0: "neg", 1: "pos"}, label2id={"neg": 0, "pos": 1})
+
+
+def versions():
+    return {"python": sys.version.split()[0], "torch": torch.__version__,
+            "tokenizers": tokenizers.__version__, "transformers": transformers.__version__}
+
+
+def encode(tok, texts, pad_id):
+    """ids, mask, zero types [N, width]: truncated at MAX_LEN, padded to the longest."""
+    tok.enable_truncation(MAX_LEN)
+    encs = tok.encode_batch(texts)
+    width = max(len(e.ids) for e in encs)
+    ids = torch.full((len(encs), width), pad_id, dtype=torch.int64)
+    mask = torch.zeros((len(encs), width), dtype=torch.int64)
+    for i, e in enumerate(encs):
+        ids[i, :len(e.ids)] = torch.tensor(e.ids)
+        mask[i, :len(e.ids)] = 1
+    return ids, mask, torch.zeros_like(ids)
+
+
+def build(spec, vocab, pad_id):
+    tok_max = MAX_LEN + pad_id + 1  # RoBERTa's positions start after the padding index
+    config = AutoConfig.for_model(spec["model_type"], vocab_size=vocab, pad_token_id=pad_id,
+                                  max_position_embeddings=tok_max, **TINY, **spec["config"])
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_config(config, attn_implementation="eager")
+    return model
+
+
+class Rows(Dataset):
+    def __init__(self, t):
+        self.t = t
+
+    def __len__(self):
+        return self.t["input_ids"].shape[0]
+
+    def __getitem__(self, i):
+        return {k: self.t[k][i] for k in ("input_ids", "attention_mask", "labels")}
+
+
+class FixedOrderTrainer(Trainer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.exact_losses = []
+
+    def _get_train_sampler(self, *args, **kwargs):
+        return SequentialSampler(self.train_dataset)
+
+    def compute_loss(self, model, inputs, return_outputs=False, **kwargs):
+        result = super().compute_loss(model, inputs, return_outputs=return_outputs, **kwargs)
+        if model.training:
+            self.exact_losses.append((result[0] if return_outputs else result).detach().item())
+        return result
+
+
+def make_family(name, out, imdb, weibo):
+    spec = FAMILIES[name]
+    tok_file = os.path.join(TOKENIZERS, spec["tokenizer"] + ".tokenizer.json")
+    tok = tokenizers.Tokenizer.from_file(tok_file)
+    pad_id = tok.token_to_id("<pad>")
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    model = build(spec, tok.get_vocab_size(), pad_id)
+    model.save_pretrained(d)
+
+    # (a) logits in eval mode, and (b) one step's gradients, on the same batch.
+    texts = [imdb[i][0] for i in EVAL_IMDB] + [weibo[i][0] for i in EVAL_WEIBO]
+    labels = torch.tensor([imdb[i][1] for i in EVAL_IMDB] + [weibo[i][1] % 2 for i in EVAL_WEIBO])
+    ids, mask, types = encode(tok, texts, pad_id)
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask).logits
+    model.train()  # dropout is 0: train mode changes nothing but the mode
+    model.zero_grad()
+    out_ = model(input_ids=ids, attention_mask=mask, labels=labels)
+    out_.loss.backward()
+    tensors = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types, "labels": labels,
+               "logits": logits.contiguous(), "loss": out_.loss.detach().reshape(1)}
+    for pname, p in model.named_parameters():
+        tensors["grad." + pname] = p.grad.detach().clone().contiguous()
+    save_file(tensors, os.path.join(d, "reference.safetensors"), metadata=one_key({
+        "imdb_file": IMDB_REL, "imdb_rows": EVAL_IMDB, "weibo_file": WEIBO_REL, "weibo_rows": EVAL_WEIBO,
+        "tokenizer": spec["tokenizer"], "tokenizer_sha256": sha256_file(tok_file),
+        "labels": "IMDB label; Weibo label_id % 2", "loss": "mean cross-entropy (the model's own)",
+        **{f"version_{k}": v for k, v in versions().items()}}))
+
+    # (c) eight steps of transformers.Trainer from the saved weights.
+    texts = [imdb[i][0] for i in TRAIN_ROWS]
+    ids, mask, types = encode(tok, texts, pad_id)
+    data = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types,
+            "labels": torch.tensor([imdb[i][1] for i in TRAIN_ROWS], dtype=torch.int64)}
+    save_file(data, os.path.join(d, "train.safetensors"), metadata=one_key({
+        "imdb_file": IMDB_REL, "imdb_rows": TRAIN_ROWS, "tokenizer": spec["tokenizer"]}))
+    model = AutoModelForSequenceClassification.from_pretrained(d, attn_implementation="eager")
+    hp = dict(optim="adamw_torch", learning_rate=3e-3, weight_decay=0.01, adam_beta1=0.9, adam_beta2=0.999,
+              adam_epsilon=1e-8, lr_scheduler_type="linear", warmup_steps=2, max_steps=8, max_grad_norm=1.0,
+              per_device_train_batch_size=16, gradient_accumulation_steps=1, seed=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        args = TrainingArguments(output_dir=tmp, report_to=[], use_cpu=True, save_strategy="no", logging_steps=1,
+                                 disable_tqdm=True, dataloader_num_workers=0, remove_unused_columns=False, **hp)
+        trainer = FixedOrderTrainer(model=model, args=args, train_dataset=Rows(data))
+        trainer.train()
+    losses = trainer.exact_losses
+    if len(losses) != 8 or not all(math.isfinite(v) for v in losses):
+        raise SystemExit(f"{name}: expected 8 finite losses, got {losses}")
+    ref = {"what": f"transformers.Trainer, 8 steps of the tiny {spec['model_type']} classifier on "
+                   "train.safetensors; global step s trains on rows [16 s, 16 s + 16) in file order",
+           "hyperparameters": {**hp, "precision": "fp32", "device": "cpu", "dropout": 0.0,
+                               "sampler": "SequentialSampler", "seq_len": "longest, at most 64"},
+           "losses": losses, "versions": versions()}
+    with open(os.path.join(d, "ref_losses.json"), "w", encoding="utf-8") as f:
+        json.dump(ref, f, indent=2)
+        f.write("\n")
+    print(f"{name}: logits {tuple(logits.shape)}, loss {out_.loss.item():.6f}, "
+          f"Trainer {losses[0]:.6f} .. {losses[-1]:.6f}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.path.join(REPO, "tests", "data", "hf", "families"))
+    ap.add_argument("--only", choices=sorted(FAMILIES), action="append")
+    args = ap.parse_args()
+    for path in (IMDB, WEIBO):
+        if not os.path.exists(path):
+            raise SystemExit(f"missing {path} (scripts/fetch-data.sh, ../shared)")
+    imdb, weibo = read_imdb(), read_weibo()
+    for name in args.only or sorted(FAMILIES):
+        make_family(name, args.out, imdb, weibo)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+// The encoder families beside BERT (RoBERTa, XLM-RoBERTa) against
+// transformers itself: tiny random-init models that transformers built,
+// saved, ran and trained (scripts/hf-family-fixtures.py; files and versions
+// in tests/data/hf/README.md). No Python runs here.
+#include <cmath>
+#include <map>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <torch/autograd.h>
+
+#include "ft/error.h"
+#include "ft/model.h"
+#include "ft/safetensors.h"
+#include "ft_run.h"
+
+namespace fsys = std::filesystem;
+
+namespace {
+
+const char* const kFamilies[] = {"roberta", "xlm-roberta"};
+
+fsys::path family_dir(const std::string& name) { return ft_test::source_dir() / "tests/data/hf/families" / name; }
+
+std::map<std::string, at::Tensor> reference(const std::string& name) {
+  std::map<std::string, at::Tensor> out;
+  for (auto& [n, t] : ft::safetensors::load((family_dir(name) / "reference.safetensors").string())) out[n] = t;
+  return out;
+}
+
+std::unique_ptr<ft::BertForSequenceClassification> load_family(const std::string& name) {
+  const auto config = ft::BertConfig::from_json_file((family_dir(name) / "config.json").string());
+  auto model = std::make_unique<ft::BertForSequenceClassification>(config);
+  const auto report =
+      model->load_weights(ft::read_model_weights(family_dir(name).string()), name, ft::BertForSequenceClassification::LoadOptions{});
+  CHECK(report.loaded == static_cast<int64_t>(model->parameters().size()));
+  CHECK(report.ignored.empty());
+  return model;
+}
+
+ft::Batch batch_of(std::map<std::string, at::Tensor>& ref) {
+  ft::Batch b;
+  b.input_ids = ref.at("input_ids");
+  b.attention_mask = ref.at("attention_mask");
+  b.token_type_ids = ref.at("token_type_ids");
+  b.labels = ref.at("labels");
+  return b;
+}
+
+double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+}  // namespace
+
+TEST_CASE("RoBERTa-family config.json: the family, its defaults and its names") {
+  const auto c = ft::BertConfig::from_json_file((family_dir("xlm-roberta") / "config.json").string());
+  CHECK(c.model_type == "xlm-roberta");
+  CHECK(c.pad_token_id == 1);
+  CHECK(c.type_vocab_size == 1);
+  CHECK(c.max_tokens() == c.max_position_embeddings - 2);  // positions start after the padding row
+  const auto written = nlohmann::json::parse(c.to_json());
+  CHECK(written.at("model_type") == "xlm-roberta");
+  CHECK(written.at("architectures") == nlohmann::json::array({"XLMRobertaForSequenceClassification"}));
+  ft::BertForSequenceClassification m(c);
+  std::vector<std::string> names;
+  for (const auto& [n, t] : m.weights()) names.push_back(n);
+  CHECK(names.front() == "roberta.embeddings.word_embeddings.weight");
+  const std::vector<std::string> head(names.end() - 4, names.end());
+  CHECK(head == std::vector<std::string>{"classifier.dense.weight", "classifier.dense.bias", "classifier.out_proj.weight",
+                                         "classifier.out_proj.bias"});
+  CHECK(m.unit_of("roberta.encoder.layer.1.output.dense.weight") == 2);
+  CHECK(m.unit_of("classifier.out_proj.weight") == 3);
+}
+
+TEST_CASE("unknown model_type and unsupported keys: one line naming them") {
+  CHECK(ft_test::error_of([] { ft::BertConfig::from_json_string(R"({"model_type": "gpt2"})", "x/config.json"); }) ==
+        "x/config.json: model_type 'gpt2' is not supported; ft builds bert, roberta, xlm-roberta, camembert");
+  CHECK(ft_test::error_of([] {
+          ft::BertConfig::from_json_string(R"({"model_type": "roberta", "position_embedding_type": "relative_key"})",
+                                           "x/config.json");
+        }) == "x/config.json: position_embedding_type \"relative_key\" is not supported; ft builds absolute position "
+              "embeddings");
+  CHECK(ft_test::error_of([] {
+          ft::BertConfig::from_json_string(R"({"model_type": "roberta", "is_decoder": true})", "x/config.json");
+        }) == "x/config.json: is_decoder is true; ft fine-tunes encoders only (set it false or drop it)");
+}
+
+TEST_CASE("RoBERTa and XLM-R logits match transformers within 1e-5, padded and padding-free") {
+  for (const std::string name : kFamilies) {
+    INFO(name);
+    auto model = load_family(name);
+    auto ref = reference(name);
+    model->eval();
+    torch::NoGradGuard no_grad;
+    const ft::Batch b = batch_of(ref);
+    const at::Tensor want = ref.at("logits");
+    // Rows are padded (the batch is as long as its longest row): padding matters.
+    REQUIRE(b.attention_mask.sum().item<int64_t>() < b.attention_mask.numel());
+    for (bool padding_free : {true, false}) {
+      model->set_padding_free(padding_free);
+      const at::Tensor got = model->forward(b);
+      INFO("padding_free=" << padding_free);
+      REQUIRE(got.sizes() == want.sizes());
+      CHECK(max_diff(got, want) < 1e-5);
+      CHECK(max_diff(got[0], got[40]) > 1e-3);  // an IMDB review and a Weibo post differ well beyond it
+    }
+  }
+}
+
+TEST_CASE("RoBERTa and XLM-R: one step's loss and every parameter's gradient match transformers (1e-4 relative)") {
+  for (const std::string name : kFamilies) {
+    INFO(name);
+    auto model = load_family(name);
+    auto ref = reference(name);
+    model->train();  // dropout is 0 in the fixture's config
+    const ft::Batch b = batch_of(ref);
+    const at::Tensor loss = at::cross_entropy_loss(model->forward(b), b.labels);
+    CHECK(std::abs(loss.item<double>() - ref.at("loss").item<double>()) < 1e-6);
+    loss.backward();
+    int compared = 0;
+    for (const auto& item : model->named_parameters()) {
+      const std::string key = "grad." + item.key();
+      INFO(item.key());
+      REQUIRE(ref.count(key));
+      const at::Tensor& got = item.value().grad();
+      REQUIRE(got.defined());
+      const at::Tensor& want = ref.at(key);
+      // The floor is for the attention keys' biases: softmax ignores them, so
+      // both gradients are rounding noise (~1e-9) around an exact zero.
+      const double scale = want.norm().item<double>();
+      CHECK((got - want).norm().item<double>() <= 1e-4 * scale + 1e-7);
+      ++compared;
+    }
+    // Every gradient transformers has, ft has: none is left unchecked.
+    int want_count = 0;
+    for (const auto& [k, t] : ref) want_count += k.rfind("grad.", 0) == 0;
+    CHECK(compared == want_count);
+    CHECK(compared == 41);  // 5 embeddings + 16 per layer x 2 + 4 classifier
+  }
+}
+
+namespace {
+
+// `ft run` on the family's Trainer fixture: the saved model, 8 global
+// batches of 16 in file order, the Trainer's settings (the MiniLM run's
+// ft.yaml with this fixture's model, data and learning rate).
+void check_trainer_trajectory(const std::string& name, const std::string& flags) {
+  const fsys::path d = family_dir(name);
+  ft_test::TempDir tmp("family-" + name);
+  const auto metrics = tmp.path() / "metrics.jsonl";
+  ft_test::run_ok(fmt::format("run --config tests/data/hf/minilm-trainer/ft.yaml --set model.config={} "
+                              "--set data.train={} --set train.lr=3e-3 --metrics-out {} {}",
+                              d.string(), (d / "train.safetensors").string(), metrics.string(), flags));
+  const auto got = ft_test::step_losses(metrics);
+  std::ifstream in(d / "ref_losses.json");
+  const auto want = nlohmann::json::parse(in).at("losses").get<std::vector<double>>();
+  REQUIRE(want.size() == 8);
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO(name << " " << flags << " step " << i + 1 << ": ft " << got[i] << " vs transformers.Trainer " << want[i]);
+    CHECK(std::abs(got[i] - want[i]) < 1e-4);
+  }
+  CHECK(std::abs(want[0] - want[3]) > 5e-2);  // the trajectory moves: matching it means something
+}
+
+const char* const kStrategies[] = {
+    "--strategy single --set train.batch_size=16",
+    "--strategy ddp --nproc 2 --set train.batch_size=8",
+    "--strategy zero3 --nproc 2 --set train.batch_size=8",
+    "--strategy fsdp --nproc 2 --set train.batch_size=8",
+    "--strategy pipeline --nproc 2 --set train.batch_size=16",
+    "--strategy tensor --nproc 2 --set train.batch_size=16",
+};
+
+}  // namespace
+
+TEST_CASE("8 steps of transformers.Trainer on RoBERTa: ft matches within 1e-4 under single, ddp, zero3, fsdp, "
+          "pipeline and tensor") {
+  for (const char* flags : kStrategies) check_trainer_trajectory("roberta", flags);
+}
+
+TEST_CASE("8 steps of transformers.Trainer on XLM-R: ft matches within 1e-4 under single, ddp, zero3, fsdp, "
+          "pipeline and tensor") {
+  for (const char* flags : kStrategies) check_trainer_trajectory("xlm-roberta", flags);
+}
