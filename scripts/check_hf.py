@@ -170,8 +170,9 @@ def check_tokenize(ft, ckpt):
                 continue
             bad, worst, first = 0, 0, None
             for (a, b), g in zip(items, got):
-                enc = tok(a, b, truncation=True, max_length=n) if b is not None else \
-                    tok(a, truncation=True, max_length=n)
+                # RoBERTa-style tokenizers leave type ids out unless asked; ft prints them always.
+                enc = tok(a, b, truncation=True, max_length=n, return_token_type_ids=True) if b is not None else \
+                    tok(a, truncation=True, max_length=n, return_token_type_ids=True)
                 want = (list(enc["input_ids"]), list(enc["token_type_ids"]))
                 have = (g.get("input_ids"), g.get("token_type_ids"))
                 if want != have:

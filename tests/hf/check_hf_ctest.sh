@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# ctest entry: fine-tunes the pretrained all-MiniLM-L6-v2 on IMDB with ft for a
-# few steps, fully and with LoRA, then cross-checks both checkpoints against
+# ctest entry: fine-tunes the pretrained all-MiniLM-L6-v2, and the tiny RoBERTa
+# and XLM-R of tests/data/hf/families, on IMDB with ft for a few steps, fully
+# and with LoRA, then cross-checks each checkpoint against
 # Hugging Face transformers/PEFT (scripts/check-hf.sh: probabilities, logits,
 # tokenizer ids, the LoRA adapter through PeftModel).
 #
@@ -42,8 +43,6 @@ cd "$repo"  # the data paths below are relative to the repository root
 # and the adapters. The checkpoints' model_max_length is then 64, so predict on
 # full-length reviews also checks that ft and transformers truncate alike.
 common=(
-  --set model.config=data/all-minilm-l6-v2
-  --set model.weights=data/all-minilm-l6-v2
   --set data.train=data/imdb/train.jsonl
   --set data.dev=
   --set data.format=jsonl
@@ -54,7 +53,6 @@ common=(
   --set data.max_rows=400
   --set data.take=random
   --set data.dev_fraction=0
-  --set data.vocab=data/all-minilm-l6-v2/vocab.txt
   --set data.max_seq_len=64
   --set data.padding=longest
   --set train.epochs=1
@@ -69,18 +67,37 @@ common=(
   --set runtime.device=cpu
 )
 
-echo "check_hf_ctest: ft run (full fine-tuning) -> $tmp/full"
-"$ft" run "${common[@]}" --set train.lr=5e-5 --set train.output_dir="$tmp/full" >"$tmp/full.log" 2>&1 \
-  || { tail -n 30 "$tmp/full.log"; echo "check_hf_ctest: ft run (full) failed"; exit 1; }
-echo "check_hf_ctest: ft run (LoRA r=8) -> $tmp/lora"
-"$ft" run "${common[@]}" --set train.lr=1e-3 --set lora.rank=8 --set lora.alpha=16 \
-  --set 'lora.targets=[query, value]' --set lora.train_head=true --set train.output_dir="$tmp/lora" \
-  >"$tmp/lora.log" 2>&1 \
-  || { tail -n 30 "$tmp/lora.log"; echo "check_hf_ctest: ft run (LoRA) failed"; exit 1; }
-
-for d in "$tmp/full/final" "$tmp/lora/final"; do
-  [[ -f "$d/config.json" ]] || { ls -R "$tmp" | head -40; echo "check_hf_ctest: no checkpoint at $d"; exit 1; }
-done
+# One model: full fine-tuning and LoRA from MODEL_DIR, both checked.
+#   check_model NAME MODEL_DIR [extra ft flags...]
 rc=0
-FT="$ft" "$repo/scripts/check-hf.sh" "$tmp/full/final" "$tmp/lora/final" || rc=$?
+check_model() {
+  local name="$1" model="$2"
+  shift 2
+  local out="$tmp/$name"
+  echo "check_hf_ctest: $name: ft run (full fine-tuning) -> $out/full"
+  "$ft" run "${common[@]}" --set model.config="$model" --set model.weights="$model" "$@" --set train.lr=5e-5 \
+    --set train.output_dir="$out/full" >"$out.full.log" 2>&1 \
+    || { tail -n 30 "$out.full.log"; echo "check_hf_ctest: $name: ft run (full) failed"; exit 1; }
+  echo "check_hf_ctest: $name: ft run (LoRA r=8) -> $out/lora"
+  "$ft" run "${common[@]}" --set model.config="$model" --set model.weights="$model" "$@" --set train.lr=1e-3 \
+    --set lora.rank=8 --set lora.alpha=16 --set 'lora.targets=[query, value]' --set lora.train_head=true \
+    --set train.output_dir="$out/lora" >"$out.lora.log" 2>&1 \
+    || { tail -n 30 "$out.lora.log"; echo "check_hf_ctest: $name: ft run (LoRA) failed"; exit 1; }
+  for d in "$out/full/final" "$out/lora/final"; do
+    [[ -f "$d/config.json" ]] || { ls -R "$tmp" | head -40; echo "check_hf_ctest: no checkpoint at $d"; exit 1; }
+  done
+  FT="$ft" "$repo/scripts/check-hf.sh" "$out/full/final" "$out/lora/final" || rc=1
+}
+
+check_model minilm data/all-minilm-l6-v2 --set data.vocab=data/all-minilm-l6-v2/vocab.txt
+# The other families: the tiny transformers-built models of tests/data/hf/families
+# with the tokenizer.json each was tokenized with (tests/data/hf/tokenizers).
+for fam in roberta:roberta-bpe xlm-roberta:xlmr-unigram; do
+  name="${fam%%:*}"
+  mkdir -p "$tmp/$name-base"
+  cp "$repo/tests/data/hf/families/$name/config.json" "$repo/tests/data/hf/families/$name/model.safetensors" \
+    "$tmp/$name-base/"
+  cp "$repo/tests/data/hf/tokenizers/${fam##*:}.tokenizer.json" "$tmp/$name-base/tokenizer.json"
+  check_model "$name" "$tmp/$name-base" --set data.vocab=
+done
 exit "$rc"
