@@ -32,7 +32,8 @@ import tokenizers  # noqa: E402
 import transformers  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 from torch.utils.data import Dataset, SequentialSampler  # noqa: E402
-from transformers import AutoConfig, AutoModelForSequenceClassification, Trainer, TrainingArguments  # noqa: E402
+from transformers import (  # noqa: E402
+    AutoConfig, AutoModelForMaskedLM, AutoModelForSequenceClassification, Trainer, TrainingArguments)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_fixture_common import (  # noqa: E402
@@ -181,6 +182,41 @@ def make_family(name, out, imdb, weibo):
           f"Trainer {losses[0]:.6f} .. {losses[-1]:.6f}")
 
 
+def make_masked_lm(name, out, imdb):
+    """<family>-mlm/: the masked-LM model of the same config, and its logits at masked positions."""
+    spec = FAMILIES[name]
+    tok = tokenizers.Tokenizer.from_file(os.path.join(TOKENIZERS, spec["tokenizer"] + ".tokenizer.json"))
+    pad_id, mask_id = tok.token_to_id("<pad>"), tok.token_to_id("<mask>")
+    config = AutoConfig.for_model(spec["model_type"], vocab_size=tok.get_vocab_size(), pad_token_id=pad_id,
+                                  max_position_embeddings=MAX_LEN + pad_id + 1, **TINY, **spec["config"])
+    torch.manual_seed(0)
+    model = AutoModelForMaskedLM.from_config(config, attn_implementation="eager")
+    # A non-zero decoder bias, so that a bias read from the wrong tensor shows.
+    with torch.no_grad():
+        model.lm_head.bias.normal_(0.0, 0.5)
+    d = os.path.join(out, name + "-mlm")
+    os.makedirs(d, exist_ok=True)
+    model.save_pretrained(d)
+    ids, mask, types = encode(tok, [imdb[i][0] for i in EVAL_IMDB[:3]], pad_id)
+    # Every 10th real token from the second on becomes <mask> (few: the logits are [M, vocab]).
+    masked = ids.clone()
+    positions = []
+    for r in range(ids.shape[0]):
+        for c in range(1, int(mask[r].sum()) - 1, 10):
+            masked[r, c] = mask_id
+            positions.append(r * ids.shape[1] + c)
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=masked, attention_mask=mask).logits
+    flat = logits.reshape(-1, logits.shape[-1])[torch.tensor(positions)]
+    save_file({"input_ids": masked, "attention_mask": mask, "token_type_ids": types,
+               "mlm_positions": torch.tensor(positions, dtype=torch.int64), "logits": flat.contiguous()},
+              os.path.join(d, "reference.safetensors"), metadata=one_key({
+                  "imdb_file": IMDB_REL, "imdb_rows": EVAL_IMDB[:3], "tokenizer": spec["tokenizer"],
+                  "masking": "every 10th token from column 1, <mask>", **{f"version_{k}": v for k, v in versions().items()}}))
+    print(f"{name}-mlm: {len(positions)} masked positions, logits {tuple(flat.shape)}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(REPO, "tests", "data", "hf", "families"))
@@ -192,6 +228,8 @@ def main():
     imdb, weibo = read_imdb(), read_weibo()
     for name in args.only or sorted(FAMILIES):
         make_family(name, args.out, imdb, weibo)
+        if name == "roberta":  # XLM-R's lm_head is the same module under another class name
+            make_masked_lm(name, args.out, imdb)
 
 
 if __name__ == "__main__":

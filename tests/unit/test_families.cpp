@@ -2,6 +2,7 @@
 // transformers itself: tiny random-init models that transformers built,
 // saved, ran and trained (scripts/hf-family-fixtures.py; files and versions
 // in tests/data/hf/README.md). No Python runs here.
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -184,4 +185,37 @@ TEST_CASE("8 steps of transformers.Trainer on RoBERTa: ft matches within 1e-4 un
 
 TEST_CASE("8 steps of transformers.Trainer on XLM-R: ft matches within 1e-4 under every fp32 strategy") {
   for (const char* flags : kStrategies) check_trainer_trajectory("xlm-roberta", flags);
+}
+
+TEST_CASE("RobertaForMaskedLM: ft reads lm_head (tied decoder, own bias) and gives transformers' logits within 1e-5") {
+  const fsys::path d = family_dir("roberta-mlm");
+  const auto config = ft::BertConfig::from_json_file((d / "config.json").string());
+  REQUIRE(config.head == ft::BertHead::kMaskedLM);
+  ft::BertForSequenceClassification model(config);
+  const ft::TensorList file = ft::read_model_weights(d.string());
+  const auto report = model.load_weights(file, "roberta-mlm");
+  CHECK(report.loaded == static_cast<int64_t>(model.parameters().size()));
+  CHECK(report.ignored.empty());
+  // The same names both ways: what ft saves is what transformers saved.
+  std::vector<std::string> ours, theirs;
+  for (const auto& [n, t] : model.weights()) ours.push_back(n);
+  for (const auto& [n, t] : file) theirs.push_back(n);
+  std::sort(ours.begin(), ours.end());
+  std::sort(theirs.begin(), theirs.end());
+  CHECK(ours == theirs);
+  auto ref = reference("roberta-mlm");
+  ft::Batch b;
+  b.input_ids = ref.at("input_ids");
+  b.attention_mask = ref.at("attention_mask");
+  b.token_type_ids = ref.at("token_type_ids");
+  b.mlm_positions = ref.at("mlm_positions");
+  model.eval();
+  torch::NoGradGuard no_grad;
+  for (bool padding_free : {true, false}) {
+    INFO("padding_free=" << padding_free);
+    model.set_padding_free(padding_free);
+    const at::Tensor got = model.forward(b);
+    REQUIRE(got.sizes() == ref.at("logits").sizes());
+    CHECK(max_diff(got, ref.at("logits")) < 1e-5);
+  }
 }
