@@ -59,6 +59,12 @@ FAMILIES = {
         "model_type": "xlm-roberta", "tokenizer": "xlmr-unigram",
         "config": {"type_vocab_size": 1, "layer_norm_eps": 1e-5},
     },
+    # Embeddings half as wide as the layers, as electra-small (128 / 256):
+    # electra.embeddings_project widens them.
+    "electra": {
+        "model_type": "electra", "tokenizer": "wordend-bpe", "pad": "[PAD]",
+        "config": {"embedding_size": 16},
+    },
 }
 # initializer_range 0.2 (not 0.02): at hidden 32 the default gives logits near
 # zero and a loss that stays at ln 2, and a flat trajectory checks nothing.
@@ -124,7 +130,7 @@ def make_family(name, out, imdb, weibo):
     spec = FAMILIES[name]
     tok_file = os.path.join(TOKENIZERS, spec["tokenizer"] + ".tokenizer.json")
     tok = tokenizers.Tokenizer.from_file(tok_file)
-    pad_id = tok.token_to_id("<pad>")
+    pad_id = tok.token_to_id(spec.get("pad", "<pad>"))
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
     model = build(spec, tok.get_vocab_size(), pad_id)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest entry: fine-tunes the pretrained all-MiniLM-L6-v2, and the tiny RoBERTa
+# ctest entry: fine-tunes the pretrained all-MiniLM-L6-v2, and the tiny RoBERTa, ELECTRA
 # and XLM-R of tests/data/hf/families, on IMDB with ft for a few steps, fully
 # and with LoRA, then cross-checks each checkpoint against
 # Hugging Face transformers/PEFT (scripts/check-hf.sh: probabilities, logits,
@@ -92,7 +92,7 @@ check_model() {
 check_model minilm data/all-minilm-l6-v2 --set data.vocab=data/all-minilm-l6-v2/vocab.txt
 # The other families: the tiny transformers-built models of tests/data/hf/families
 # with the tokenizer.json each was tokenized with (tests/data/hf/tokenizers).
-for fam in roberta:roberta-bpe xlm-roberta:xlmr-unigram; do
+for fam in roberta:roberta-bpe xlm-roberta:xlmr-unigram electra:wordend-bpe; do
   name="${fam%%:*}"
   mkdir -p "$tmp/$name-base"
   cp "$repo/tests/data/hf/families/$name/config.json" "$repo/tests/data/hf/families/$name/model.safetensors" \

@@ -1,4 +1,4 @@
-// The encoder families beside BERT (RoBERTa, XLM-RoBERTa) against
+// The encoder families beside BERT (RoBERTa, XLM-RoBERTa, ELECTRA) against
 // transformers itself: tiny random-init models that transformers built,
 // saved, ran and trained (scripts/hf-family-fixtures.py; files and versions
 // in tests/data/hf/README.md). No Python runs here.
@@ -20,7 +20,7 @@ namespace fsys = std::filesystem;
 
 namespace {
 
-const char* const kFamilies[] = {"roberta", "xlm-roberta"};
+const char* const kFamilies[] = {"roberta", "xlm-roberta", "electra"};
 
 fsys::path family_dir(const std::string& name) { return ft_test::source_dir() / "tests/data/hf/families" / name; }
 
@@ -75,7 +75,7 @@ TEST_CASE("RoBERTa-family config.json: the family, its defaults and its names") 
 
 TEST_CASE("unknown model_type and unsupported keys: one line naming them") {
   CHECK(ft_test::error_of([] { ft::BertConfig::from_json_string(R"({"model_type": "gpt2"})", "x/config.json"); }) ==
-        "x/config.json: model_type 'gpt2' is not supported; ft builds bert, roberta, xlm-roberta, camembert");
+        "x/config.json: model_type 'gpt2' is not supported; ft builds bert, roberta, xlm-roberta, camembert, electra");
   CHECK(ft_test::error_of([] {
           ft::BertConfig::from_json_string(R"({"model_type": "roberta", "position_embedding_type": "relative_key"})",
                                            "x/config.json");
@@ -86,7 +86,7 @@ TEST_CASE("unknown model_type and unsupported keys: one line naming them") {
         }) == "x/config.json: is_decoder is true; ft fine-tunes encoders only (set it false or drop it)");
 }
 
-TEST_CASE("RoBERTa and XLM-R logits match transformers within 1e-5, padded and padding-free") {
+TEST_CASE("RoBERTa, XLM-R and ELECTRA logits match transformers within 1e-5, padded and padding-free") {
   for (const std::string name : kFamilies) {
     INFO(name);
     auto model = load_family(name);
@@ -108,7 +108,7 @@ TEST_CASE("RoBERTa and XLM-R logits match transformers within 1e-5, padded and p
   }
 }
 
-TEST_CASE("RoBERTa and XLM-R: one step's loss and every parameter's gradient match transformers (1e-4 relative)") {
+TEST_CASE("RoBERTa, XLM-R and ELECTRA: one step's loss and every parameter's gradient match transformers (1e-4 relative)") {
   for (const std::string name : kFamilies) {
     INFO(name);
     auto model = load_family(name);
@@ -136,7 +136,7 @@ TEST_CASE("RoBERTa and XLM-R: one step's loss and every parameter's gradient mat
     int want_count = 0;
     for (const auto& [k, t] : ref) want_count += k.rfind("grad.", 0) == 0;
     CHECK(compared == want_count);
-    CHECK(compared == 41);  // 5 embeddings + 16 per layer x 2 + 4 classifier
+    CHECK(compared == static_cast<int>(model->parameters().size()));
   }
 }
 
@@ -218,4 +218,25 @@ TEST_CASE("RobertaForMaskedLM: ft reads lm_head (tied decoder, own bias) and giv
     REQUIRE(got.sizes() == ref.at("logits").sizes());
     CHECK(max_diff(got, ref.at("logits")) < 1e-5);
   }
+}
+
+TEST_CASE("8 steps of transformers.Trainer on ELECTRA: ft matches within 1e-4 under every fp32 strategy") {
+  for (const char* flags : kStrategies) check_trainer_trajectory("electra", flags);
+}
+
+TEST_CASE("ELECTRA: embeddings_project belongs to unit 0; the generator's masked LM and a narrow prompt are refused") {
+  const auto c = ft::BertConfig::from_json_file((family_dir("electra") / "config.json").string());
+  CHECK(c.embedding_width() == 16);
+  CHECK(nlohmann::json::parse(c.to_json()).at("embedding_size") == 16);
+  ft::BertForSequenceClassification m(c);
+  CHECK(m.unit_of("electra.embeddings_project.weight") == 0);
+  CHECK(m.unit_of("classifier.dense.weight") == 3);
+  CHECK(ft_test::error_of([&] { m.add_prompt_embeddings(at::zeros({4, 32})); }) ==
+        "prompt tuning: this electra model's embeddings are 16 wide and its layers 32; prompt tuning needs them "
+        "equal (prefix tuning and LoRA work)");
+  ft::BertConfig mlm = c;
+  mlm.head = ft::BertHead::kMaskedLM;
+  CHECK(ft_test::error_of([&] { ft::BertForSequenceClassification g(mlm); }) ==
+        "model config: ft builds no masked-LM head for electra (ElectraForMaskedLM is the ELECTRA generator, a model "
+        "of its own); fine-tune a discriminator checkpoint, or pretrain a bert or roberta model");
 }

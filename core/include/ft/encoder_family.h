@@ -1,9 +1,9 @@
-// Encoder families that share BERT's layer: BERT itself and the RoBERTa line
-// (RoBERTa, XLM-RoBERTa, CamemBERT). One implementation serves them all; what
-// differs (config.json's model_type, HF's parameter names, where positions
-// start, the classification head) is this descriptor, looked up once from
-// config.json and read by the model, the methods and the strategies instead
-// of spelling "bert." themselves.
+// Encoder families that share BERT's layer: BERT itself, the RoBERTa line
+// (RoBERTa, XLM-RoBERTa, CamemBERT) and ELECTRA. One implementation serves
+// them all; what differs (config.json's model_type, HF's parameter names,
+// where positions start, the embedding width, the classification head) is
+// this descriptor, looked up once from config.json and read by the model,
+// the methods and the strategies instead of spelling "bert." themselves.
 #pragma once
 
 #include <string>
@@ -14,6 +14,7 @@ namespace ft {
 enum class ClassifierStyle {
   kPooler,      // BERT: bert.pooler (tanh(dense(h_[CLS]))) -> dropout -> classifier
   kDenseTanh,   // RoBERTa: classifier.dense -> tanh -> classifier.out_proj on <s>, dropout before each
+  kDenseGelu,   // ELECTRA: the same with gelu
 };
 
 struct EncoderFamily {
@@ -24,7 +25,13 @@ struct EncoderFamily {
   // kept by transformers), so the first real token reads row pad_token_id + 1.
   bool positions_after_padding = false;
   ClassifierStyle classifier = ClassifierStyle::kPooler;
-  std::string mlm_head;  // "cls.predictions" / "lm_head"
+  std::string mlm_head;  // "cls.predictions" / "lm_head"; empty: ft builds no masked-LM head
+  // Top-level modules of the family's other heads, left out when a
+  // checkpoint of another head is fine-tuned ("cls.", "discriminator_predictions.").
+  std::vector<std::string> other_heads;
+  // ELECTRA: embeddings narrower than the layers (embedding_size), widened
+  // by <base>.embeddings_project.
+  bool separate_embedding_size = false;
 
   std::string prefix() const { return base + "."; }
   std::string word_embeddings() const { return prefix() + "embeddings.word_embeddings.weight"; }
@@ -33,6 +40,7 @@ struct EncoderFamily {
   std::string classifier_weight() const {
     return classifier == ClassifierStyle::kPooler ? "classifier.weight" : "classifier.out_proj.weight";
   }
+  bool has_masked_lm() const { return !mlm_head.empty(); }
   std::string classifier_bias() const {
     return classifier == ClassifierStyle::kPooler ? "classifier.bias" : "classifier.out_proj.bias";
   }

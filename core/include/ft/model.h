@@ -56,6 +56,7 @@ struct BertConfig {
   std::string model_type = "bert";
   int64_t vocab_size = 30522;
   int64_t hidden_size = 768;
+  int64_t embedding_size = 0;  // ELECTRA's embedding width; 0: hidden_size
   int64_t num_hidden_layers = 12;
   int64_t num_attention_heads = 12;
   int64_t intermediate_size = 3072;
@@ -85,6 +86,7 @@ struct BertConfig {
   int64_t max_tokens() const {
     return max_position_embeddings - (family().positions_after_padding ? pad_token_id + 1 : 0);
   }
+  int64_t embedding_width() const { return embedding_size > 0 ? embedding_size : hidden_size; }
   double head_dropout() const { return classifier_dropout >= 0.0 ? classifier_dropout : hidden_dropout_prob; }
   // Checks the shapes make sense (heads divide hidden, ...); names the key.
   void validate(const std::string& source) const;

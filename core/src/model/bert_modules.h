@@ -33,9 +33,10 @@ using Linear = AdaptableLinear;  // LoRA can wrap any of them
 // Every dropout of the model goes through ft's counter-based kernel.
 inline at::Tensor drop(const Dropout& d, const at::Tensor& x) { return fast_dropout(x, d->options.p(), d->is_training()); }
 
-inline LayerNorm make_layer_norm(const BertConfig& c) {
-  return LayerNorm(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps));
+inline LayerNorm make_layer_norm(const BertConfig& c, int64_t width) {
+  return LayerNorm(torch::nn::LayerNormOptions({width}).eps(c.layer_norm_eps));
 }
+inline LayerNorm make_layer_norm(const BertConfig& c) { return make_layer_norm(c, c.hidden_size); }
 
 struct EmbeddingsImpl : torch::nn::Module {
   Embedding word_embeddings{nullptr}, position_embeddings{nullptr}, token_type_embeddings{nullptr};
@@ -53,19 +54,23 @@ struct EmbeddingsImpl : torch::nn::Module {
   // for RoBERTa (EncoderFamily::positions_after_padding).
   int64_t first_position = 0;
 
+  // ELECTRA: <base>.embeddings_project, which widens the embeddings to the
+  // layers' width. Registered by the base model (that is its HF name) and
+  // applied here, so unit 0 stays one function.
+  Linear project{nullptr};
+
   explicit EmbeddingsImpl(const BertConfig& c) : vocab_size(c.vocab_size), pad_token_id(c.pad_token_id) {
+    const int64_t width = c.embedding_width();
     word_embeddings = register_module(
-        "word_embeddings",
-        Embedding(torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size).padding_idx(c.pad_token_id)));
-    auto positions = torch::nn::EmbeddingOptions(c.max_position_embeddings, c.hidden_size);
+        "word_embeddings", Embedding(torch::nn::EmbeddingOptions(c.vocab_size, width).padding_idx(c.pad_token_id)));
+    auto positions = torch::nn::EmbeddingOptions(c.max_position_embeddings, width);
     if (c.family().positions_after_padding) {
       first_position = c.pad_token_id + 1;
       positions.padding_idx(c.pad_token_id);  // as transformers builds it: that row is padding's, never trained
     }
     position_embeddings = register_module("position_embeddings", Embedding(positions));
-    token_type_embeddings =
-        register_module("token_type_embeddings", Embedding(c.type_vocab_size, c.hidden_size));
-    norm = register_module("LayerNorm", make_layer_norm(c));
+    token_type_embeddings = register_module("token_type_embeddings", Embedding(c.type_vocab_size, width));
+    norm = register_module("LayerNorm", make_layer_norm(c, width));
     dropout = register_module("dropout", Dropout(c.hidden_dropout_prob));
   }
 
@@ -77,8 +82,8 @@ struct EmbeddingsImpl : torch::nn::Module {
     // pair-aware tokenizer gave, as transformers does when the model's
     // tokenizer passes none.
     const at::Tensor type_rows = token_type_embeddings->weight.size(0) == 1 ? at::zeros_like(types) : types;
-    auto x = words(ids) + token_type_embeddings(type_rows) + position_embeddings(positions);
-    return drop(dropout, norm(x));
+    auto x = drop(dropout, norm(words(ids) + token_type_embeddings(type_rows) + position_embeddings(positions)));
+    return project ? project(x) : x;
   }
 
   // Vocab-parallel under tensor parallelism: this rank holds rows
@@ -265,20 +270,23 @@ struct HeadUnit : ClassificationHead {
   at::Tensor features(const at::Tensor& first) override { return pooler->forward(first); }
 };
 
-// RoBERTa's head (transformers' RobertaClassificationHead), registered as
-// "classifier": no pooler in the base model, its own dense and tanh instead.
-struct DenseTanhHeadImpl : ClassificationHead {
+// RoBERTa's and ELECTRA's head (transformers' RobertaClassificationHead,
+// ElectraClassificationHead), registered as "classifier": no pooler in the
+// base model, its own dense and tanh (RoBERTa) or gelu (ELECTRA) instead.
+struct DenseHeadImpl : ClassificationHead {
   Linear dense{nullptr}, out_proj{nullptr};
   Dropout dropout{nullptr};
-  explicit DenseTanhHeadImpl(const BertConfig& c) {
+  bool gelu;
+  explicit DenseHeadImpl(const BertConfig& c) : gelu(c.family().classifier == ClassifierStyle::kDenseGelu) {
     dense = register_module("dense", Linear(c.hidden_size, c.hidden_size));
     dropout = register_module("dropout", Dropout(c.head_dropout()));
     out_proj = register_module("out_proj", Linear(c.hidden_size, c.num_labels));
   }
+  at::Tensor activate(const at::Tensor& x) const { return gelu ? at::gelu(x) : at::tanh(x); }
   at::Tensor forward(const at::Tensor& first) override {
-    return out_proj(drop(dropout, at::tanh(dense(drop(dropout, first)))));
+    return out_proj(drop(dropout, activate(dense(drop(dropout, first)))));
   }
-  at::Tensor features(const at::Tensor& first) override { return at::tanh(dense(first)); }
+  at::Tensor features(const at::Tensor& first) override { return activate(dense(first)); }
 };
 
 // cls.predictions of HF's BertForMaskedLM: transform (dense, gelu,
@@ -328,6 +336,9 @@ struct BertModelImpl : torch::nn::Module {
   std::shared_ptr<PoolerImpl> pooler;
   explicit BertModelImpl(const BertConfig& c) {
     embeddings = register_module("embeddings", std::make_shared<EmbeddingsImpl>(c));
+    if (c.embedding_width() != c.hidden_size) {
+      embeddings->project = register_module("embeddings_project", Linear(c.embedding_width(), c.hidden_size));
+    }
     encoder = register_module("encoder", std::make_shared<torch::nn::Module>());
     layer = encoder->register_module("layer", torch::nn::ModuleList());
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {

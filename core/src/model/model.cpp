@@ -52,6 +52,11 @@ BertForSequenceClassification::BertForSequenceClassification(const BertConfig& c
   config_.validate("model config");
   const EncoderFamily& family = config_.family();
   parts_->bert = register_module(family.base, std::make_shared<BertModelImpl>(config_));
+  if (config_.head == BertHead::kMaskedLM && !family.has_masked_lm()) {
+    fail("model config: ft builds no masked-LM head for {} ({} is the ELECTRA generator, a model of its own); "
+         "fine-tune a discriminator checkpoint, or pretrain a bert or roberta model",
+         config_.model_type, family.architecture(true));
+  }
   if (config_.head == BertHead::kMaskedLM) {
     auto mlm = std::make_shared<MaskedLmHeadImpl>(config_, parts_->bert->embeddings);
     const auto dot = family.mlm_head.find('.');  // "cls.predictions": a holder module, then the head
@@ -66,7 +71,7 @@ BertForSequenceClassification::BertForSequenceClassification(const BertConfig& c
     auto classifier = register_module("classifier", Linear(config_.hidden_size, config_.num_labels));
     parts_->head = std::make_shared<HeadUnit>(parts_->bert->pooler, dropout, classifier);
   } else {
-    parts_->head = register_module("classifier", std::make_shared<DenseTanhHeadImpl>(config_));
+    parts_->head = register_module("classifier", std::make_shared<DenseHeadImpl>(config_));
   }
   init_weights();
 }
@@ -100,7 +105,7 @@ std::string BertForSequenceClassification::unit_prefix(int index) const {
 
 int BertForSequenceClassification::unit_of(const std::string& name) const {
   const std::string base = config_.family().prefix();
-  if (name.rfind(base + "embeddings.", 0) == 0) return 0;
+  if (name.rfind(base + "embeddings.", 0) == 0 || name.rfind(base + "embeddings_project.", 0) == 0) return 0;
   const std::string layer_prefix = base + "encoder.layer.";
   if (name.rfind(layer_prefix, 0) == 0) {
     return 1 + std::stoi(name.substr(layer_prefix.size()));
@@ -159,6 +164,12 @@ at::Tensor BertForSequenceClassification::forward(const Batch& input) {
 void BertForSequenceClassification::add_prompt_embeddings(const at::Tensor& prompt) {
   auto& e = *parts_->bert->embeddings;
   if (prompt_length() > 0 || prefix_length() > 0) fail("model: prompt learning is applied already (applied twice?)");
+  if (config_.embedding_width() != config_.hidden_size) {
+    // PEFT sizes the prompt by hidden_size and adds it to the word embeddings: it cannot run on such a model either.
+    fail("prompt tuning: this {} model's embeddings are {} wide and its layers {}; prompt tuning needs them equal "
+         "(prefix tuning and LoRA work)",
+         config_.model_type, config_.embedding_width(), config_.hidden_size);
+  }
   if (prompt.dim() != 2 || prompt.size(0) < 1 || prompt.size(1) != config_.hidden_size) {
     fail("model: prompt embeddings must be [P, {}], got {}", config_.hidden_size, fmt::join(prompt.sizes(), "x"));
   }

@@ -35,7 +35,8 @@ bool within_depth(const json& j, int depth) {
 }
 
 const char* const kKnownKeys[] = {
-    "model_type", "classifier_dropout", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+    "model_type", "classifier_dropout", "embedding_size", "vocab_size", "hidden_size", "num_hidden_layers",
+    "num_attention_heads", "intermediate_size",
     "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
     "type_vocab_size", "initializer_range", "layer_norm_eps", "pad_token_id", "num_labels",
     "id2label", "label2id", "architectures"};
@@ -72,6 +73,10 @@ BertConfig BertConfig::from_json_string(const std::string& text, const std::stri
   if (family.positions_after_padding) {  // transformers' RobertaConfig defaults, where they differ from BERT's
     c.pad_token_id = 1, c.max_position_embeddings = 514, c.type_vocab_size = 1, c.layer_norm_eps = 1e-5;
     c.vocab_size = 50265;
+  }
+  if (family.separate_embedding_size) {  // ElectraConfig's defaults (electra-small)
+    c.embedding_size = 128, c.hidden_size = 256, c.num_attention_heads = 4, c.intermediate_size = 1024;
+    read_key(j, "embedding_size", c.embedding_size, source);
   }
   refuse_unsupported(j, source);
   read_key(j, "vocab_size", c.vocab_size, source);
@@ -142,18 +147,19 @@ BertConfig BertConfig::preset(const std::string& name) {
 }
 
 void BertConfig::validate(const std::string& source) const {
+  const EncoderFamily& f = encoder_family(model_type, source);
   auto positive = [&](const char* key, int64_t v) {
     if (v <= 0) fail("{}: {} must be positive, got {}", source, key, v);
   };
   positive("vocab_size", vocab_size);
   positive("hidden_size", hidden_size);
+  if (f.separate_embedding_size) positive("embedding_size", embedding_size);
   positive("num_hidden_layers", num_hidden_layers);
   positive("num_attention_heads", num_attention_heads);
   positive("intermediate_size", intermediate_size);
   positive("max_position_embeddings", max_position_embeddings);
   positive("type_vocab_size", type_vocab_size);
   positive("num_labels", num_labels);
-  const EncoderFamily& f = encoder_family(model_type, source);
   if (f.positions_after_padding && max_position_embeddings <= pad_token_id + 1) {
     fail("{}: max_position_embeddings {} leaves no position for a token: {} positions start after pad_token_id {}",
          source, max_position_embeddings, model_type, pad_token_id);
@@ -175,6 +181,7 @@ std::string BertConfig::to_json() const {
   j["architectures"] = {family().architecture(head == BertHead::kMaskedLM)};
   j["model_type"] = model_type;
   if (classifier_dropout >= 0.0) j["classifier_dropout"] = classifier_dropout;
+  if (family().separate_embedding_size) j["embedding_size"] = embedding_width();
   j["vocab_size"] = vocab_size;
   j["hidden_size"] = hidden_size;
   j["num_hidden_layers"] = num_hidden_layers;

@@ -21,7 +21,8 @@ std::string module_of(const std::string& name) { return name.substr(0, name.rfin
 std::string shape_of(const at::Tensor& t) { return fmt::format("{}", fmt::join(t.sizes(), "x")); }
 
 bool is_base_model_key(const std::string& key) {
-  return starts_with(key, "embeddings.") || starts_with(key, "encoder.") || starts_with(key, "pooler.");
+  return starts_with(key, "embeddings.") || starts_with(key, "embeddings_project.") || starts_with(key, "encoder.") ||
+         starts_with(key, "pooler.");
 }
 
 // Names as this model knows them. A base-model checkpoint (a BertModel, what
@@ -92,9 +93,9 @@ BertForSequenceClassification::LoadReport BertForSequenceClassification::load_we
   const EncoderFamily& family = config_.family();
   // Other heads' tensors, and buffers HF keeps in some files.
   const std::string base = family.prefix();
-  const std::string mlm_root = family.mlm_head.substr(0, family.mlm_head.find('.')) + ".";
-  const std::vector<std::string> other_heads = {base + "embeddings.position_ids", base + "embeddings.token_type_ids",
-                                                mlm_root, base + "pooler.", base + "pooler_", "classifier."};
+  std::vector<std::string> other_heads = {base + "embeddings.position_ids", base + "embeddings.token_type_ids",
+                                          base + "pooler.", base + "pooler_", "classifier."};
+  other_heads.insert(other_heads.end(), family.other_heads.begin(), family.other_heads.end());
   LoadReport report;
   report.family_class = family.class_prefix;
   report.family_prefix = base;
