@@ -3,11 +3,11 @@
 
 #include <c10/core/GradMode.h>
 #include <cmath>
-#include <cstdio>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 #include <torch/autograd.h>
 
 #include "ft/error.h"
@@ -140,22 +140,31 @@ void TensorStrategy::setup(std::shared_ptr<BertForSequenceClassification> model,
   }
   optimizer_ = std::make_unique<TensorOptimizer>(optimizer, std::move(slots));
   norm_buf_ = at::zeros({1}, at::kDouble);
-  if (world.rank() == 0) {
-    const auto& c = model_->config();
-    const bool vocab = split_.count("bert.embeddings.word_embeddings.weight") > 0;
-    const std::string share = t <= heads ? fmt::format("{} of {} heads", heads / t, heads)
-                                         : fmt::format("1/{} of a head ({} of {} dims)", t / heads,
-                                                       c.hidden_size / t, c.hidden_size / heads);
-    std::fputs(fmt::format("tensor: {} rank(s) per layer: {} and {} of {} FFN units each; word embeddings "
-                           "{}; mesh {}\n",
-                           t, share, c.intermediate_size / t,
-                           c.intermediate_size, vocab ? fmt::format("vocab-parallel ({} rows each)", c.vocab_size / t)
-                                                      : std::string("replicated"),
-                           mesh_->describe("tp"))
-                   .c_str(),
-               stdout);
-    std::fflush(stdout);
-  }
+  if (world.rank() == 0) report_layout(t);
+}
+
+// How each layer is split over the tensor-parallel group, as the
+// "tensor.layout" event.
+void TensorStrategy::report_layout(int64_t t) const {
+  const auto& c = model_->config();
+  const int64_t heads = c.num_attention_heads;
+  const bool vocab = split_.count("bert.embeddings.word_embeddings.weight") > 0;
+  const std::string share = t <= heads ? fmt::format("{} of {} heads", heads / t, heads)
+                                       : fmt::format("1/{} of a head ({} of {} dims)", t / heads, c.hidden_size / t,
+                                                     c.hidden_size / heads);
+  const std::string mesh = mesh_->describe("tp");
+  nlohmann::json dims;
+  for (const auto& d : mesh_->dims()) dims[d.name] = d.size;
+  ctx_->events.emit(
+      "tensor.layout",
+      nlohmann::json{{"tp", t}, {"heads", heads}, {"attention_dims_per_rank", c.hidden_size / t},
+                     {"ffn_units", c.intermediate_size}, {"ffn_units_per_rank", c.intermediate_size / t},
+                     {"vocab_parallel", vocab}, {"vocab_rows_per_rank", vocab ? c.vocab_size / t : c.vocab_size},
+                     {"mesh", dims}},
+      fmt::format("tensor: {} rank(s) per layer: {} and {} of {} FFN units each; word embeddings {}; mesh {}", t,
+                  share, c.intermediate_size / t, c.intermediate_size,
+                  vocab ? fmt::format("vocab-parallel ({} rows each)", c.vocab_size / t) : std::string("replicated"),
+                  mesh));
 }
 
 at::Tensor TensorStrategy::forward(const Batch& batch) {
