@@ -56,7 +56,7 @@ class DdpStrategy final : public ft::ReplicatedStrategy {
     ft::Comm& comm = *ctx_->comm;
     broadcast_model_from_rank0();
     ft::GradBufferOptions bo;
-    bo.bucket_bytes = std::max<int64_t>(4, static_cast<int64_t>(options.bucket_mb * 1024.0 * 1024.0));
+    bo.bucket_bytes = options.bucket_bytes;
     bo.rebuild_with = &comm;  // lay buckets out in the order grads really arrive
     bo.trace = ctx_->trace;   // bucket all-reduces on the profiler's comm track
     ft::CommHook hook;

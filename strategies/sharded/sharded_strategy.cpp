@@ -185,7 +185,7 @@ void ShardedStrategy::build_grad_buffer() {
   if (trainable.empty()) return;
   GradBufferOptions bo;
   bo.trace = ctx_->trace;
-  bo.bucket_bytes = std::max<int64_t>(4, static_cast<int64_t>(policy_.bucket_mb * 1024.0 * 1024.0));
+  bo.bucket_bytes = policy_.bucket_bytes;
   grad_buffer_ = std::make_unique<GradBuffer>(trainable, bo, allreduce_avg_hook(*ctx_->comm));
 }
 

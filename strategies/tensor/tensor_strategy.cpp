@@ -16,6 +16,7 @@
 #include "ft/options.h"
 #include "ft/param_sync.h"
 #include "ft/precision.h"
+#include "ft/saved_state.h"
 
 namespace ft {
 
@@ -226,9 +227,7 @@ OptimizerState TensorStrategy::optimizer_state() {
 
 void TensorStrategy::load_state(const TensorList& model, const OptimizerState* optimizer) {
   c10::NoGradGuard no_grad;
-  std::map<std::string, const at::Tensor*> given;
-  // DDP-style "module." prefixes are accepted, as BertForSequenceClassification::load_weights does.
-  for (const auto& [name, t] : model) given[name.rfind("module.", 0) == 0 ? name.substr(7) : name] = &t;
+  const SavedTensors given = SavedTensors::weights(model);
   const int r = tp().rank();
   // This rank's slice of a full tensor for `param` shaped like `local`.
   auto slice = [&](const std::string& param, const at::Tensor& full, const at::Tensor& local, const std::string& what) {
@@ -240,20 +239,13 @@ void TensorStrategy::load_state(const TensorList& model, const OptimizerState* o
     }
     return part;
   };
-  for (const auto& [name, w] : model_->weights()) {
-    auto it = given.find(name);
-    if (it == given.end()) fail("checkpoint: missing tensor '{}'", name);
-    w.detach().copy_(slice(name, *it->second, w, "checkpoint"));
-  }
+  for (const auto& [name, w] : model_->weights()) w.detach().copy_(slice(name, given.at(name), w, "checkpoint"));
   if (!optimizer) return;
-  std::map<std::string, const at::Tensor*> by_name;
-  for (const auto& [name, t] : optimizer->tensors) by_name[name] = &t;
+  const SavedTensors saved = SavedTensors::optimizer(*optimizer);
   OptimizerState own;
   own.step = optimizer->step;
   for (const auto& [key, local] : optimizer_->state().tensors) {
-    auto it = by_name.find(key);
-    if (it == by_name.end()) fail("checkpoint optimizer state: no '{}'", key);
-    own.tensors.emplace_back(key, slice(key.substr(0, key.rfind('.')), *it->second, local, "checkpoint optimizer state"));
+    own.tensors.emplace_back(key, slice(key.substr(0, key.rfind('.')), saved.at(key), local, "checkpoint optimizer state"));
   }
   optimizer_->load_state(own, "checkpoint optimizer state");
 }
