@@ -50,11 +50,13 @@ precision() {
   grep '"event":"summary"' "$tmp/$1.jsonl" | sed -E 's/.*"precision":"([a-z0-9]+)".*/\1/'
 }
 
+# The "ddp.overlap" strategy event of the row's metrics (keys written sorted).
 overlap() {
-  local line
-  line="$(grep -o 'ddp: comm hidden behind backward.*' "$tmp/$1.log" || true)"
+  local line num='[-0-9.eE+]+'
+  line="$(grep '"name":"ddp.overlap"' "$tmp/$1.jsonl" || true)"
   [[ -z "$line" ]] && { echo "-"; return; }
-  sed -E 's/ddp: comm hidden behind backward ([0-9]+%) \(waited ([0-9.]+) s of ([0-9.]+) s in flight, ([0-9]+) bucket.*/\1 (waited \2 s of \3 s, \4 buckets)/' <<<"$line"
+  sed -E "s/.*\"buckets\":([0-9]+),\"hidden_fraction\":($num),\"in_flight_s\":($num),\"syncs\":[0-9]+,\"waited_s\":($num).*/\1 \2 \3 \4/" <<<"$line" |
+    awk '{printf "%.0f%% (waited %.3f s of %.3f s, %d buckets)\n", 100 * $2, $4, $3, $1}'
 }
 
 echo "bench-ddp: mini workload, $steps steps, global batch 32, $(nproc) cores; running 4 rows..." >&2

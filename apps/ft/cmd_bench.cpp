@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>  // fmt::join (in format.h before {fmt} 11, e.g. the copy in LibTorch 2.x wheels)
+#include <nlohmann/json.hpp>
 
 #include "bench_proc.h"
 #include "commands.h"
@@ -227,17 +228,21 @@ std::string first_error_line(const std::string& log) {
   return last;
 }
 
-// "auto: picked zero2: ..." -> "zero2".
-std::string auto_choice(const std::string& log) {
-  const std::string key = "auto: picked ";
-  const auto at = log.find(key);
-  if (at == std::string::npos) return "";
-  const auto start = at + key.size();
-  const auto end = log.find_first_of(": \n", start);
-  return log.substr(start, end == std::string::npos ? std::string::npos : end - start);
+// What `auto` picked: the "picked" of its "auto.plan" event in the row's metrics.
+std::string auto_choice(const fsys::path& metrics) {
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.value("event", "") == "strategy" && j.value("name", "") == "auto.plan") {
+      return j.at("data").value("picked", "");
+    }
+  }
+  return "";
 }
 
-// "bubble 31% (theory 20%)": the stages' idle shares (their teardown lines) averaged.
+// "bubble 31% (theory 20%)": the stages' idle shares averaged. Read from the
+// log: each stage reports its own "pipeline.bubble" event (no collective at
+// teardown), and only rank 0's reaches the metrics file.
 std::string pipeline_bubble(const std::string& log) {
   const std::string key = "pipeline stage ";
   double sum = 0;
@@ -357,7 +362,7 @@ BenchRow run_row(const RowDef& def, const BenchFlags& flags, const Workload& wl,
   }
   if (def.strategy == "pipeline") row.note = pipeline_bubble(output);
   if (def.strategy == "auto") {
-    const std::string pick = auto_choice(output);
+    const std::string pick = auto_choice(metrics);
     if (!pick.empty()) {
       row.theory_strategy = pick;
       row.note = "picked " + pick;

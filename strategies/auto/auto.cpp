@@ -6,7 +6,7 @@
 // gathered unit + 16-bit copies + activations) and the step time (compute
 // from a measured matmul rate + communication from an α-β link model fitted
 // to timed all-reduces of two sizes), picks one with ft::plan_strategy,
-// prints the estimate table and the reason on rank 0, and from then on
+// reports the estimate table and the reason on rank 0 (the "auto.plan" event), and from then on
 // forwards every Strategy call to the chosen strategy, which it owns; its
 // optional abilities (ft/abilities.h) are reached through delegate().
 // Whichever it picks, the global batch is train.batch_size x ranks x
@@ -20,7 +20,6 @@
 //   candidates       comma list to choose from (default: all installed)
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -28,6 +27,7 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "ft/abilities.h"
 #include "ft/cost_model.h"
@@ -154,10 +154,7 @@ class AutoStrategy final : public ft::Strategy, public ft::DataParallelGroup {
     at::Tensor chosen = at::tensor({static_cast<int64_t>(plan_.chosen)}, at::kLong);
     comm.broadcast(chosen, 0);
     plan_.chosen = static_cast<int>(chosen.item<int64_t>());
-    if (comm.rank() == 0) {
-      std::fputs(ft::format_plan(plan_, in).c_str(), stdout);
-      std::fflush(stdout);
-    }
+    if (comm.rank() == 0) report_plan(in, ctx.events);
 
     inner_ = host.create(plan_.choice().name);
     inner_ctx_ = ctx;
@@ -170,13 +167,13 @@ class AutoStrategy final : public ft::Strategy, public ft::DataParallelGroup {
       scale_ = comm.world_size() / group_->data_comm().world_size();
       scale_micro_batches_ = plan_.choice().name == "pipeline";
       if (comm.rank() == 0 && scale_ > 1) {
-        std::fputs(fmt::format("auto: {} keeps the global batch of train.batch_size x {} ranks: {}\n",
-                               plan_.choice().name, comm.world_size(),
-                               scale_micro_batches_ ? fmt::format("{} x the micro-batches per step", scale_)
-                                                    : fmt::format("{} x the rows per micro-batch", scale_))
-                       .c_str(),
-                   stdout);
-        std::fflush(stdout);
+        const char* scaled = scale_micro_batches_ ? "micro_batches" : "rows";
+        ctx.events.emit("auto.global_batch",
+                        nlohmann::json{{"strategy", plan_.choice().name}, {"world_size", comm.world_size()},
+                                       {"scale", scale_}, {"scaled", scaled}},
+                        fmt::format("auto: {} keeps the global batch of train.batch_size x {} ranks: {} x the {}",
+                                    plan_.choice().name, comm.world_size(), scale_,
+                                    scale_micro_batches_ ? "micro-batches per step" : "rows per micro-batch"));
       }
     }
   }
@@ -248,6 +245,28 @@ class AutoStrategy final : public ft::Strategy, public ft::DataParallelGroup {
       s.unit_params.push_back(n);
     }
     return s;
+  }
+
+  // The estimate table, the inputs it came from and the pick, as the
+  // "auto.plan" event; its line is the table ft::format_plan prints.
+  void report_plan(const ft::PlanInputs& in, ft::StrategyEvents& events) const {
+    nlohmann::json table = nlohmann::json::array();
+    for (const auto& e : plan_.table) {
+      table.push_back({{"name", e.name}, {"formula", e.formula}, {"state_bytes", e.state_bytes},
+                       {"extra_bytes", e.extra_bytes}, {"activation_bytes", e.activation_bytes},
+                       {"total_bytes", e.total_bytes}, {"fits", e.fits}, {"comm_bytes", e.comm_bytes},
+                       {"comm_s", e.comm_s}, {"compute_s", e.compute_s}, {"step_s", e.step_s}});
+    }
+    std::string line = ft::format_plan(plan_, in);
+    if (!line.empty() && line.back() == '\n') line.pop_back();
+    events.emit("auto.plan",
+                nlohmann::json{{"picked", plan_.choice().name}, {"reason", plan_.reason}, {"candidates", table},
+                               {"params", in.model.params}, {"world_size", in.world_size},
+                               {"mixed_precision", in.mixed_precision}, {"batch_rows", in.batch_rows},
+                               {"seq_len", in.seq_len}, {"link_alpha_s", in.link.alpha_s},
+                               {"link_beta_s_per_byte", in.link.beta_s_per_byte}, {"flops_per_s", in.flops_per_s},
+                               {"memory_limit_bytes", in.memory_limit_bytes}},
+                line);
   }
 
   // Fits the link model and the compute rate; the slowest rank's timings are

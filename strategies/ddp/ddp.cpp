@@ -5,12 +5,12 @@
 // `ddp_amp` is the same class registered with mixed precision as its
 // default (bf16 autocast on CPU, fp16 autocast + loss scaling on CUDA); the
 // precision component does the rest, so it is a preset, not a copy.
-#include <cstdio>
 #include <memory>
 #include <vector>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "ddp_options.h"
 #include "ft/comm.h"
@@ -37,10 +37,13 @@ class DdpStrategy final : public ft::ReplicatedStrategy {
     if (buffer_ && ctx_->comm->world_size() > 1 && ctx_->comm->rank() == 0) {
       const ft::OverlapStats& s = buffer_->overlap();
       if (s.syncs > 0) {
-        std::printf("ddp: comm hidden behind backward %.0f%% (waited %.3f s of %.3f s in flight, %d bucket(s), %lld sync(s))\n",
-                    100.0 * s.hidden_fraction(), s.waited_s, s.in_flight_s, buffer_->num_buckets(),
-                    static_cast<long long>(s.syncs));
-        std::fflush(stdout);
+        const int buckets = buffer_->num_buckets();
+        ctx_->events.emit("ddp.overlap",
+                          nlohmann::json{{"hidden_fraction", s.hidden_fraction()}, {"waited_s", s.waited_s},
+                                         {"in_flight_s", s.in_flight_s}, {"buckets", buckets}, {"syncs", s.syncs}},
+                          fmt::format("ddp: comm hidden behind backward {:.0f}% (waited {:.3f} s of {:.3f} s in "
+                                      "flight, {} bucket(s), {} sync(s))",
+                                      100.0 * s.hidden_fraction(), s.waited_s, s.in_flight_s, buckets, s.syncs));
       }
     }
     buffer_.reset();
@@ -53,7 +56,7 @@ class DdpStrategy final : public ft::ReplicatedStrategy {
     ft::Comm& comm = *ctx_->comm;
     broadcast_model_from_rank0();
     ft::GradBufferOptions bo;
-    bo.bucket_bytes = std::max<int64_t>(4, static_cast<int64_t>(options.bucket_mb * 1024.0 * 1024.0));
+    bo.bucket_bytes = options.bucket_bytes;
     bo.rebuild_with = &comm;  // lay buckets out in the order grads really arrive
     bo.trace = ctx_->trace;   // bucket all-reduces on the profiler's comm track
     ft::CommHook hook;

@@ -1,6 +1,7 @@
 // DdpOptions: the `strategy.options.*` keys the ddp / ddp_amp strategies take.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -11,10 +12,10 @@ enum class Compression { None, FP16, BF16 };
 
 /// Parsed and validated strategy.options for ddp / ddp_amp.
 struct DdpOptions {
-  /// strategy.options.bucket_mb: target gradient bucket size in MiB (> 0).
-  /// Smaller buckets start communication earlier in backward but pay more
-  /// per-collective latency; 25 is c10d's default.
-  double bucket_mb = 25.0;
+  /// strategy.options.bucket_mb: target gradient bucket size, given in MiB
+  /// (> 0), held in bytes. Smaller buckets start communication earlier in
+  /// backward but pay more per-collective latency; 25 MiB is c10d's default.
+  int64_t bucket_bytes = 25LL << 20;
   /// strategy.options.compression: none | fp16 | bf16. Casts each bucket to
   /// 16 bits for the all-reduce; saves bandwidth on NCCL only (ft::Comm
   /// widens 16-bit tensors to fp32 for Gloo), always costs precision.

@@ -11,11 +11,12 @@
 // the buffer is laid out in the order gradients become ready, the tensors a
 // cycle fuses are adjacent and are reduced in place (no fusion-buffer copy).
 #include <algorithm>
-#include <cstdio>
 #include <memory>
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "ft/comm.h"
 #include "ft/grad_buffer.h"
@@ -37,11 +38,14 @@ class HorovodStrategy final : public ft::ReplicatedStrategy {
     if (fusion_ && ctx_->comm->world_size() > 1 && ctx_->comm->rank() == 0) {
       const ft::horovod::FusionStats s = fusion_->stats();
       if (s.collectives > 0) {
-        std::printf("horovod: %lld tensor(s) in %lld ring(s) over %lld cycle(s), %.1f MiB sent by rank 0, %.1f MiB through the fusion buffer\n",
-                    static_cast<long long>(s.tensors), static_cast<long long>(s.collectives),
-                    static_cast<long long>(s.cycles), static_cast<double>(s.wire_bytes) / (1024.0 * 1024.0),
-                    static_cast<double>(s.copied_bytes) / (1024.0 * 1024.0));
-        std::fflush(stdout);
+        constexpr double kMiB = 1024.0 * 1024.0;
+        ctx_->events.emit("horovod.fusion",
+                          nlohmann::json{{"tensors", s.tensors}, {"rings", s.collectives}, {"cycles", s.cycles},
+                                         {"wire_bytes", s.wire_bytes}, {"fusion_bytes", s.copied_bytes}},
+                          fmt::format("horovod: {} tensor(s) in {} ring(s) over {} cycle(s), {:.1f} MiB sent by rank "
+                                      "0, {:.1f} MiB through the fusion buffer",
+                                      s.tensors, s.collectives, s.cycles, static_cast<double>(s.wire_bytes) / kMiB,
+                                      static_cast<double>(s.copied_bytes) / kMiB));
       }
     }
     buffer_.reset();  // holds hooks that point at fusion_

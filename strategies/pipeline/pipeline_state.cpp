@@ -10,6 +10,7 @@
 #include "ft/error.h"
 #include "ft/model.h"
 #include "ft/param_sync.h"
+#include "ft/saved_state.h"
 #include "pipeline_strategy.h"
 
 namespace ft {
@@ -90,32 +91,26 @@ OptimizerState PipelineStrategy::optimizer_state() {
 
 void PipelineStrategy::load_state(const TensorList& model, const OptimizerState* optimizer) {
   c10::NoGradGuard no_grad;
-  std::map<std::string, const at::Tensor*> weights;
-  // DDP-style "module." prefixes are accepted, as BertForSequenceClassification::load_weights does.
-  for (const auto& [name, t] : model) weights[name.rfind("module.", 0) == 0 ? name.substr(7) : name] = &t;
+  const SavedTensors weights = SavedTensors::weights(model);
   for (int u = 0; u < static_cast<int>(unit_params_.size()); ++u) {
     if (!holds(u)) continue;
     for (const auto& [name, t] : unit_params_[static_cast<size_t>(u)]) {
-      auto it = weights.find(name);
-      if (it == weights.end()) fail("checkpoint: missing tensor '{}'", name);
-      if (it->second->sizes() != t.sizes()) {
-        fail("checkpoint: '{}' has shape [{}], the model needs [{}]", name, fmt::join(it->second->sizes(), ", "),
+      const at::Tensor& w = weights.at(name);
+      if (w.sizes() != t.sizes()) {
+        fail("checkpoint: '{}' has shape [{}], the model needs [{}]", name, fmt::join(w.sizes(), ", "),
              fmt::join(t.sizes(), ", "));
       }
-      t.detach().copy_(*it->second);
+      t.detach().copy_(w);
     }
   }
   if (!optimizer) return;
-  std::map<std::string, const at::Tensor*> by_name;
-  for (const auto& [name, t] : optimizer->tensors) by_name[name] = &t;
+  const SavedTensors saved = SavedTensors::optimizer(*optimizer);
   OptimizerState own;
   own.step = optimizer->step;
   for (const auto& slot : optimizer_->slots()) {
     for (const auto& k : optimizer_->buffer_names()) {
       const std::string key = slot.name + "." + k;
-      auto it = by_name.find(key);
-      if (it == by_name.end()) fail("checkpoint optimizer state: no '{}'", key);
-      own.tensors.emplace_back(key, *it->second);
+      own.tensors.emplace_back(key, saved.at(key));
     }
   }
   optimizer_->load_state(own, "checkpoint optimizer state");

@@ -5,11 +5,11 @@
 #include <c10/core/GradMode.h>
 #include <c10/core/StorageImpl.h>
 #include <cmath>
-#include <cstdio>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include "ft/error.h"
 #include "ft/model.h"
@@ -117,10 +117,7 @@ void PipelineStrategy::setup(std::shared_ptr<BertForSequenceClassification> mode
   norm_buf_ = at::zeros({1}, at::kDouble);
   runner_ = std::make_unique<Runner>(this);
   model_->set_unit_runner(runner_.get());
-  if (world.rank() == 0) {
-    std::fputs(describe_stages().c_str(), stdout);
-    std::fflush(stdout);
-  }
+  if (world.rank() == 0) report_stages();
 }
 
 // Another stage's weights are never read here: their storage goes, their
@@ -136,12 +133,15 @@ void PipelineStrategy::free_other_units() {
   }
 }
 
-std::string PipelineStrategy::describe_stages() const {
+// The stage boundaries (and, balanced by time, each stage's measured
+// milliseconds) as the "pipeline.stages" event.
+void PipelineStrategy::report_stages() const {
   auto unit_name = [&](int u) {
     if (u == 0) return std::string("embeddings");
     if (u + 1 == static_cast<int>(unit_params_.size())) return std::string("head");
     return fmt::format("layer {}", u - 1);
   };
+  nlohmann::json stages = nlohmann::json::array();
   std::vector<std::string> parts;
   for (int s = 0; s < stages_; ++s) {
     const int a = bounds_[static_cast<size_t>(s)], b = bounds_[static_cast<size_t>(s) + 1];
@@ -150,17 +150,28 @@ std::string PipelineStrategy::describe_stages() const {
       for (const auto& [name, t] : unit_params_[static_cast<size_t>(u)]) n += t.numel();
       if (!unit_micros_.empty()) micros += unit_micros_[static_cast<size_t>(u)];
     }
+    nlohmann::json stage{{"stage", s}, {"first_unit", unit_name(a)}, {"last_unit", unit_name(b - 1)}, {"params", n}};
+    if (!unit_micros_.empty()) stage["ms"] = static_cast<double>(micros) / 1e3;
+    stages.push_back(stage);
     parts.push_back(fmt::format("stage {}: {}{} ({:.2f}M params{})", s, unit_name(a),
                                 b - a > 1 ? " .. " + unit_name(b - 1) : std::string(), static_cast<double>(n) / 1e6,
                                 unit_micros_.empty() ? "" : fmt::format(", {:.1f} ms", static_cast<double>(micros) / 1e3)));
   }
   const char* balance = options_.balance == StageBalance::kCompute      ? "compute"
-                        : options_.balance == StageBalance::kTime       ? "measured time (4 x 128 tokens, fwd+bwd)"
+                        : options_.balance == StageBalance::kTime       ? "time"
                         : options_.balance == StageBalance::kParameters ? "parameters"
                                                                         : "units";
-  return fmt::format("pipeline: {} stages, schedule {}, balanced by {}; {}; mesh {}\n", stages_,
-                     options_.schedule == PipeSchedule::kGPipe ? "gpipe" : "1f1b", balance, fmt::join(parts, "; "),
-                     mesh_->describe("pp"));
+  const char* schedule = options_.schedule == PipeSchedule::kGPipe ? "gpipe" : "1f1b";
+  const std::string mesh = mesh_->describe("pp");
+  nlohmann::json dims;
+  for (const auto& d : mesh_->dims()) dims[d.name] = d.size;
+  ctx_->events.emit("pipeline.stages",
+                    nlohmann::json{{"stages", stages_}, {"schedule", schedule}, {"balance", balance},
+                                   {"units", stages}, {"mesh", dims}},
+                    fmt::format("pipeline: {} stages, schedule {}, balanced by {}; {}; mesh {}", stages_, schedule,
+                                options_.balance == StageBalance::kTime ? "measured time (4 x 128 tokens, fwd+bwd)"
+                                                                        : balance,
+                                fmt::join(parts, "; "), mesh));
 }
 
 // ---------------------------------------------------------------- forward
@@ -324,15 +335,16 @@ void PipelineStrategy::teardown() {
   wait_sends();
   if (model_) model_->set_unit_runner(nullptr);
   if (stages_ > 1 && timed_steps_ > 0 && wall_s_ > 0) {
-    // Each rank its own line (no collective at teardown); ft bench averages them.
+    // Each rank its own event (no collective at teardown), so only stage
+    // 0's reaches the metrics file; ft bench averages the stages' lines.
     const int p = stages_, m = micro_per_step_;
-    std::fputs(fmt::format("pipeline stage {}: idle {:.1f}% of the step time over {} steps (bubble theory "
-                           "(p-1)/(m+p-1) = {:.1f}% for p = {}, m = {})\n",
-                           stage_, 100.0 * idle_s_ / wall_s_, timed_steps_,
-                           100.0 * (p - 1) / static_cast<double>(m + p - 1), p, m)
-                   .c_str(),
-               stdout);
-    std::fflush(stdout);
+    const double idle = idle_s_ / wall_s_, theory = (p - 1) / static_cast<double>(m + p - 1);
+    ctx_->events.emit("pipeline.bubble",
+                      nlohmann::json{{"stage", stage_}, {"idle_fraction", idle}, {"steps", timed_steps_},
+                                     {"theory_fraction", theory}, {"stages", p}, {"micro_batches", m}},
+                      fmt::format("pipeline stage {}: idle {:.1f}% of the step time over {} steps (bubble theory "
+                                  "(p-1)/(m+p-1) = {:.1f}% for p = {}, m = {})",
+                                  stage_, 100.0 * idle, timed_steps_, 100.0 * theory, p, m));
   }
 }
 

@@ -128,7 +128,7 @@ class PipelineStrategy final : public Strategy, public DataParallelGroup {
   void run_backward(Micro& m);
   void wait_sends();
   void free_other_units();
-  std::string describe_stages() const;
+  void report_stages() const;
 
   StrategyContext* ctx_ = nullptr;
   PipelineOptions options_;
@@ -162,7 +162,7 @@ class PipelineStrategy final : public Strategy, public DataParallelGroup {
 
   // The bubble: time this stage waits on its neighbours (receives and the
   // logits broadcast) over the step's wall time, from the second step on
-  // (the first pays for allocation). Printed per stage at teardown.
+  // (the first pays for allocation). Reported per stage at teardown.
   using Clock = std::chrono::steady_clock;
   template <typename F>
   void idle(F&& wait);

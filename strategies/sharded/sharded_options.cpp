@@ -10,18 +10,9 @@
 namespace ft {
 namespace {
 
-// bucket_mb is in MiB, so a tiny positive value can still hold no element.
-double read_bucket_mb(const OptionReader& r, double fallback) {
-  const double mb = r.get_double("bucket_mb", fallback, above(0), "bucket size in MiB, e.g. 25");
-  if (mb * 1024.0 * 1024.0 < 4.0) {
-    fail("strategy.options.bucket_mb: {} MiB is smaller than one fp32 element", r.get_string("bucket_mb", ""));
-  }
-  return mb;
-}
-
 // Keys both families share.
 void read_common(const OptionReader& r, ShardingPolicy& p) {
-  p.bucket_mb = read_bucket_mb(r, p.bucket_mb);
+  p.bucket_bytes = r.get_bucket_bytes("bucket_mb", p.bucket_bytes);
   p.limit_all_gathers = r.get_int("limit_all_gathers", p.limit_all_gathers, {0});
   p.grad_buckets = r.get_int("grad_buckets", p.grad_buckets, {1});
   const std::string acc = r.get_choice("grad_accumulation", "reduce", {"reduce", "no_sync"});

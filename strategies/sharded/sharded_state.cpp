@@ -11,6 +11,7 @@
 #include "ft/error.h"
 #include "ft/grad_buffer.h"
 #include "ft/model.h"
+#include "ft/saved_state.h"
 #include "sharded_strategy.h"
 
 namespace ft {
@@ -65,13 +66,11 @@ OptimizerState ShardedStrategy::optimizer_state() {
 
 void ShardedStrategy::load_state(const TensorList& model, const OptimizerState* optimizer) {
   c10::NoGradGuard no_grad;
-  // Accept DDP-style "module." prefixes like BertForSequenceClassification::load_weights.
   TensorList weights;
-  for (const auto& [name, t] : model) weights.emplace_back(name.rfind("module.", 0) == 0 ? name.substr(7) : name, t);
+  for (const auto& [name, t] : model) weights.emplace_back(hf_name(name), t);
   for (auto& f : units()) f->load_full(f->layout().flatten(weights, "checkpoint"));
   if (!optimizer) return;
-  std::map<std::string, const at::Tensor*> by_name;
-  for (const auto& [name, t] : optimizer->tensors) by_name[name] = &t;
+  const SavedTensors saved = SavedTensors::optimizer(*optimizer);
   const auto names = optimizer_->buffer_names();
   OptimizerState mine;
   mine.step = optimizer->step;
@@ -79,12 +78,11 @@ void ShardedStrategy::load_state(const TensorList& model, const OptimizerState* 
     const FlatEntry& e = units()[static_cast<size_t>(r.unit)]->layout().entries[static_cast<size_t>(r.entry)];
     for (const auto& k : names) {
       const std::string key = e.name + "." + k;
-      auto it = by_name.find(key);
-      if (it == by_name.end()) fail("checkpoint optimizer state: no '{}'", key);
-      if (it->second->numel() != e.numel) {
-        fail("checkpoint optimizer state: '{}' has {} elements, the model needs {}", key, it->second->numel(), e.numel);
+      const at::Tensor& full = saved.at(key);
+      if (full.numel() != e.numel) {
+        fail("checkpoint optimizer state: '{}' has {} elements, the model needs {}", key, full.numel(), e.numel);
       }
-      mine.tensors.emplace_back(key, it->second->reshape({-1}).narrow(0, r.piece.offset_in_entry, r.piece.numel));
+      mine.tensors.emplace_back(key, full.reshape({-1}).narrow(0, r.piece.offset_in_entry, r.piece.numel));
     }
   }
   optimizer_->load_state(mine, "checkpoint optimizer state");

@@ -4,9 +4,10 @@
 
 #include <c10/core/GradMode.h>
 #include <cmath>
-#include <cstdio>
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "ft/comm.h"
 #include "ft/device_mesh.h"
@@ -112,9 +113,11 @@ void ShardedStrategy::setup(std::shared_ptr<BertForSequenceClassification> model
                                                                          {"shard", s}},
                                          "strategy.options.shard_group_size");
     if (ctx.comm->rank() == 0) {
-      std::fputs(fmt::format("{}: hybrid sharding over the mesh {}\n", policy_.name, mesh_->describe("shard")).c_str(),
-                 stdout);
-      std::fflush(stdout);
+      const std::string mesh = mesh_->describe("shard");
+      ctx.events.emit("sharded.hybrid",
+                      nlohmann::json{{"strategy", policy_.name}, {"replicate", ctx.comm->world_size() / s},
+                                     {"shard", s}},
+                      fmt::format("{}: hybrid sharding over the mesh {}", policy_.name, mesh));
     }
   }
   apply_trainable(*model_, plan);
@@ -182,7 +185,7 @@ void ShardedStrategy::build_grad_buffer() {
   if (trainable.empty()) return;
   GradBufferOptions bo;
   bo.trace = ctx_->trace;
-  bo.bucket_bytes = std::max<int64_t>(4, static_cast<int64_t>(policy_.bucket_mb * 1024.0 * 1024.0));
+  bo.bucket_bytes = policy_.bucket_bytes;
   grad_buffer_ = std::make_unique<GradBuffer>(trainable, bo, allreduce_avg_hook(*ctx_->comm));
 }
 

@@ -77,7 +77,7 @@ struct ShardingPolicy {
   /// use), >= 0; 0 disables prefetching. With 1, at most two units are
   /// materialised at a time under FULL_SHARD / zero3.
   int limit_all_gathers = 1;
-  double bucket_mb = 25.0;            ///< GradBuffer bucket size for all-reduced grads
+  int64_t bucket_bytes = 25LL << 20;  ///< GradBuffer bucket size for all-reduced grads (option bucket_mb)
   /// Sharded grads: most units' full gradients alive at once (the bucket
   /// pool's bound, >= 1; FSDP2 and DeepSpeed keep about two).
   int grad_buckets = 2;

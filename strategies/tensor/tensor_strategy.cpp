@@ -3,11 +3,11 @@
 
 #include <c10/core/GradMode.h>
 #include <cmath>
-#include <cstdio>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 #include <torch/autograd.h>
 
 #include "ft/error.h"
@@ -16,6 +16,7 @@
 #include "ft/options.h"
 #include "ft/param_sync.h"
 #include "ft/precision.h"
+#include "ft/saved_state.h"
 
 namespace ft {
 
@@ -140,22 +141,31 @@ void TensorStrategy::setup(std::shared_ptr<BertForSequenceClassification> model,
   }
   optimizer_ = std::make_unique<TensorOptimizer>(optimizer, std::move(slots));
   norm_buf_ = at::zeros({1}, at::kDouble);
-  if (world.rank() == 0) {
-    const auto& c = model_->config();
-    const bool vocab = split_.count(c.family().word_embeddings()) > 0;
-    const std::string share = t <= heads ? fmt::format("{} of {} heads", heads / t, heads)
-                                         : fmt::format("1/{} of a head ({} of {} dims)", t / heads,
-                                                       c.hidden_size / t, c.hidden_size / heads);
-    std::fputs(fmt::format("tensor: {} rank(s) per layer: {} and {} of {} FFN units each; word embeddings "
-                           "{}; mesh {}\n",
-                           t, share, c.intermediate_size / t,
-                           c.intermediate_size, vocab ? fmt::format("vocab-parallel ({} rows each)", c.vocab_size / t)
-                                                      : std::string("replicated"),
-                           mesh_->describe("tp"))
-                   .c_str(),
-               stdout);
-    std::fflush(stdout);
-  }
+  if (world.rank() == 0) report_layout(t);
+}
+
+// How each layer is split over the tensor-parallel group, as the
+// "tensor.layout" event.
+void TensorStrategy::report_layout(int64_t t) const {
+  const auto& c = model_->config();
+  const int64_t heads = c.num_attention_heads;
+  const bool vocab = split_.count(c.family().word_embeddings()) > 0;
+  const std::string share = t <= heads ? fmt::format("{} of {} heads", heads / t, heads)
+                                       : fmt::format("1/{} of a head ({} of {} dims)", t / heads, c.hidden_size / t,
+                                                     c.hidden_size / heads);
+  const std::string mesh = mesh_->describe("tp");
+  nlohmann::json dims;
+  for (const auto& d : mesh_->dims()) dims[d.name] = d.size;
+  ctx_->events.emit(
+      "tensor.layout",
+      nlohmann::json{{"tp", t}, {"heads", heads}, {"attention_dims_per_rank", c.hidden_size / t},
+                     {"ffn_units", c.intermediate_size}, {"ffn_units_per_rank", c.intermediate_size / t},
+                     {"vocab_parallel", vocab}, {"vocab_rows_per_rank", vocab ? c.vocab_size / t : c.vocab_size},
+                     {"mesh", dims}},
+      fmt::format("tensor: {} rank(s) per layer: {} and {} of {} FFN units each; word embeddings {}; mesh {}", t,
+                  share, c.intermediate_size / t, c.intermediate_size,
+                  vocab ? fmt::format("vocab-parallel ({} rows each)", c.vocab_size / t) : std::string("replicated"),
+                  mesh));
 }
 
 at::Tensor TensorStrategy::forward(const Batch& batch) {
@@ -217,9 +227,7 @@ OptimizerState TensorStrategy::optimizer_state() {
 
 void TensorStrategy::load_state(const TensorList& model, const OptimizerState* optimizer) {
   c10::NoGradGuard no_grad;
-  std::map<std::string, const at::Tensor*> given;
-  // DDP-style "module." prefixes are accepted, as BertForSequenceClassification::load_weights does.
-  for (const auto& [name, t] : model) given[name.rfind("module.", 0) == 0 ? name.substr(7) : name] = &t;
+  const SavedTensors given = SavedTensors::weights(model);
   const int r = tp().rank();
   // This rank's slice of a full tensor for `param` shaped like `local`.
   auto slice = [&](const std::string& param, const at::Tensor& full, const at::Tensor& local, const std::string& what) {
@@ -231,20 +239,13 @@ void TensorStrategy::load_state(const TensorList& model, const OptimizerState* o
     }
     return part;
   };
-  for (const auto& [name, w] : model_->weights()) {
-    auto it = given.find(name);
-    if (it == given.end()) fail("checkpoint: missing tensor '{}'", name);
-    w.detach().copy_(slice(name, *it->second, w, "checkpoint"));
-  }
+  for (const auto& [name, w] : model_->weights()) w.detach().copy_(slice(name, given.at(name), w, "checkpoint"));
   if (!optimizer) return;
-  std::map<std::string, const at::Tensor*> by_name;
-  for (const auto& [name, t] : optimizer->tensors) by_name[name] = &t;
+  const SavedTensors saved = SavedTensors::optimizer(*optimizer);
   OptimizerState own;
   own.step = optimizer->step;
   for (const auto& [key, local] : optimizer_->state().tensors) {
-    auto it = by_name.find(key);
-    if (it == by_name.end()) fail("checkpoint optimizer state: no '{}'", key);
-    own.tensors.emplace_back(key, slice(key.substr(0, key.rfind('.')), *it->second, local, "checkpoint optimizer state"));
+    own.tensors.emplace_back(key, slice(key.substr(0, key.rfind('.')), saved.at(key), local, "checkpoint optimizer state"));
   }
   optimizer_->load_state(own, "checkpoint optimizer state");
 }

@@ -60,6 +60,7 @@ class TensorStrategy final : public Strategy, public DataParallelGroup {
 
  private:
   Comm& tp() { return mesh_->comm("tp"); }
+  void report_layout(int64_t tp_size) const;
   // The full tensor of a parameter (or of its optimizer buffer) named `param`.
   at::Tensor gather_full(const std::string& param, const at::Tensor& local);
 

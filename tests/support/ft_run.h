@@ -53,6 +53,16 @@ inline std::vector<nlohmann::json> read_events(const std::filesystem::path& file
   return out;
 }
 
+// The data of each strategy event `name` (StrategyContext::events, e.g.
+// "ddp.overlap") in a metrics file, in the order they were written.
+inline std::vector<nlohmann::json> strategy_events(const std::filesystem::path& metrics, const std::string& name) {
+  std::vector<nlohmann::json> out;
+  for (const auto& j : read_events(metrics, "strategy")) {
+    if (j.value("name", "") == name) out.push_back(j.at("data"));
+  }
+  return out;
+}
+
 inline std::string read_text(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

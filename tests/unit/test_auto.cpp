@@ -41,6 +41,13 @@ const ft::CandidateEstimate& row(const ft::Plan& plan, const std::string& name) 
   return plan.table.front();
 }
 
+// The "auto.plan" event of a run: what auto picked, and why.
+nlohmann::json plan_of(const std::filesystem::path& metrics) {
+  const auto plans = ft_test::strategy_events(metrics, "auto.plan");
+  REQUIRE(plans.size() == 1);
+  return plans[0];
+}
+
 }  // namespace
 
 TEST_CASE("link model: two timed all-reduces give back alpha and beta exactly") {
@@ -243,7 +250,7 @@ TEST_CASE("ft run --strategy auto reproduces the parity reference and says what 
   auto out = ft_test::run_ft("run -c configs/parity-tiny.yaml --strategy auto --metrics-out '" + metrics1.string() + "'");
   INFO(out.output);
   REQUIRE(out.exit_code == 0);
-  CHECK(out.output.find("auto: picked ddp:") != std::string::npos);
+  CHECK(plan_of(metrics1).at("picked") == "ddp");
   auto losses = ft_test::step_losses(metrics1);
   REQUIRE(losses.size() == ref.size());
   for (size_t i = 0; i < ref.size(); ++i) CHECK(std::abs(losses[i] - ref[i]) < 1e-4);
@@ -258,8 +265,10 @@ TEST_CASE("ft run --strategy auto reproduces the parity reference and says what 
                         " --metrics-out '" + metrics2.string() + "'");
   INFO(out.output);
   REQUIRE(out.exit_code == 0);
-  CHECK(out.output.find("auto: picked zero3:") != std::string::npos);
-  CHECK(out.output.find("ddp would not fit") != std::string::npos);
+  const auto plan = plan_of(metrics2);
+  CHECK(plan.at("picked") == "zero3");
+  for (const auto& c : plan.at("candidates")) CHECK(c.at("fits") == (c.at("name") == "zero3"));
+  CHECK(plan.at("reason").get<std::string>().find("ddp would not fit") != std::string::npos);
   losses = ft_test::step_losses(metrics2);
   REQUIRE(losses.size() == ref.size());
   for (size_t i = 0; i < ref.size(); ++i) CHECK(std::abs(losses[i] - ref[i]) < 1e-4);
@@ -278,11 +287,8 @@ TEST_CASE("auto keeps the global batch when it picks pipeline or tensor: the par
   ft_test::TempDir dir("auto-mp");
   const struct {
     const char* picked;
-    const char* says;
-  } cases[] = {{"pipeline", "auto: pipeline keeps the global batch of train.batch_size x 2 ranks: 2 x the "
-                            "micro-batches per step"},
-               {"tensor", "auto: tensor keeps the global batch of train.batch_size x 2 ranks: 2 x the rows per "
-                          "micro-batch"}};
+    const char* scaled;  // what auto multiplies by the ranks per data-parallel group
+  } cases[] = {{"pipeline", "micro_batches"}, {"tensor", "rows"}};
   for (const auto& c : cases) {
     CAPTURE(c.picked);
     const auto metrics = dir.path() / (std::string(c.picked) + ".jsonl");
@@ -291,8 +297,10 @@ TEST_CASE("auto keeps the global batch when it picks pipeline or tensor: the par
                                                  "--set train.batch_size=16 --set strategy.options.candidates={} "
                                                  "--metrics-out {} --output-dir {}",
                                                  c.picked, metrics.string(), saved.string()));
-    CHECK(out.find(fmt::format("auto: picked {}:", c.picked)) != std::string::npos);
-    CHECK(out.find(c.says) != std::string::npos);
+    CHECK(plan_of(metrics).at("picked") == c.picked);
+    const auto kept = ft_test::strategy_events(metrics, "auto.global_batch");
+    REQUIRE(kept.size() == 1);
+    CHECK(kept[0] == nlohmann::json{{"strategy", c.picked}, {"world_size", 2}, {"scale", 2}, {"scaled", c.scaled}});
     CHECK(out.find("global batch 32") != std::string::npos);
     ft_test::check_same_losses(ft_test::reference_losses(), metrics, c.picked, 1e-5);
     // The saved run config keeps what was asked, not the scaled batch.
@@ -317,13 +325,14 @@ TEST_CASE("auto forwards the picked strategy's abilities: save_sharded writes sh
   // One candidate: the pick does not hang on the cost model's numbers
   // (the choice itself is tested above).
   const auto out_dir = dir.path() / "run";
+  const auto metrics = dir.path() / "m.jsonl";
   const auto out = ft_test::run_ft(fmt::format(
       "run --config {}/run.yaml --strategy auto --nproc 2 --max-steps 2 --timeout 60 --output-dir {} "
-      "--set train.save_sharded=true --set strategy.options.candidates=zero2",
-      dir.path().string(), out_dir.string()));
+      "--set train.save_sharded=true --set strategy.options.candidates=zero2 --metrics-out {}",
+      dir.path().string(), out_dir.string(), metrics.string()));
   INFO(out.output);
   REQUIRE(out.exit_code == 0);
-  CHECK(out.output.find("auto: picked zero2:") != std::string::npos);
+  CHECK(plan_of(metrics).at("picked") == "zero2");
   CHECK(out.output.find("save_sharded") == std::string::npos);  // no "not written" warning
   const auto sharded = out_dir / "final" / "sharded";
   CHECK(std::filesystem::exists(sharded / "meta.json"));
@@ -335,13 +344,14 @@ TEST_CASE("save_sharded with a strategy that cannot shard: one warning line, the
   ft_test::TempDir dir("auto-unsharded");
   ft_test::write_tiny_task(dir.path());
   const auto out_dir = dir.path() / "run";
+  const auto metrics = dir.path() / "m.jsonl";
   const auto out = ft_test::run_ft(fmt::format(
       "run --config {}/run.yaml --strategy auto --max-steps 1 --timeout 60 --output-dir {} "
-      "--set train.save_sharded=true --set strategy.options.candidates=ddp",
-      dir.path().string(), out_dir.string()));
+      "--set train.save_sharded=true --set strategy.options.candidates=ddp --metrics-out {}",
+      dir.path().string(), out_dir.string(), metrics.string()));
   INFO(out.output);
   REQUIRE(out.exit_code == 0);
-  CHECK(out.output.find("auto: picked ddp:") != std::string::npos);
+  CHECK(plan_of(metrics).at("picked") == "ddp");
   const std::string warning =
       "ft: warning: train.save_sharded=true, but sharded checkpoints are not written by strategy 'auto'; "
       "only the consolidated checkpoint is saved\n";

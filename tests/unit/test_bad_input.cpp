@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -525,23 +526,51 @@ void run_all(std::vector<Prepared>& cases, unsigned jobs) {
   for (auto& t : pool) t.join();
 }
 
+// The whole catalogue, prepared and run once, two cases at a time. doctest
+// enters a test case again for each of its subcases: the runs are kept from
+// the first entry so that every subcase checks its own case without running
+// ~46 processes again (a subcase picked alone with -sc still runs them all).
+struct CatalogueRun {
+  ft_test::TempDir root{"bad-input"};
+  Base base;
+  std::vector<Prepared> cases;
+  std::map<std::string, std::string> base_before;  // snapshot of the shared inputs
+
+  CatalogueRun() {
+    for (const char* p : {"wrong_abi", "not_a_library", "no_entry", "good"}) {
+      INFO("test plugin dir " << plugin_dir(p) << " (build the test plugins)");
+      REQUIRE(fsys::is_directory(plugin_dir(p)));
+    }
+    base = make_base(root.path() / "base");
+    const auto all = catalogue();
+    for (size_t i = 0; i < all.size(); ++i) cases.push_back(prepare(all[i], base, root.path(), static_cast<int>(i)));
+    base_before = ft_test::snapshot(base.dir);
+    run_all(cases, 2);
+  }
+};
+
+const CatalogueRun& catalogue_run() {
+  static const CatalogueRun run;
+  return run;
+}
+
 }  // namespace
 
 TEST_CASE("bad input catalogue: one clear line, non-zero exit, nothing left behind") {
-  ft_test::TempDir root("bad-input");
-  for (const char* p : {"wrong_abi", "not_a_library", "no_entry", "good"}) {
-    INFO("test plugin dir " << plugin_dir(p) << " (build the test plugins)");
-    REQUIRE(fsys::is_directory(plugin_dir(p)));
+  const CatalogueRun& run = catalogue_run();
+  SUBCASE("the catalogue: at least 36 cases, each with a name of its own") {
+    CHECK(run.cases.size() >= 36);
+    // doctest runs only the first of several subcases with one name.
+    std::set<std::string> names;
+    for (const auto& p : run.cases) CHECK_MESSAGE(names.insert(p.name).second, "two cases are named '" << p.name << "'");
   }
-  const Base base = make_base(root.path() / "base");
-  const auto cases = catalogue();
-  CHECK(cases.size() >= 36);
-  std::vector<Prepared> prepared;
-  for (size_t i = 0; i < cases.size(); ++i) prepared.push_back(prepare(cases[i], base, root.path(), static_cast<int>(i)));
-  const auto base_before = ft_test::snapshot(base.dir);
-  run_all(prepared, 2);
-  for (const auto& p : prepared) check(p);
-  CHECK_MESSAGE(ft_test::snapshot_diff(base_before, ft_test::snapshot(base.dir)).empty(), "the shared inputs changed");
+  for (const auto& p : run.cases) {
+    SUBCASE(p.name.c_str()) { check(p); }
+  }
+  SUBCASE("the shared inputs are unchanged") {
+    CHECK_MESSAGE(ft_test::snapshot_diff(run.base_before, ft_test::snapshot(run.base.dir)).empty(),
+                  "the shared inputs changed");
+  }
 }
 
 TEST_CASE("bad input: the rendezvous port already in use") {

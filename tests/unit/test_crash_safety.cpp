@@ -170,6 +170,85 @@ Inspection inspect_output(const fsys::path& out) {
   return r;
 }
 
+// The kill trials of a run saving every step, one after the other in one
+// output directory: each resumes from what the kills before it left.
+struct SaveTrials {
+  fsys::path dir, out;
+  std::vector<std::string> previous_leftovers;  // the last kill's debris, gone by the next run's first save
+  int mid_save = 0, failures = 0;
+};
+
+// One trial: start (or resume) the run, kill it once it saves, inspect what is left.
+void kill_during_saves(SaveTrials& t, int trial, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  // Resume from the newest complete one or the one before: then the run
+  // overwrites an existing checkpoint-N, the commit path that swaps directories.
+  const auto steps = complete_steps(t.out);
+  std::string resume;
+  if (!steps.empty()) {
+    const size_t back = steps.size() > 1 ? static_cast<size_t>(uniform(rng, 1, 2)) : 1;
+    resume = (t.out / fmt::format("checkpoint-{}", steps[steps.size() - back])).string();
+  }
+  const int64_t delay_ms = uniform(rng, 0, 300);
+  CAPTURE(trial);
+  CAPTURE(seed);
+  CAPTURE(delay_ms);
+  CAPTURE(resume);
+  const auto metrics = t.dir / fmt::format("m{}.jsonl", trial);
+  const auto log = t.dir / fmt::format("log{}.txt", trial);
+  std::vector<std::string> args{"run", "--config", (t.dir / "run.yaml").string(), "--max-steps", "100000",
+                                "--set", "train.save_every=1", "--set", "train.save_total_limit=2",
+                                "--output-dir", t.out.string(), "--metrics-out", metrics.string()};
+  // With nothing complete to resume, the trial starts over in the killed trial's directory.
+  if (resume.empty()) args.push_back("--overwrite-output-dir");
+  if (!resume.empty()) args.insert(args.end(), {"--resume", resume});
+  const pid_t pid = ft_test::spawn_ft(args, log);
+  REQUIRE(pid > 0);
+  // Step 2 is logged after the save of step 1: saving is under way.
+  const bool started = wait_until(pid, [&] { return ft_test::step_losses(metrics).size() >= 2; }, 60);
+  if (!started) {
+    ft_test::wait_exit(pid, std::chrono::seconds(1));
+    FAIL("the run did not start training: " << ft_test::read_text(log));
+  }
+  // This run cleaned the previous trial's debris before its first save.
+  int stale = 0;
+  for (const auto& name : t.previous_leftovers) stale += fsys::exists(t.out / name) ? 1 : 0;
+  CHECK(stale == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+  ::kill(pid, SIGKILL);
+  const auto status = ft_test::wait_exit(pid, std::chrono::seconds(10));
+  REQUIRE(status.has_value());
+  CHECK(WIFSIGNALED(*status));
+  const Inspection seen = inspect_output(t.out);
+  for (const auto& p : seen.problems) FAIL_CHECK(p);
+  const bool ok = seen.problems.empty() && stale == 0 && WIFSIGNALED(*status);
+  t.failures += ok ? 0 : 1;
+  if (!seen.leftovers.empty()) ++t.mid_save;
+  t.previous_leftovers = seen.leftovers;
+  log_trial({{"kind", "kill-save"}, {"trial", trial}, {"seed", seed}, {"delay_ms", delay_ms},
+             {"checkpoints", seen.checkpoints}, {"leftovers", seen.leftovers.size()}, {"ok", ok}});
+}
+
+// A run that finishes normally after the kills leaves no debris, and every
+// checkpoint it wrote verifies. It runs past the highest checkpoint, so a
+// stale unverified one above its start is rewritten too.
+void finish_after_kills(const SaveTrials& t) {
+  INFO("the run that finishes after the kills");
+  const auto steps = complete_steps(t.out);
+  REQUIRE_FALSE(steps.empty());
+  const int64_t from = steps.back(), to = std::max(from, checkpoint_steps(t.out).back()) + 2;
+  const auto last = ft_test::run_ft(fmt::format(
+      "run --config {}/run.yaml --max-steps {} --set train.save_every=1 --output-dir {} --resume {}/checkpoint-{}",
+      t.dir.string(), to, t.out.string(), t.out.string(), from));
+  INFO(last.output);
+  REQUIRE(last.exit_code == 0);
+  const Inspection clean = inspect_output(t.out);
+  for (const auto& p : clean.problems) FAIL_CHECK(p);
+  CHECK(clean.leftovers.empty());
+  for (int64_t step : clean.manifest_pending) CHECK(step < from);  // older debris only
+  CHECK(fsys::exists(t.out / "final"));
+}
+
 }  // namespace
 
 TEST_CASE("SIGKILL at random moments of a run saving every step leaves only loadable checkpoints") {
@@ -177,78 +256,11 @@ TEST_CASE("SIGKILL at random moments of a run saving every step leaves only load
   std::mt19937_64 seeds(ft_test::trial_seed());
   ft_test::TempDir tmp("crash-save");
   ft_test::write_tiny_task(tmp.path());
-  const fsys::path out = tmp.path() / "out";
-  std::vector<std::string> previous_leftovers;
-  int mid_save = 0, failures = 0;
-  for (int trial = 0; trial < trials; ++trial) {
-    const uint64_t seed = seeds();
-    std::mt19937_64 rng(seed);
-    // Resume from the newest complete one or the one before: then the run
-    // overwrites an existing checkpoint-N, the commit path that swaps directories.
-    const auto steps = complete_steps(out);
-    std::string resume;
-    if (!steps.empty()) {
-      const size_t back = steps.size() > 1 ? static_cast<size_t>(uniform(rng, 1, 2)) : 1;
-      resume = (out / fmt::format("checkpoint-{}", steps[steps.size() - back])).string();
-    }
-    const int64_t delay_ms = uniform(rng, 0, 300);
-    CAPTURE(trial);
-    CAPTURE(seed);
-    CAPTURE(delay_ms);
-    CAPTURE(resume);
-    const auto metrics = tmp.path() / fmt::format("m{}.jsonl", trial);
-    const auto log = tmp.path() / fmt::format("log{}.txt", trial);
-    std::vector<std::string> args{"run", "--config", (tmp.path() / "run.yaml").string(), "--max-steps", "100000",
-                                  "--set", "train.save_every=1", "--set", "train.save_total_limit=2",
-                                  "--output-dir", out.string(), "--metrics-out", metrics.string()};
-    // With nothing complete to resume, the trial starts over in the killed trial's directory.
-    if (resume.empty()) args.push_back("--overwrite-output-dir");
-    if (!resume.empty()) args.insert(args.end(), {"--resume", resume});
-    const pid_t pid = ft_test::spawn_ft(args, log);
-    REQUIRE(pid > 0);
-    // Step 2 is logged after the save of step 1: saving is under way.
-    const bool started = wait_until(pid, [&] { return ft_test::step_losses(metrics).size() >= 2; }, 60);
-    if (!started) {
-      ft_test::wait_exit(pid, std::chrono::seconds(1));
-      FAIL("the run did not start training: " << ft_test::read_text(log));
-    }
-    // This run cleaned the previous trial's debris before its first save.
-    int stale = 0;
-    for (const auto& name : previous_leftovers) stale += fsys::exists(out / name) ? 1 : 0;
-    CHECK(stale == 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-    ::kill(pid, SIGKILL);
-    const auto status = ft_test::wait_exit(pid, std::chrono::seconds(10));
-    REQUIRE(status.has_value());
-    CHECK(WIFSIGNALED(*status));
-    const Inspection seen = inspect_output(out);
-    for (const auto& p : seen.problems) FAIL_CHECK(p);
-    const bool ok = seen.problems.empty() && stale == 0 && WIFSIGNALED(*status);
-    failures += ok ? 0 : 1;
-    if (!seen.leftovers.empty()) ++mid_save;
-    previous_leftovers = seen.leftovers;
-    log_trial({{"kind", "kill-save"}, {"trial", trial}, {"seed", seed}, {"delay_ms", delay_ms},
-               {"checkpoints", seen.checkpoints}, {"leftovers", seen.leftovers.size()}, {"ok", ok}});
-  }
-  MESSAGE(trials << " kills, " << failures << " failed; " << mid_save
+  SaveTrials t{tmp.path(), tmp.path() / "out", {}};
+  for (int trial = 0; trial < trials; ++trial) kill_during_saves(t, trial, seeds());
+  MESSAGE(trials << " kills, " << t.failures << " failed; " << t.mid_save
                  << " left a half-written save behind (hidden, removed by the next run)");
-
-  // A run that finishes normally after all that leaves no debris, and every
-  // checkpoint it wrote verifies. It runs past the highest checkpoint, so a
-  // stale unverified one above its start is rewritten too.
-  const auto steps = complete_steps(out);
-  REQUIRE_FALSE(steps.empty());
-  const int64_t from = steps.back(), to = std::max(from, checkpoint_steps(out).back()) + 2;
-  const auto last = ft_test::run_ft(fmt::format(
-      "run --config {}/run.yaml --max-steps {} --set train.save_every=1 --output-dir {} --resume {}/checkpoint-{}",
-      tmp.path().string(), to, out.string(), out.string(), from));
-  INFO(last.output);
-  REQUIRE(last.exit_code == 0);
-  const Inspection clean = inspect_output(out);
-  for (const auto& p : clean.problems) FAIL_CHECK(p);
-  CHECK(clean.leftovers.empty());
-  for (int64_t step : clean.manifest_pending) CHECK(step < from);  // older debris only
-  CHECK(fsys::exists(out / "final"));
+  finish_after_kills(t);
 }
 
 TEST_CASE("recover_atomic_dirs removes temp leftovers and restores a directory moved aside") {
@@ -384,124 +396,151 @@ void check_no_survivors(const Started& s) {
   }
 }
 
-}  // namespace
+// One trial's random draws: which rank, and how long after the start.
+struct Draw {
+  uint64_t seed;
+  int victim;
+  int64_t delay_ms;
+};
 
-TEST_CASE("SIGKILL of a random rank at a random moment ends the whole job with one line naming it") {
-  constexpr double kTimeout = 10;
-  std::mt19937_64 seeds(ft_test::trial_seed() + 1);
-  Teardowns all;
-  for (const Job& job : {Job{2, "ddp"}, Job{2, "zero2"}, Job{4, "ddp"}, Job{4, "zero2"}}) {
-    const int trials = trial_count(job.nproc == 2 ? 2 : 1);
-    for (int trial = 0; trial < trials; ++trial) {
-      const uint64_t seed = seeds();
-      std::mt19937_64 rng(seed);
-      const int victim = static_cast<int>(uniform(rng, 0, job.nproc - 1));
-      // From the first instants (rendezvous, data loading) into training and saves.
-      const int64_t delay_ms = uniform(rng, 0, 2000);
-      const std::string strategy = job.strategy;
-      CAPTURE(job.nproc);
-      CAPTURE(strategy);
-      CAPTURE(trial);
-      CAPTURE(seed);
-      CAPTURE(victim);
-      CAPTURE(delay_ms);
-      ft_test::TempDir tmp(fmt::format("crash-kill-{}-{}", job.strategy, job.nproc));
-      ft_test::write_tiny_task(tmp.path());
-      const Started s = start_job(job, tmp.path(), kTimeout);
-      if (s.ranks.empty()) {
-        ft_test::wait_exit(s.launcher, std::chrono::seconds(1));
-        FAIL_CHECK("the workers did not start: " << ft_test::read_text(tmp.path() / "log.txt"));
-        ++all.failures;
-        continue;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-      const auto killed_at = Clock::now();
-      ::kill(pid_of(s, victim), SIGKILL);
-      const Ended end = wait_job(s, killed_at, kTimeout + 30);
-      const auto& status = end.status;
-      const double teardown = end.launcher_s;
-      const std::string log = ft_test::read_text(tmp.path() / "log.txt");
-      INFO(log);
-      const std::string line = fmt::format("ft: error: rank {} was killed by signal SIGKILL\n", victim);
-      const bool ok = status && WIFEXITED(*status) && WEXITSTATUS(*status) == 128 + SIGKILL &&
-                      log.find(line) != std::string::npos && teardown < kTimeout + 5;
-      CHECK(status.has_value());
-      if (status) CHECK((WIFEXITED(*status) && WEXITSTATUS(*status) == 128 + SIGKILL));
-      CHECK(log.find(line) != std::string::npos);
-      CHECK(error_lines(log) == 1);  // the peers' follow-on failures are not printed
-      CHECK(teardown < kTimeout + 5);  // the timeout plus the kill grace
-      check_no_survivors(s);
-      all.workers.push_back(end.workers_s);
-      all.launcher.push_back(end.launcher_s);
-      if (!ok) ++all.failures;
-      log_trial({{"kind", "kill-rank"}, {"nproc", job.nproc}, {"strategy", job.strategy}, {"seed", seed},
-                 {"victim", victim}, {"delay_ms", delay_ms}, {"workers_s", end.workers_s},
-                 {"teardown_s", teardown}, {"ok", ok}});
-    }
-  }
-  summarize("kill -9 a rank", all);
+Draw draw(std::mt19937_64& seeds, const Job& job, int64_t max_delay_ms) {
+  const uint64_t seed = seeds();
+  std::mt19937_64 rng(seed);
+  const int victim = static_cast<int>(uniform(rng, 0, job.nproc - 1));
+  return {seed, victim, uniform(rng, 0, max_delay_ms)};
 }
 
-TEST_CASE("a stalled rank (SIGSTOP) ends the job within the timeout, named with the collective it never joined") {
+// Sends `signal` to the drawn rank after the drawn delay; the job's end, timed from the signal.
+Ended fault_and_wait(const Started& s, const Draw& d, int signal, double limit_s) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(d.delay_ms));
+  const auto at = Clock::now();
+  ::kill(pid_of(s, d.victim), signal);
+  return wait_job(s, at, limit_s);
+}
+
+// What every fault trial checks and records once the job has ended.
+void finish_trial(const char* kind, const Job& job, const Draw& d, const Started& s, const Ended& end, bool ok,
+                  Teardowns& all) {
+  check_no_survivors(s);
+  all.workers.push_back(end.workers_s);
+  all.launcher.push_back(end.launcher_s);
+  if (!ok) ++all.failures;
+  log_trial({{"kind", kind}, {"nproc", job.nproc}, {"strategy", job.strategy}, {"seed", d.seed},
+             {"victim", d.victim}, {"delay_ms", d.delay_ms}, {"workers_s", end.workers_s},
+             {"teardown_s", end.launcher_s}, {"ok", ok}});
+}
+
+// `trials` kills of a random rank of `job`, each seeded from `seeds`.
+void kill_rank_trials(const Job& job, std::mt19937_64& seeds, int trials) {
+  constexpr double kTimeout = 10;
+  Teardowns all;
+  for (int trial = 0; trial < trials; ++trial) {
+    // From the first instants (rendezvous, data loading) into training and saves.
+    const Draw d = draw(seeds, job, 2000);
+    const int victim = d.victim;
+    CAPTURE(trial);
+    CAPTURE(d.seed);
+    CAPTURE(victim);
+    CAPTURE(d.delay_ms);
+    ft_test::TempDir tmp(fmt::format("crash-kill-{}-{}", job.strategy, job.nproc));
+    ft_test::write_tiny_task(tmp.path());
+    const Started s = start_job(job, tmp.path(), kTimeout);
+    if (s.ranks.empty()) {
+      ft_test::wait_exit(s.launcher, std::chrono::seconds(1));
+      FAIL_CHECK("the workers did not start: " << ft_test::read_text(tmp.path() / "log.txt"));
+      ++all.failures;
+      continue;
+    }
+    const Ended end = fault_and_wait(s, d, SIGKILL, kTimeout + 30);
+    const auto& status = end.status;
+    const double teardown = end.launcher_s;
+    const std::string log = ft_test::read_text(tmp.path() / "log.txt");
+    INFO(log);
+    const std::string line = fmt::format("ft: error: rank {} was killed by signal SIGKILL\n", victim);
+    const bool ok = status && WIFEXITED(*status) && WEXITSTATUS(*status) == 128 + SIGKILL &&
+                    log.find(line) != std::string::npos && teardown < kTimeout + 5;
+    CHECK(status.has_value());
+    if (status) CHECK((WIFEXITED(*status) && WEXITSTATUS(*status) == 128 + SIGKILL));
+    CHECK(log.find(line) != std::string::npos);
+    CHECK(error_lines(log) == 1);  // the peers' follow-on failures are not printed
+    CHECK(teardown < kTimeout + 5);  // the timeout plus the kill grace
+    finish_trial("kill-rank", job, d, s, end, ok, all);
+  }
+  summarize(fmt::format("kill -9 a rank of {} x{}", job.strategy, job.nproc), all);
+}
+
+// `trials` SIGSTOPs of a random rank of `job` mid-training, each seeded from `seeds`.
+void stall_rank_trials(const Job& job, std::mt19937_64& seeds, int trials) {
   constexpr double kTimeout = 3;
   // The peers wait kTimeout, look for the culprit (at most the grace of
   // comm.cpp's stall report plus a second), then the launcher stops all.
   constexpr double kMargin = 8;
-  std::mt19937_64 seeds(ft_test::trial_seed() + 2);
   Teardowns all;
-  for (const Job& job : {Job{2, "ddp"}, Job{4, "zero2"}}) {
-    const int trials = trial_count(1);
-    for (int trial = 0; trial < trials; ++trial) {
-      const uint64_t seed = seeds();
-      std::mt19937_64 rng(seed);
-      const int victim = static_cast<int>(uniform(rng, 0, job.nproc - 1));
-      const int64_t delay_ms = uniform(rng, 0, 500);
-      const std::string strategy = job.strategy;
-      CAPTURE(job.nproc);
-      CAPTURE(strategy);
-      CAPTURE(trial);
-      CAPTURE(seed);
-      CAPTURE(victim);
-      CAPTURE(delay_ms);
-      ft_test::TempDir tmp(fmt::format("crash-stall-{}-{}", job.strategy, job.nproc));
-      ft_test::write_tiny_task(tmp.path());
-      const Started s = start_job(job, tmp.path(), kTimeout);
-      const auto metrics = tmp.path() / "m.jsonl";
-      // Stall it mid-training: every rank is in the step loop by now.
-      const bool training = !s.ranks.empty() &&
-                            wait_until(s.launcher, [&] { return ft_test::step_losses(metrics).size() >= 2; }, 60);
-      if (!training) {
-        ft_test::wait_exit(s.launcher, std::chrono::seconds(1));
-        FAIL_CHECK("the job did not start training: " << ft_test::read_text(tmp.path() / "log.txt"));
-        ++all.failures;
-        continue;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-      const auto stopped_at = Clock::now();
-      ::kill(pid_of(s, victim), SIGSTOP);
-      const Ended end = wait_job(s, stopped_at, kTimeout + 30);
-      const auto& status = end.status;
-      const double teardown = end.launcher_s;
-      const std::string log = ft_test::read_text(tmp.path() / "log.txt");
-      INFO(log);
-      // e.g. "rank 0: all_reduce failed: rank 1 stalled: it never joined all_reduce #57 (rank 0 waited 3 s in it)"
-      const std::regex named(fmt::format(R"(rank {} stalled: .*never joined [a-z_]+ #[0-9]+)", victim));
-      const bool ok = status && WIFEXITED(*status) && WEXITSTATUS(*status) != 0 &&
-                      std::regex_search(log, named) && teardown < kTimeout + kMargin;
-      CHECK(status.has_value());
-      if (status) CHECK((WIFEXITED(*status) && WEXITSTATUS(*status) != 0));
-      CHECK(std::regex_search(log, named));
-      CHECK(log.find(fmt::format("rank {} was stalled (its process is stopped)", victim)) != std::string::npos);
-      CHECK(error_lines(log) == 1);
-      CHECK(teardown < kTimeout + kMargin);
-      check_no_survivors(s);
-      all.workers.push_back(end.workers_s);
-      all.launcher.push_back(end.launcher_s);
-      if (!ok) ++all.failures;
-      log_trial({{"kind", "stall-rank"}, {"nproc", job.nproc}, {"strategy", job.strategy}, {"seed", seed},
-                 {"victim", victim}, {"delay_ms", delay_ms}, {"workers_s", end.workers_s},
-                 {"teardown_s", teardown}, {"ok", ok}});
+  for (int trial = 0; trial < trials; ++trial) {
+    const Draw d = draw(seeds, job, 500);
+    const int victim = d.victim;
+    CAPTURE(trial);
+    CAPTURE(d.seed);
+    CAPTURE(victim);
+    CAPTURE(d.delay_ms);
+    ft_test::TempDir tmp(fmt::format("crash-stall-{}-{}", job.strategy, job.nproc));
+    ft_test::write_tiny_task(tmp.path());
+    const Started s = start_job(job, tmp.path(), kTimeout);
+    const auto metrics = tmp.path() / "m.jsonl";
+    // Stall it mid-training: every rank is in the step loop by now.
+    const bool training = !s.ranks.empty() &&
+                          wait_until(s.launcher, [&] { return ft_test::step_losses(metrics).size() >= 2; }, 60);
+    if (!training) {
+      ft_test::wait_exit(s.launcher, std::chrono::seconds(1));
+      FAIL_CHECK("the job did not start training: " << ft_test::read_text(tmp.path() / "log.txt"));
+      ++all.failures;
+      continue;
     }
+    const Ended end = fault_and_wait(s, d, SIGSTOP, kTimeout + 30);
+    const auto& status = end.status;
+    const double teardown = end.launcher_s;
+    const std::string log = ft_test::read_text(tmp.path() / "log.txt");
+    INFO(log);
+    // e.g. "rank 0: all_reduce failed: rank 1 stalled: it never joined all_reduce #57 (rank 0 waited 3 s in it)"
+    const std::regex named(fmt::format(R"(rank {} stalled: .*never joined [a-z_]+ #[0-9]+)", victim));
+    const bool ok = status && WIFEXITED(*status) && WEXITSTATUS(*status) != 0 && std::regex_search(log, named) &&
+                    teardown < kTimeout + kMargin;
+    CHECK(status.has_value());
+    if (status) CHECK((WIFEXITED(*status) && WEXITSTATUS(*status) != 0));
+    CHECK(std::regex_search(log, named));
+    CHECK(log.find(fmt::format("rank {} was stalled (its process is stopped)", victim)) != std::string::npos);
+    CHECK(error_lines(log) == 1);
+    CHECK(teardown < kTimeout + kMargin);
+    finish_trial("stall-rank", job, d, s, end, ok, all);
   }
-  summarize("SIGSTOP a rank", all);
+  summarize(fmt::format("SIGSTOP a rank of {} x{}", job.strategy, job.nproc), all);
+}
+
+// Runs `trials_of(job)` trials of each job in a subcase of its own, named
+// after the job. Each job starts where the one seed stream of all jobs
+// stood after the jobs before it, so a subcase run alone (-sc) draws the
+// same trials as in the whole test case.
+void each_job_subcase(std::initializer_list<Job> jobs, uint64_t seed, const std::function<int(const Job&)>& trials_of,
+                      const std::function<void(const Job&, std::mt19937_64&, int)>& run) {
+  std::mt19937_64 seeds(seed);
+  for (const Job& job : jobs) {
+    const int trials = trials_of(job);
+    SUBCASE(fmt::format("{} x{}", job.strategy, job.nproc).c_str()) {
+      std::mt19937_64 own = seeds;
+      run(job, own, trials);
+    }
+    seeds.discard(static_cast<unsigned long long>(trials));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("SIGKILL of a random rank at a random moment ends the whole job with one line naming it") {
+  each_job_subcase({Job{2, "ddp"}, Job{2, "zero2"}, Job{4, "ddp"}, Job{4, "zero2"}}, ft_test::trial_seed() + 1,
+                   [](const Job& job) { return trial_count(job.nproc == 2 ? 2 : 1); }, kill_rank_trials);
+}
+
+TEST_CASE("a stalled rank (SIGSTOP) ends the job within the timeout, named with the collective it never joined") {
+  each_job_subcase({Job{2, "ddp"}, Job{4, "zero2"}}, ft_test::trial_seed() + 2,
+                   [](const Job&) { return trial_count(1); }, stall_rank_trials);
 }

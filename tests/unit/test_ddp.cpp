@@ -5,7 +5,6 @@
 // compression hook's rounding, misuse errors. Subprocess: the real `ft` on
 // ../shared/fixtures/parity-tiny against the PyTorch reference losses.
 #include <cmath>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -252,6 +251,7 @@ struct FtRun {
   ft_test::RunOutput out;
   std::vector<double> losses;
   nlohmann::json summary;
+  std::vector<nlohmann::json> overlap;  // the "ddp.overlap" events
 };
 
 FtRun run_parity(const std::string& flags, const std::string& tag) {
@@ -267,6 +267,7 @@ FtRun run_parity(const std::string& flags, const std::string& tag) {
   auto s = ft_test::read_events(metrics, "summary");
   REQUIRE(s.size() == 1);
   r.summary = s[0];
+  r.overlap = ft_test::strategy_events(metrics, "ddp.overlap");
   return r;
 }
 
@@ -280,12 +281,11 @@ void check_close(const std::vector<double>& got, const std::vector<double>& want
   }
 }
 
-// "ddp: comm hidden behind backward X% (... N bucket(s), M sync(s))" -> {N, M}.
-std::pair<int, int> overlap_line(const std::string& output) {
-  std::smatch m;
-  static const std::regex re(R"(ddp: comm hidden behind backward \d+% \(waited [0-9.]+ s of [0-9.]+ s in flight, (\d+) bucket\(s\), (\d+) sync\(s\)\))");
-  if (!std::regex_search(output, m, re)) return {-1, -1};
-  return {std::stoi(m[1]), std::stoi(m[2])};
+// {buckets, syncs} of the run's one "ddp.overlap" event; {-1, -1} without one.
+std::pair<int, int> buckets_and_syncs(const FtRun& r) {
+  CHECK(r.overlap.size() == 1);
+  if (r.overlap.size() != 1) return {-1, -1};
+  return {r.overlap[0].at("buckets").get<int>(), r.overlap[0].at("syncs").get<int>()};
 }
 
 }  // namespace
@@ -301,7 +301,7 @@ TEST_CASE("ddp on 2 and 4 ranks reproduces the PyTorch reference losses") {
     // The tiny model (~13 MB of fp32 grads): the 1 MiB first bucket, the
     // rest of the encoder in one default 25 MiB bucket, the word embeddings
     // alone (row-sparse), then the other embeddings.
-    CHECK(overlap_line(r.out.output) == std::pair{4, 8});
+    CHECK(buckets_and_syncs(r) == std::pair{4, 8});
   }
   SUBCASE("4 ranks x 8") {
     auto r = run_parity("--strategy ddp --nproc 4 --threads 1 --set train.batch_size=8", "x4");
@@ -312,7 +312,7 @@ TEST_CASE("ddp on 2 and 4 ranks reproduces the PyTorch reference losses") {
     auto r = run_parity(
         "--strategy ddp --nproc 2 --threads 1 --set train.batch_size=16 --set strategy.options.bucket_mb=0.05", "tiny-buckets");
     check_close(r.losses, ref, 1e-4);
-    const auto [buckets, syncs] = overlap_line(r.out.output);
+    const auto [buckets, syncs] = buckets_and_syncs(r);
     CHECK(buckets > 20);
     CHECK(syncs == 8);
   }
@@ -329,8 +329,8 @@ TEST_CASE("ddp: the row-sparse word-embedding all-reduce gives exactly the dense
   CHECK(sparse.losses == dense.losses);
   // The sparse run gives the word embeddings a bucket of their own (which
   // splits the bucket they shared); the dense one does not.
-  CHECK(overlap_line(sparse.out.output).first == 4);
-  CHECK(overlap_line(dense.out.output).first == 2);
+  CHECK(buckets_and_syncs(sparse).first == 4);
+  CHECK(buckets_and_syncs(dense).first == 2);
 }
 
 TEST_CASE("gradient accumulation 2 x 16 equals one batch of 32") {

@@ -125,10 +125,10 @@ TEST_CASE("ddp options through the reader") {
   using ft::ddp::Compression;
   using ft::ddp::DdpOptions;
   const DdpOptions d = DdpOptions::parse({});
-  CHECK(d.bucket_mb == 25.0);
+  CHECK(d.bucket_bytes == 25 * 1024 * 1024);
   CHECK(d.compression == Compression::None);
   const DdpOptions o = DdpOptions::parse({{"bucket_mb", "0.5"}, {"compression", "BF16"}});
-  CHECK(o.bucket_mb == 0.5);
+  CHECK(o.bucket_bytes == 512 * 1024);
   CHECK(o.compression == Compression::BF16);
   CHECK(error_of([] { DdpOptions::parse({{"bucket_mb", "-1"}}); }) ==
         "strategy.options.bucket_mb: '-1' is not a number > 0 (bucket size in MiB, e.g. 25)");

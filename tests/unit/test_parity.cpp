@@ -101,6 +101,12 @@ void check_case(const ParityCase& c) {
     INFO("step " << i + 1);
     CHECK(std::abs(got[i] - ref[i]) < c.tolerance);
   }
+  // Hybrid sharding reports the mesh it built.
+  if (std::string(c.extra).find("shard_group_size=2") != std::string::npos) {
+    const auto hybrid = ft_test::strategy_events(metrics, "sharded.hybrid");
+    REQUIRE(hybrid.size() == 1);
+    CHECK(hybrid[0] == nlohmann::json{{"strategy", c.strategy}, {"replicate", 2}, {"shard", 2}});
+  }
 }
 
 }  // namespace

@@ -69,8 +69,13 @@ TEST_CASE("pipeline x2 saves at step 4; single, zero3 x2, tensor x2 and gpipe re
   INFO(pipe.output);
   REQUIRE(pipe.exit_code == 0);
   // Balanced by compute: the embedding table is a lookup, so layer 0 joins it.
-  CHECK(pipe.output.find("pipeline: 2 stages, schedule 1f1b, balanced by compute; stage 0: embeddings .. layer 0 (") !=
-        std::string::npos);
+  const auto stages = ft_test::strategy_events(tmp.path() / "pipe.jsonl", "pipeline.stages");
+  REQUIRE(stages.size() == 1);
+  CHECK(stages[0].at("stages") == 2);
+  CHECK(stages[0].at("schedule") == "1f1b");
+  CHECK(stages[0].at("balance") == "compute");
+  CHECK(stages[0].at("units").at(0).at("first_unit") == "embeddings");
+  CHECK(stages[0].at("units").at(0).at("last_unit") == "layer 0");
   const auto saved = tmp.path() / "pipe" / "final";
   // The checkpoint is the full HF model, not a stage of it.
   ft::BertConfig c = ft::BertConfig::from_json_file((saved / "config.json").string());
@@ -87,20 +92,28 @@ TEST_CASE("pipeline x2 saves at step 4; single, zero3 x2, tensor x2 and gpipe re
   }
 }
 
-TEST_CASE("balance: time splits by each unit's measured forward and backward, and prints them per stage") {
+TEST_CASE("balance: time splits by each unit's measured forward and backward, and reports them per stage") {
   FT_REQUIRE_SHARED("fixtures/bench-mini");
-  const auto out = ft_test::run_ok(
+  ft_test::TempDir tmp("pipe-time");
+  const auto metrics = tmp.path() / "m.jsonl";
+  ft_test::run_ok(fmt::format(
       "run --config configs/bench-mini.yaml --strategy pipeline --nproc 2 --threads 1 --set train.batch_size=4 "
-      "--set train.grad_accum=2 --set strategy.options.balance=time --max-steps 1");
-  const auto line = out.substr(out.find("pipeline: 2 stages"));
-  INFO(line.substr(0, line.find('\n')));
-  CHECK(line.rfind("pipeline: 2 stages, schedule 1f1b, balanced by measured time (4 x 128 tokens, fwd+bwd); stage 0: "
-                   "embeddings",
-                   0) == 0);
-  // Both stages name their measured milliseconds; the embeddings' lookup is
+      "--set train.grad_accum=2 --set strategy.options.balance=time --max-steps 1 --metrics-out {}",
+      metrics.string()));
+  const auto stages = ft_test::strategy_events(metrics, "pipeline.stages");
+  REQUIRE(stages.size() == 1);
+  INFO(stages[0].dump());
+  CHECK(stages[0].at("stages") == 2);
+  CHECK(stages[0].at("schedule") == "1f1b");
+  CHECK(stages[0].at("balance") == "time");
+  const auto& units = stages[0].at("units");
+  REQUIRE(units.size() == 2);
+  // Both stages carry their measured milliseconds; the embeddings' lookup is
   // cheap, so stage 0 holds at least one layer besides them.
-  CHECK(line.find(" ms); stage 1: layer ") != std::string::npos);
-  CHECK(line.find("stage 0: embeddings .. layer") != std::string::npos);
+  for (const auto& u : units) CHECK(u.at("ms").get<double>() > 0);
+  CHECK(units[0].at("first_unit") == "embeddings");
+  CHECK(units[0].at("last_unit").get<std::string>().rfind("layer ", 0) == 0);
+  CHECK(units[1].at("first_unit").get<std::string>().rfind("layer ", 0) == 0);
 }
 
 TEST_CASE("bench-mini: each pipeline stage holds only its units' parameters, gradients and optimizer state") {

@@ -156,8 +156,11 @@ TEST_CASE("tensor x2: a run saved at step 4 resumes under single and pipeline") 
                                          (tmp.path() / "tp").string(), metrics.string()));
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
-  CHECK(run.output.find("tensor: 2 rank(s) per layer: 1 of 2 heads and 256 of 512 FFN units each; word embeddings "
-                        "vocab-parallel (10564 rows each); mesh dp 1 x tp 2") != std::string::npos);
+  const auto layout = ft_test::strategy_events(metrics, "tensor.layout");
+  REQUIRE(layout.size() == 1);
+  CHECK(layout[0] == nlohmann::json{{"tp", 2}, {"heads", 2}, {"attention_dims_per_rank", 64}, {"ffn_units", 512},
+                                    {"ffn_units_per_rank", 256}, {"vocab_parallel", true},
+                                    {"vocab_rows_per_rank", 10564}, {"mesh", {{"dp", 1}, {"tp", 2}}}});
   const auto saved = tmp.path() / "tp" / "final";
   for (const char* flags : {"--strategy single", "--strategy pipeline --nproc 2 --set train.batch_size=8 "
                                                  "--set train.grad_accum=4"}) {

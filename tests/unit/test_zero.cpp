@@ -188,6 +188,10 @@ TEST_CASE("strategy options: policies and errors naming the key") {
   CHECK((z3.shard_params && z3.shard_grads && z3.limit_all_gathers == 2 && z3.name == "zero3"));
   auto z1 = ft::zero_policy_from_options(ft::ZeroStage::kOptimizerStates, {});
   CHECK((!z1.shard_grads && !z1.shard_params && z1.shard_optimizer));
+  CHECK(z1.bucket_bytes == 25 * 1024 * 1024);
+  CHECK(ft::zero_policy_from_options(ft::ZeroStage::kOptimizerStates, {{"bucket_mb", "0.5"}}).bucket_bytes == 512 * 1024);
+  CHECK(ft_test::error_of([] { ft::fsdp_policy_from_options({{"bucket_mb", "1e-9"}}, 1, 1); }) ==
+        "strategy.options.bucket_mb: 1e-9 MiB is smaller than one fp32 element");
   auto sgo = ft::fsdp_policy_from_options({{"sharding_strategy", "SHARD_GRAD_OP"}}, 1, 1);
   CHECK((sgo.shard_params && !sgo.reshard_after_forward));
   auto ns = ft::fsdp_policy_from_options({{"sharding_strategy", "NO_SHARD"}, {"backward_prefetch", "NONE"}}, 1, 1);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ft/metrics.h"
+#include "ft/strategy_events.h"
 
 namespace ft {
 
@@ -68,7 +69,7 @@ struct SummaryEvent {
 
 class EventLog {
  public:
-  // Only rank 0 writes anything; other ranks get a silent log.
+  // Only rank 0 writes anything (but strategy() lines); other ranks get a silent log.
   // metrics_path empty: no JSONL file. progress: draw a bar when stdout is a TTY.
   // tensorboard_dir empty: no event file; else step and eval scalars go there.
   EventLog(bool is_rank0, const std::string& metrics_path, bool progress, const std::string& tensorboard_dir = {});
@@ -92,6 +93,13 @@ class EventLog {
   /// Masked-LM evaluation: r.loss and r.accuracy over r.total masked tokens.
   void eval_masked_lm(int64_t step, int64_t epoch, const ClassificationReport& r);
   void summary(const SummaryEvent& s);
+  /// A strategy's statistic (StrategyContext::events): its line is printed
+  /// on every rank, since a per-rank statistic is reported by its own rank
+  /// (as strategies printed before); rank 0 also writes
+  /// {"event":"strategy","name":...,"data":{...}}, which may follow the
+  /// summary (statistics reported at teardown). Throws ft::Error when the
+  /// data is not a JSON object.
+  void strategy(const StrategyEvent& e);
 
  private:
   void write_json(const std::string& line);

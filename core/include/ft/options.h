@@ -73,6 +73,10 @@ class OptionReader {
   /// A finite decimal number above `min`.
   double get_double(const std::string& key, double fallback, Min min, std::string_view hint = {}) const;
 
+  /// A gradient bucket size given in MiB (ddp's and zero's `bucket_mb`),
+  /// in bytes: a number > 0 that holds at least one fp32 element.
+  int64_t get_bucket_bytes(const std::string& key, int64_t fallback_bytes) const;
+
   /// One of `allowed`, matched without regard to case; returns the spelling
   /// in `allowed` (the canonical one), or `fallback` when unset.
   std::string get_choice(const std::string& key, std::string fallback, const std::vector<std::string>& allowed) const;

@@ -26,6 +26,7 @@
 #include <c10/core/Device.h>
 
 #include "ft/precision.h"
+#include "ft/strategy_events.h"
 #include "ft/types.h"
 
 namespace ft {
@@ -48,6 +49,10 @@ struct StrategyContext {
   // strategy.options.* from the run config, as strings; the plugin parses
   // and validates its own keys and names the key in errors.
   std::map<std::string, std::string> options;
+  // Where the strategy reports its statistics (ft/strategy_events.h):
+  // `ctx.events.emit("ddp.overlap", json{...}, line)` prints the line and
+  // puts the data in the metrics JSON Lines. Never print them directly.
+  StrategyEvents events;
 };
 
 // Default visibility: the vtable and type_info live in ft_core and are shared

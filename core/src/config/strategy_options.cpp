@@ -130,6 +130,14 @@ double OptionReader::get_double(const std::string& key, double fallback, Min min
   return *x;
 }
 
+int64_t OptionReader::get_bucket_bytes(const std::string& key, int64_t fallback_bytes) const {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  const double mb = get_double(key, static_cast<double>(fallback_bytes) / kMiB, above(0), "bucket size in MiB, e.g. 25");
+  // A tiny positive size in MiB can still hold no element at all.
+  if (mb * kMiB < 4.0) fail("strategy.options.{}: {} MiB is smaller than one fp32 element", key, get_string(key, ""));
+  return static_cast<int64_t>(mb * kMiB);
+}
+
 std::string OptionReader::get_choice(const std::string& key, std::string fallback,
                                      const std::vector<std::string>& allowed) const {
   const std::string* v = find(key);

@@ -207,6 +207,16 @@ void EventLog::eval_masked_lm(int64_t step, int64_t epoch, const ClassificationR
                    step, r.loss, perplexity, r.accuracy, r.total));
 }
 
+void EventLog::strategy(const StrategyEvent& e) {
+  const nlohmann::json data = nlohmann::json::parse(e.data, nullptr, /*allow_exceptions=*/false);
+  if (!data.is_object()) fail("strategy event '{}': its data is not a JSON object: {}", e.name, e.data.substr(0, 80));
+  if (rank0_) write_json(nlohmann::json{{"event", "strategy"}, {"name", e.name}, {"data", data}}.dump());
+  if (e.line.empty()) return;
+  if (rank0_) end_progress_line();
+  std::fputs((e.line + "\n").c_str(), stdout);
+  std::fflush(stdout);
+}
+
 void EventLog::summary(const SummaryEvent& s) {
   if (!rank0_) return;
   nlohmann::json j{{"event", "summary"},

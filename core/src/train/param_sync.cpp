@@ -14,14 +14,27 @@ namespace ft {
 void broadcast_tensors(Comm& comm, const std::vector<at::Tensor>& tensors, int root) {
   if (comm.world_size() == 1 || tensors.empty()) return;
   c10::NoGradGuard no_grad;
-  std::vector<at::Tensor> parts;
-  for (const auto& t : tensors) parts.push_back(t.detach().reshape({-1}).to(at::kFloat));
-  at::Tensor flat = at::cat(parts);
-  comm.broadcast(flat, root);
-  int64_t off = 0;
-  for (const auto& t : tensors) {
-    t.detach().copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
-    off += t.numel();
+  // One broadcast per dtype and device: no cast, so integer buffers and
+  // 16-bit weights arrive exactly.
+  std::vector<bool> done(tensors.size(), false);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (done[i]) continue;
+    std::vector<at::Tensor> group, parts;
+    for (size_t j = i; j < tensors.size(); ++j) {
+      if (!done[j] && tensors[j].scalar_type() == tensors[i].scalar_type() &&
+          tensors[j].device() == tensors[i].device()) {
+        group.push_back(tensors[j].detach());
+        parts.push_back(group.back().reshape({-1}));
+        done[j] = true;
+      }
+    }
+    at::Tensor flat = at::cat(parts);
+    comm.broadcast(flat, root);
+    int64_t off = 0;
+    for (auto& t : group) {
+      t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+      off += t.numel();
+    }
   }
 }
 

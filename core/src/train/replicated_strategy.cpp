@@ -74,32 +74,9 @@ void ReplicatedStrategy::load_state(const TensorList& model, const OptimizerStat
 }
 
 void ReplicatedStrategy::broadcast_model_from_rank0() {
-  Comm& comm = *ctx_->comm;
-  if (comm.world_size() == 1) return;
-  c10::NoGradGuard no_grad;
-  std::vector<at::Tensor> tensors;
-  for (const auto& p : model_->parameters()) tensors.push_back(p);
+  std::vector<at::Tensor> tensors = model_->parameters();
   for (const auto& b : model_->buffers()) tensors.push_back(b);
-  std::vector<bool> done(tensors.size(), false);
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (done[i]) continue;
-    std::vector<at::Tensor> group, flat_parts;
-    for (size_t j = i; j < tensors.size(); ++j) {
-      if (!done[j] && tensors[j].scalar_type() == tensors[i].scalar_type() &&
-          tensors[j].device() == tensors[i].device()) {
-        group.push_back(tensors[j]);
-        flat_parts.push_back(tensors[j].reshape({-1}));
-        done[j] = true;
-      }
-    }
-    at::Tensor flat = at::cat(flat_parts);
-    comm.broadcast(flat, 0);
-    int64_t offset = 0;
-    for (auto& t : group) {
-      t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
-      offset += t.numel();
-    }
-  }
+  broadcast_tensors(*ctx_->comm, tensors, 0);
 }
 
 StateBytes ReplicatedStrategy::state_bytes() const { return held_state_bytes(model_->parameters(), *optimizer_); }

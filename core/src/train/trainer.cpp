@@ -109,6 +109,7 @@ struct Trainer::Impl {
     ctx.threads = at::get_num_threads();
     ctx.options = config.strategy.options;
     ctx.trace = &tracer;
+    ctx.events.listen([&log = events](const StrategyEvent& e) { log.strategy(e); });
 
     // Same seed on every rank: identical random init without a broadcast.
     at::manual_seed(static_cast<uint64_t>(config.train.seed));
