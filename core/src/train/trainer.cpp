@@ -371,9 +371,9 @@ void Trainer::Impl::begin_fit(const Schedule& plan) {
     resume(t.resume_from);
   }
   strategy->set_training(true);
-  events.info(fmt::format("{} BERT ({} layers) with {} on {} rank(s), precision {}, {} steps ({} per epoch), global batch {}",
+  events.info(fmt::format("{} {} ({} layers) with {} on {} rank(s), precision {}, {} steps ({} per epoch), global batch {}",
                           config.task == RunConfig::Task::kMaskedLm ? "pretraining (masked LM)" : "training",
-                          inputs.model_config.num_hidden_layers, strategy_name, comm.world_size(),
+                          inputs.model_config.family().class_prefix, inputs.model_config.num_hidden_layers, strategy_name, comm.world_size(),
                           to_string(precision->mode()), plan.total, plan.per_epoch, plan.sampler.global_batch_size()));
   // Asked after setup(): `auto` only knows its strategy (and abilities) then.
   if (t.save_sharded && !strategy->ability<ShardedCheckpointing>()) {
