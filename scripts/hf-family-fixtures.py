@@ -65,6 +65,12 @@ FAMILIES = {
         "model_type": "electra", "tokenizer": "wordend-bpe", "pad": "[PAD]",
         "config": {"embedding_size": 16},
     },
+    # DistilBertConfig names its keys otherwise (dim, hidden_dim, dropout, ...);
+    # the BERT names in TINY that it maps (hidden_size -> dim, ...) apply, the rest are set here.
+    "distilbert": {
+        "model_type": "distilbert", "tokenizer": "wordend-bpe", "pad": "[PAD]",
+        "config": {"hidden_dim": 64, "dropout": 0.0, "attention_dropout": 0.0, "seq_classif_dropout": 0.0},
+    },
 }
 # initializer_range 0.2 (not 0.02): at hidden 32 the default gives logits near
 # zero and a loss that stays at ln 2, and a flat trajectory checks nothing.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest entry: fine-tunes the pretrained all-MiniLM-L6-v2, and the tiny RoBERTa, ELECTRA
+# ctest entry: fine-tunes the pretrained all-MiniLM-L6-v2, and the tiny RoBERTa, ELECTRA, DistilBERT
 # and XLM-R of tests/data/hf/families, on IMDB with ft for a few steps, fully
 # and with LoRA, then cross-checks each checkpoint against
 # Hugging Face transformers/PEFT (scripts/check-hf.sh: probabilities, logits,
@@ -80,7 +80,7 @@ check_model() {
     || { tail -n 30 "$out.full.log"; echo "check_hf_ctest: $name: ft run (full) failed"; exit 1; }
   echo "check_hf_ctest: $name: ft run (LoRA r=8) -> $out/lora"
   "$ft" run "${common[@]}" --set model.config="$model" --set model.weights="$model" "$@" --set train.lr=1e-3 \
-    --set lora.rank=8 --set lora.alpha=16 --set 'lora.targets=[query, value]' --set lora.train_head=true \
+    --set lora.rank=8 --set lora.alpha=16 --set "lora.targets=${lora_targets:-[query, value]}" --set lora.train_head=true \
     --set train.output_dir="$out/lora" >"$out.lora.log" 2>&1 \
     || { tail -n 30 "$out.lora.log"; echo "check_hf_ctest: $name: ft run (LoRA) failed"; exit 1; }
   for d in "$out/full/final" "$out/lora/final"; do
@@ -92,12 +92,15 @@ check_model() {
 check_model minilm data/all-minilm-l6-v2 --set data.vocab=data/all-minilm-l6-v2/vocab.txt
 # The other families: the tiny transformers-built models of tests/data/hf/families
 # with the tokenizer.json each was tokenized with (tests/data/hf/tokenizers).
-for fam in roberta:roberta-bpe xlm-roberta:xlmr-unigram electra:wordend-bpe; do
+for fam in roberta:roberta-bpe xlm-roberta:xlmr-unigram electra:wordend-bpe distilbert:wordend-bpe; do
   name="${fam%%:*}"
   mkdir -p "$tmp/$name-base"
   cp "$repo/tests/data/hf/families/$name/config.json" "$repo/tests/data/hf/families/$name/model.safetensors" \
     "$tmp/$name-base/"
   cp "$repo/tests/data/hf/tokenizers/${fam##*:}.tokenizer.json" "$tmp/$name-base/tokenizer.json"
+  # PEFT's names for DistilBERT's attention projections are its own.
+  lora_targets="[query, value]"
+  [[ "$name" == distilbert ]] && lora_targets="[q_lin, v_lin]"
   check_model "$name" "$tmp/$name-base" --set data.vocab=
 done
 exit "$rc"

@@ -1,4 +1,4 @@
-// The encoder families beside BERT (RoBERTa, XLM-RoBERTa, ELECTRA) against
+// The encoder families beside BERT (RoBERTa, XLM-RoBERTa, ELECTRA, DistilBERT) against
 // transformers itself: tiny random-init models that transformers built,
 // saved, ran and trained (scripts/hf-family-fixtures.py; files and versions
 // in tests/data/hf/README.md). No Python runs here.
@@ -20,7 +20,7 @@ namespace fsys = std::filesystem;
 
 namespace {
 
-const char* const kFamilies[] = {"roberta", "xlm-roberta", "electra"};
+const char* const kFamilies[] = {"roberta", "xlm-roberta", "electra", "distilbert"};
 
 fsys::path family_dir(const std::string& name) { return ft_test::source_dir() / "tests/data/hf/families" / name; }
 
@@ -75,7 +75,7 @@ TEST_CASE("RoBERTa-family config.json: the family, its defaults and its names") 
 
 TEST_CASE("unknown model_type and unsupported keys: one line naming them") {
   CHECK(ft_test::error_of([] { ft::BertConfig::from_json_string(R"({"model_type": "gpt2"})", "x/config.json"); }) ==
-        "x/config.json: model_type 'gpt2' is not supported; ft builds bert, roberta, xlm-roberta, camembert, electra");
+        "x/config.json: model_type 'gpt2' is not supported; ft builds bert, roberta, xlm-roberta, camembert, electra, distilbert");
   CHECK(ft_test::error_of([] {
           ft::BertConfig::from_json_string(R"({"model_type": "roberta", "position_embedding_type": "relative_key"})",
                                            "x/config.json");
@@ -86,7 +86,7 @@ TEST_CASE("unknown model_type and unsupported keys: one line naming them") {
         }) == "x/config.json: is_decoder is true; ft fine-tunes encoders only (set it false or drop it)");
 }
 
-TEST_CASE("RoBERTa, XLM-R and ELECTRA logits match transformers within 1e-5, padded and padding-free") {
+TEST_CASE("RoBERTa, XLM-R, ELECTRA and DistilBERT logits match transformers within 1e-5, padded and padding-free") {
   for (const std::string name : kFamilies) {
     INFO(name);
     auto model = load_family(name);
@@ -108,7 +108,7 @@ TEST_CASE("RoBERTa, XLM-R and ELECTRA logits match transformers within 1e-5, pad
   }
 }
 
-TEST_CASE("RoBERTa, XLM-R and ELECTRA: one step's loss and every parameter's gradient match transformers (1e-4 relative)") {
+TEST_CASE("RoBERTa, XLM-R, ELECTRA and DistilBERT: one step's loss and every parameter's gradient match transformers (1e-4 relative)") {
   for (const std::string name : kFamilies) {
     INFO(name);
     auto model = load_family(name);
@@ -237,6 +237,47 @@ TEST_CASE("ELECTRA: embeddings_project belongs to unit 0; the generator's masked
   ft::BertConfig mlm = c;
   mlm.head = ft::BertHead::kMaskedLM;
   CHECK(ft_test::error_of([&] { ft::BertForSequenceClassification g(mlm); }) ==
-        "model config: ft builds no masked-LM head for electra (ElectraForMaskedLM is the ELECTRA generator, a model "
-        "of its own); fine-tune a discriminator checkpoint, or pretrain a bert or roberta model");
+        "model config: ft builds no masked-LM head for electra (ElectraForMaskedLM); fine-tune it as a classifier, or "
+        "pretrain a bert or roberta model");
+}
+
+TEST_CASE("8 steps of transformers.Trainer on DistilBERT: ft matches within 1e-4 under every fp32 strategy") {
+  for (const char* flags : kStrategies) check_trainer_trajectory("distilbert", flags);
+}
+
+TEST_CASE("DistilBERT: its own names and config keys both ways; prefix tuning refused by name") {
+  const auto c = ft::BertConfig::from_json_file((family_dir("distilbert") / "config.json").string());
+  CHECK(c.hidden_size == 32);
+  CHECK(c.intermediate_size == 64);
+  CHECK(c.num_hidden_layers == 2);
+  const auto written = nlohmann::json::parse(c.to_json());
+  CHECK(written.at("dim") == 32);
+  CHECK(written.at("hidden_dim") == 64);
+  CHECK(written.at("n_layers") == 2);
+  CHECK_FALSE(written.contains("hidden_size"));
+  CHECK_FALSE(written.contains("type_vocab_size"));
+  ft::BertForSequenceClassification m(c);
+  std::vector<std::string> names;
+  for (const auto& [n, t] : m.weights()) names.push_back(n);
+  CHECK(std::find(names.begin(), names.end(), "distilbert.transformer.layer.1.attention.q_lin.weight") != names.end());
+  CHECK(std::find(names.begin(), names.end(), "distilbert.transformer.layer.1.sa_layer_norm.bias") != names.end());
+  CHECK(std::find(names.begin(), names.end(), "distilbert.transformer.layer.0.ffn.lin2.weight") != names.end());
+  CHECK(std::find(names.begin(), names.end(), "pre_classifier.weight") != names.end());
+  CHECK(m.unit_of("distilbert.transformer.layer.1.output_layer_norm.weight") == 2);
+  CHECK(ft_test::error_of([&] { m.add_attention_prefix({at::zeros({2, 32}), at::zeros({2, 32})},
+                                                       {at::zeros({2, 32}), at::zeros({2, 32})}); }) ==
+        "prefix tuning: distilbert takes no past key values in transformers, so PEFT cannot prefix-tune it, and ft "
+        "does not either (prompt tuning and LoRA work)");
+  // eval() reaches the dropouts that only the computing layer holds: with
+  // heavy dropout, two evaluations agree exactly, two training passes do not.
+  ft::BertConfig noisy = c;
+  noisy.hidden_dropout_prob = noisy.attention_probs_dropout_prob = 0.5;
+  ft::BertForSequenceClassification d(noisy);
+  auto ref = reference("distilbert");
+  const ft::Batch b = batch_of(ref);
+  torch::NoGradGuard no_grad;
+  d.eval();
+  CHECK(at::equal(d.forward(b), d.forward(b)));
+  d.train();
+  CHECK_FALSE(at::equal(d.forward(b), d.forward(b)));
 }

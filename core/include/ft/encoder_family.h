@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ft {
@@ -15,6 +16,7 @@ enum class ClassifierStyle {
   kPooler,      // BERT: bert.pooler (tanh(dense(h_[CLS]))) -> dropout -> classifier
   kDenseTanh,   // RoBERTa: classifier.dense -> tanh -> classifier.out_proj on <s>, dropout before each
   kDenseGelu,   // ELECTRA: the same with gelu
+  kPreClassifier,  // DistilBERT: pre_classifier -> ReLU -> dropout -> classifier on [CLS]
 };
 
 struct EncoderFamily {
@@ -32,10 +34,27 @@ struct EncoderFamily {
   // ELECTRA: embeddings narrower than the layers (embedding_size), widened
   // by <base>.embeddings_project.
   bool separate_embedding_size = false;
+  bool token_types = true;          // DistilBERT has no token type embeddings
+  std::string layers = "encoder.layer";  // where the layers sit under the base model
+  // The family's names for the modules of BERT's layer, relative to a layer
+  // ("attention.self.query" -> "attention.q_lin"); empty: BERT's own.
+  std::vector<std::pair<std::string, std::string>> layer_names;
+  // config.json keys the family spells otherwise (BertConfig's -> its own:
+  // "hidden_size" -> "dim"); read and written under the family's name.
+  std::vector<std::pair<std::string, std::string>> config_keys;
 
   std::string prefix() const { return base + "."; }
   std::string word_embeddings() const { return prefix() + "embeddings.word_embeddings.weight"; }
-  std::string layer_prefix(int64_t layer) const { return prefix() + "encoder.layer." + std::to_string(layer) + "."; }
+  std::string layer_prefix(int64_t layer) const { return prefix() + layers + "." + std::to_string(layer) + "."; }
+  // A name relative to a layer, from BERT's spelling to the family's
+  // ("attention.self.query.lora_A.weight" -> "attention.q_lin.lora_A.weight").
+  std::string layer_name(const std::string& bert_name) const {
+    for (const auto& [bert, own] : layer_names) {
+      if (bert_name == bert) return own;
+      if (bert_name.compare(0, bert.size() + 1, bert + ".") == 0) return own + bert_name.substr(bert.size());
+    }
+    return bert_name;
+  }
   // The classifier's output projection, whose rows are the labels.
   std::string classifier_weight() const {
     return classifier == ClassifierStyle::kPooler ? "classifier.weight" : "classifier.out_proj.weight";
@@ -55,6 +74,15 @@ struct EncoderFamily {
 // Trainer's no-decay rule both single them out.)
 inline bool is_layer_norm_parameter(const std::string& name) {
   return name.find("LayerNorm") != std::string::npos || name.find("layer_norm") != std::string::npos;
+}
+
+// A parameter of the classification head as PEFT's modules_to_save
+// ["classifier"] picks it: PEFT matches module names by suffix, so
+// DistilBERT's pre_classifier belongs to it too (and RoBERTa's classifier.dense).
+inline bool is_classifier_parameter(const std::string& name) {
+  const std::string module = name.substr(0, name.find('.'));
+  const std::string suffix = "classifier";
+  return module.size() >= suffix.size() && module.compare(module.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // The family of a config.json model_type; anything else fails with one line

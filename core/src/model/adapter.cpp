@@ -30,7 +30,7 @@ const char* const kSites[] = {"attention.output.dense", "output.dense"};
 // The classifier, and BERT's pooler, which transformers' head-only training
 // leaves trainable too ("<base>.pooler.*" in every family that has one).
 bool is_head(const std::string& name) {
-  return starts_with(name, "classifier.") || name.find(".pooler.") != std::string::npos;
+  return is_classifier_parameter(name) || name.find(".pooler.") != std::string::npos;
 }
 
 // The non-linearity, kept beside the adapter's Linears (no parameters) so
@@ -58,7 +58,8 @@ std::vector<std::pair<std::string, std::shared_ptr<AdaptableLinearImpl>>> sites(
   std::vector<std::pair<std::string, std::shared_ptr<AdaptableLinearImpl>>> out;
   for (int64_t layer : adapter_layers(adapter, model.config().num_hidden_layers)) {
     for (const char* site : kSites) {
-      const std::string name = model.config().family().layer_prefix(layer) + site;
+      const EncoderFamily& family = model.config().family();
+      const std::string name = family.layer_prefix(layer) + family.layer_name(site);
       const auto* found = modules.find(name);
       auto linear = found ? std::dynamic_pointer_cast<AdaptableLinearImpl>(*found) : nullptr;
       if (!linear) fail("adapter: the model has no Linear '{}'", name);

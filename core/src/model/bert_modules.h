@@ -69,7 +69,9 @@ struct EmbeddingsImpl : torch::nn::Module {
       positions.padding_idx(c.pad_token_id);  // as transformers builds it: that row is padding's, never trained
     }
     position_embeddings = register_module("position_embeddings", Embedding(positions));
-    token_type_embeddings = register_module("token_type_embeddings", Embedding(c.type_vocab_size, width));
+    if (c.family().token_types) {
+      token_type_embeddings = register_module("token_type_embeddings", Embedding(c.type_vocab_size, width));
+    }
     norm = register_module("LayerNorm", make_layer_norm(c, width));
     dropout = register_module("dropout", Dropout(c.hidden_dropout_prob));
   }
@@ -81,8 +83,11 @@ struct EmbeddingsImpl : torch::nn::Module {
     // One token type (RoBERTa): every token reads row 0, whatever ids a
     // pair-aware tokenizer gave, as transformers does when the model's
     // tokenizer passes none.
-    const at::Tensor type_rows = token_type_embeddings->weight.size(0) == 1 ? at::zeros_like(types) : types;
-    auto x = drop(dropout, norm(words(ids) + token_type_embeddings(type_rows) + position_embeddings(positions)));
+    at::Tensor x = words(ids) + position_embeddings(positions);
+    if (token_type_embeddings) {
+      x = x + token_type_embeddings(token_type_embeddings->weight.size(0) == 1 ? at::zeros_like(types) : types);
+    }
+    x = drop(dropout, norm(x));
     return project ? project(x) : x;
   }
 
@@ -289,6 +294,45 @@ struct DenseHeadImpl : ClassificationHead {
   at::Tensor features(const at::Tensor& first) override { return activate(dense(first)); }
 };
 
+// DistilBERT's head. The model registers its parts under the HF names
+// ("pre_classifier.*", "classifier.*"); this module only groups them.
+struct PreClassifierHead : ClassificationHead {
+  Linear pre_classifier, classifier;
+  Dropout dropout;
+  PreClassifierHead(Linear pre, Dropout d, Linear c)
+      : pre_classifier(std::move(pre)), classifier(std::move(c)), dropout(std::move(d)) {
+    register_module("pre_classifier", pre_classifier);
+    register_module("dropout", dropout);
+    register_module("classifier", classifier);
+  }
+  at::Tensor forward(const at::Tensor& first) override { return classifier(drop(dropout, features(first))); }
+  at::Tensor features(const at::Tensor& first) override { return at::relu(pre_classifier(first)); }
+};
+
+// A layer's modules under a family's own names (EncoderFamily::layer_names):
+// the same module objects as the LayerImpl that computes, registered at the
+// family's paths, so HF names come out of named_parameters() unchanged.
+inline std::shared_ptr<torch::nn::Module> renamed_layer(const std::shared_ptr<torch::nn::Module>& layer,
+                                                        const EncoderFamily& family) {
+  auto root = std::make_shared<torch::nn::Module>();
+  const auto modules = layer->named_modules("", /*include_self=*/false);
+  for (const auto& [bert, own] : family.layer_names) {
+    const auto* found = modules.find(bert);
+    if (!found) fail("model: {} names '{}', which BERT's layer does not have", family.model_type, bert);
+    std::shared_ptr<torch::nn::Module> parent = root;
+    std::string rest = own;
+    for (auto dot = rest.find('.'); dot != std::string::npos; dot = rest.find('.')) {
+      const std::string part = rest.substr(0, dot);
+      const auto children = parent->named_children();
+      const auto* child = children.find(part);
+      parent = child ? *child : parent->register_module(part, std::make_shared<torch::nn::Module>());
+      rest = rest.substr(dot + 1);
+    }
+    parent->register_module(rest, *found);
+  }
+  return root;
+}
+
 // cls.predictions of HF's BertForMaskedLM: transform (dense, gelu,
 // LayerNorm), then the decoder, whose weight is the word embeddings (tied)
 // and whose bias is cls.predictions.bias.
@@ -330,7 +374,7 @@ struct MaskedLmHeadImpl : torch::nn::Module {
 
 struct BertModelImpl : torch::nn::Module {
   std::shared_ptr<EmbeddingsImpl> embeddings;
-  std::shared_ptr<torch::nn::Module> encoder;
+  std::shared_ptr<torch::nn::Module> encoder;  // "encoder", DistilBERT's "transformer"
   torch::nn::ModuleList layer;
   std::vector<std::shared_ptr<LayerImpl>> layers;
   std::shared_ptr<PoolerImpl> pooler;
@@ -339,14 +383,28 @@ struct BertModelImpl : torch::nn::Module {
     if (c.embedding_width() != c.hidden_size) {
       embeddings->project = register_module("embeddings_project", Linear(c.embedding_width(), c.hidden_size));
     }
-    encoder = register_module("encoder", std::make_shared<torch::nn::Module>());
-    layer = encoder->register_module("layer", torch::nn::ModuleList());
+    const EncoderFamily& family = c.family();
+    const auto dot = family.layers.find('.');
+    encoder = register_module(family.layers.substr(0, dot), std::make_shared<torch::nn::Module>());
+    layer = encoder->register_module(family.layers.substr(dot + 1), torch::nn::ModuleList());
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
       layers.push_back(std::make_shared<LayerImpl>(c));
-      layer->push_back(layers.back());
+      if (family.layer_names.empty()) {
+        layer->push_back(layers.back());
+      } else {
+        layer->push_back(renamed_layer(layers.back(), family));
+      }
     }
-    // BertForMaskedLM and every RoBERTa head have no pooler (HF: add_pooling_layer=False).
-    if (c.head == BertHead::kSequenceClassification && c.family().classifier == ClassifierStyle::kPooler) pooler = register_module("pooler", std::make_shared<PoolerImpl>(c));
+    // BertForMaskedLM and every other family's head have no pooler (HF: add_pooling_layer=False).
+    if (c.head == BertHead::kSequenceClassification && family.classifier == ClassifierStyle::kPooler) {
+      pooler = register_module("pooler", std::make_shared<PoolerImpl>(c));
+    }
+  }
+  // A renamed layer registers only the modules with parameters; its dropouts
+  // hear train()/eval() through the LayerImpl itself.
+  void train(bool on = true) override {
+    torch::nn::Module::train(on);
+    for (auto& l : layers) l->train(on);
   }
 };
 

@@ -22,7 +22,25 @@ const std::vector<EncoderFamily>& families() {
     EncoderFamily xlmr = roberta, camembert = roberta;
     xlmr.model_type = "xlm-roberta", xlmr.class_prefix = "XLMRoberta";
     camembert.model_type = "camembert", camembert.class_prefix = "Camembert";
-    return std::vector<EncoderFamily>{bert, roberta, xlmr, camembert, electra};
+    // DistilBERT: BERT's post-norm layer under its own names, no token types
+    // and no pooler; its masked LM (vocab_transform, ...) is not built.
+    EncoderFamily distilbert{"distilbert", "DistilBert", "distilbert", false, ClassifierStyle::kPreClassifier, "",
+                             {"vocab_transform.", "vocab_layer_norm.", "vocab_projector."}, false};
+    distilbert.token_types = false;
+    distilbert.layers = "transformer.layer";
+    distilbert.layer_names = {{"attention.self.query", "attention.q_lin"},     {"attention.self.key", "attention.k_lin"},
+                              {"attention.self.value", "attention.v_lin"},     {"attention.output.dense", "attention.out_lin"},
+                              {"attention.output.LayerNorm", "sa_layer_norm"}, {"intermediate.dense", "ffn.lin1"},
+                              {"output.dense", "ffn.lin2"},                    {"output.LayerNorm", "output_layer_norm"}};
+    distilbert.config_keys = {{"hidden_size", "dim"},
+                              {"num_hidden_layers", "n_layers"},
+                              {"num_attention_heads", "n_heads"},
+                              {"intermediate_size", "hidden_dim"},
+                              {"hidden_dropout_prob", "dropout"},
+                              {"attention_probs_dropout_prob", "attention_dropout"},
+                              {"hidden_act", "activation"},
+                              {"classifier_dropout", "seq_classif_dropout"}};
+    return std::vector<EncoderFamily>{bert, roberta, xlmr, camembert, electra, distilbert};
   }();
   return all;
 }

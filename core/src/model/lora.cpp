@@ -29,7 +29,6 @@ const char kConfigFile[] = "adapter_config.json";
 const char kSuffixA[] = ".lora_A.weight";
 const char kSuffixB[] = ".lora_B.weight";
 
-bool is_classifier(const std::string& name) { return name.rfind("classifier.", 0) == 0; }
 
 // Holds one adapter matrix as a parameter named "weight", so the adapter of
 // module M is "M.lora_A.weight" as in PEFT's saved state. B also keeps the
@@ -76,7 +75,7 @@ bool is_lora_param(const std::string& hf_name) {
 }
 
 bool is_lora_trainable(const std::string& hf_name, const LoraConfig& lora) {
-  return is_lora_param(hf_name) || (lora.train_head && is_classifier(hf_name));
+  return is_lora_param(hf_name) || (lora.train_head && is_classifier_parameter(hf_name));
 }
 
 std::vector<std::string> apply_lora(BertForSequenceClassification& model, const LoraConfig& lora, uint64_t seed) {
@@ -200,7 +199,9 @@ void save_adapter(const fsys::path& dir, const TensorList& weights, const LoraCo
                   const std::string& base_model) {
   TensorList picked;
   for (const auto& [name, t] : weights) {
-    if (is_lora_param(name) || (lora.train_head && is_classifier(name))) picked.emplace_back(kPeftPrefix + name, t);
+    if (is_lora_param(name) || (lora.train_head && is_classifier_parameter(name))) {
+      picked.emplace_back(kPeftPrefix + name, t);
+    }
   }
   safetensors::save((dir / kWeightsFile).string(), picked, {{"format", "pt"}});
   json j;

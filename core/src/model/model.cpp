@@ -53,8 +53,8 @@ BertForSequenceClassification::BertForSequenceClassification(const BertConfig& c
   const EncoderFamily& family = config_.family();
   parts_->bert = register_module(family.base, std::make_shared<BertModelImpl>(config_));
   if (config_.head == BertHead::kMaskedLM && !family.has_masked_lm()) {
-    fail("model config: ft builds no masked-LM head for {} ({} is the ELECTRA generator, a model of its own); "
-         "fine-tune a discriminator checkpoint, or pretrain a bert or roberta model",
+    fail("model config: ft builds no masked-LM head for {} ({}); fine-tune it as a classifier, or pretrain a bert or "
+         "roberta model",
          config_.model_type, family.architecture(true));
   }
   if (config_.head == BertHead::kMaskedLM) {
@@ -70,6 +70,11 @@ BertForSequenceClassification::BertForSequenceClassification(const BertConfig& c
     auto dropout = register_module("dropout", Dropout(config_.head_dropout()));
     auto classifier = register_module("classifier", Linear(config_.hidden_size, config_.num_labels));
     parts_->head = std::make_shared<HeadUnit>(parts_->bert->pooler, dropout, classifier);
+  } else if (family.classifier == ClassifierStyle::kPreClassifier) {
+    auto pre = register_module("pre_classifier", Linear(config_.hidden_size, config_.hidden_size));
+    auto dropout = register_module("dropout", Dropout(config_.head_dropout()));
+    auto classifier = register_module("classifier", Linear(config_.hidden_size, config_.num_labels));
+    parts_->head = std::make_shared<PreClassifierHead>(pre, dropout, classifier);
   } else {
     parts_->head = register_module("classifier", std::make_shared<DenseHeadImpl>(config_));
   }
@@ -106,7 +111,7 @@ std::string BertForSequenceClassification::unit_prefix(int index) const {
 int BertForSequenceClassification::unit_of(const std::string& name) const {
   const std::string base = config_.family().prefix();
   if (name.rfind(base + "embeddings.", 0) == 0 || name.rfind(base + "embeddings_project.", 0) == 0) return 0;
-  const std::string layer_prefix = base + "encoder.layer.";
+  const std::string layer_prefix = base + config_.family().layers + ".";
   if (name.rfind(layer_prefix, 0) == 0) {
     return 1 + std::stoi(name.substr(layer_prefix.size()));
   }
@@ -181,6 +186,12 @@ void BertForSequenceClassification::add_attention_prefix(const std::vector<at::T
                                                          const std::vector<at::Tensor>& values) {
   auto& bert = *parts_->bert;
   if (prompt_length() > 0 || prefix_length() > 0) fail("model: prompt learning is applied already (applied twice?)");
+  if (!config_.family().layer_names.empty()) {
+    // The prefix lives in BERT's attention module, which this family's names do not reach.
+    fail("prefix tuning: {} takes no past key values in transformers, so PEFT cannot prefix-tune it, and ft does not "
+         "either (prompt tuning and LoRA work)",
+         config_.model_type);
+  }
   if (keys.size() != bert.layers.size() || values.size() != bert.layers.size()) {
     fail("model: a prefix needs keys and values for each of the {} layers, got {} and {}", bert.layers.size(),
          keys.size(), values.size());

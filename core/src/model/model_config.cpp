@@ -78,6 +78,16 @@ BertConfig BertConfig::from_json_string(const std::string& text, const std::stri
     c.embedding_size = 128, c.hidden_size = 256, c.num_attention_heads = 4, c.intermediate_size = 1024;
     read_key(j, "embedding_size", c.embedding_size, source);
   }
+  if (!family.config_keys.empty()) {  // DistilBertConfig's defaults, then its names read as BertConfig's
+    c.num_hidden_layers = 6, c.classifier_dropout = 0.2;
+    for (const auto& [bert, own] : family.config_keys) {
+      if (j.contains(own)) j[bert] = j[own];
+      j.erase(own);
+    }
+    if (auto it = j.find("sinusoidal_pos_embds"); it != j.end() && it->is_boolean() && it->get<bool>()) {
+      fail("{}: sinusoidal_pos_embds is true; ft builds learned position embeddings (DistilBERT's default)", source);
+    }
+  }
   refuse_unsupported(j, source);
   read_key(j, "vocab_size", c.vocab_size, source);
   read_key(j, "hidden_size", c.hidden_size, source);
@@ -204,6 +214,12 @@ std::string BertConfig::to_json() const {
   }
   j["id2label"] = id2label_json;
   j["label2id"] = label2id_json;
+  // The family's own spelling of the keys (DistilBERT: dim, n_layers, ...).
+  for (const auto& [bert, own] : family().config_keys) {
+    if (j.contains(bert)) j[own] = j[bert];
+    j.erase(bert);
+  }
+  if (!family().token_types) j.erase("type_vocab_size");
   return j.dump(2);
 }
 

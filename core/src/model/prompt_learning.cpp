@@ -41,7 +41,6 @@ std::string prefix_name(const std::string& base, int64_t layer, const char* whic
   return base + prefix_suffix(layer, which);
 }
 
-bool is_classifier(const std::string& name) { return name.rfind("classifier.", 0) == 0; }
 
 std::string shape(const at::Tensor& t) { return fmt::format("{}", fmt::join(t.sizes(), "x")); }
 
@@ -135,7 +134,7 @@ bool is_prompt_learning_param(const std::string& hf_name) {
 }
 
 bool is_prompt_learning_trainable(const std::string& hf_name, const PromptLearning& p) {
-  return is_prompt_learning_param(hf_name) || (p.train_head && is_classifier(hf_name));
+  return is_prompt_learning_param(hf_name) || (p.train_head && is_classifier_parameter(hf_name));
 }
 
 int64_t prompt_learning_parameter_count(const BertConfig& config, const PromptLearning& p) {
@@ -247,7 +246,7 @@ void save_prompt_learning(const fsys::path& dir, const TensorList& weights, cons
   }
   if (p.train_head) {
     for (const auto& [name, t] : weights)
-      if (is_classifier(name)) picked.emplace_back(kPeftHeadPrefix + name, t);
+      if (is_classifier_parameter(name)) picked.emplace_back(kPeftHeadPrefix + name, t);
   }
   safetensors::save((dir / kWeightsFile).string(), picked, {{"format", "pt"}});
   json j;
@@ -366,7 +365,7 @@ TensorList read_prompt_learning_weights(const fsys::path& dir, const BertConfig&
         for (auto& named : prefix_from_peft(t, config.num_hidden_layers, file.string(), config.family().prefix()))
           out.push_back(std::move(named));
       }
-    } else if (name.rfind(kPeftHeadPrefix, 0) == 0 && is_classifier(name.substr(sizeof(kPeftHeadPrefix) - 1))) {
+    } else if (starts_with(name, kPeftHeadPrefix) && is_classifier_parameter(name.substr(sizeof(kPeftHeadPrefix) - 1))) {
       out.emplace_back(name.substr(sizeof(kPeftHeadPrefix) - 1), t);
     } else {
       fail("{}: unexpected tensor '{}' (a {} adapter holds '{}' and base_model.classifier.*)", file.string(), name,

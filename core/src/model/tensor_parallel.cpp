@@ -107,7 +107,7 @@ TensorParallelSplit BertForSequenceClassification::shard_tensor_parallel(const T
     auto& layer = *parts_->bert->layers[i];
     const std::string prefix = unit_prefix(static_cast<int>(i) + 1);
     for (const auto& p : layer.named_parameters()) {
-      const std::string name = prefix + p.key();
+      const std::string name = prefix + c.family().layer_name(p.key());  // p.key(): BERT's spelling, as cut_of reads
       switch (cut_of(p.key())) {
         case Cut::kWhole:
           break;
