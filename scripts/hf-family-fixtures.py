@@ -97,13 +97,17 @@ def encode(tok, texts, pad_id):
     return ids, mask, torch.zeros_like(ids)
 
 
-def build(spec, vocab, pad_id):
-    tok_max = MAX_LEN + pad_id + 1  # RoBERTa's positions start after the padding index
-    config = AutoConfig.for_model(spec["model_type"], vocab_size=vocab, pad_token_id=pad_id,
-                                  max_position_embeddings=tok_max, **TINY, **spec["config"])
+def tiny_config(spec, tok):
+    """The family's tiny config for `tok`'s vocabulary, its pad token and MAX_LEN tokens."""
+    pad_id = tok.token_to_id(spec.get("pad", "<pad>"))
+    # RoBERTa's positions start after the padding index.
+    return AutoConfig.for_model(spec["model_type"], vocab_size=tok.get_vocab_size(), pad_token_id=pad_id,
+                                max_position_embeddings=MAX_LEN + pad_id + 1, **TINY, **spec["config"])
+
+
+def build(spec, tok):
     torch.manual_seed(0)
-    model = AutoModelForSequenceClassification.from_config(config, attn_implementation="eager")
-    return model
+    return AutoModelForSequenceClassification.from_config(tiny_config(spec, tok), attn_implementation="eager")
 
 
 class Rows(Dataset):
@@ -139,7 +143,7 @@ def make_family(name, out, imdb, weibo):
     pad_id = tok.token_to_id(spec.get("pad", "<pad>"))
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
-    model = build(spec, tok.get_vocab_size(), pad_id)
+    model = build(spec, tok)
     model.save_pretrained(d)
 
     # (a) logits in eval mode, and (b) one step's gradients, on the same batch.
@@ -199,10 +203,8 @@ def make_masked_lm(name, out, imdb):
     spec = FAMILIES[name]
     tok = tokenizers.Tokenizer.from_file(os.path.join(TOKENIZERS, spec["tokenizer"] + ".tokenizer.json"))
     pad_id, mask_id = tok.token_to_id("<pad>"), tok.token_to_id("<mask>")
-    config = AutoConfig.for_model(spec["model_type"], vocab_size=tok.get_vocab_size(), pad_token_id=pad_id,
-                                  max_position_embeddings=MAX_LEN + pad_id + 1, **TINY, **spec["config"])
     torch.manual_seed(0)
-    model = AutoModelForMaskedLM.from_config(config, attn_implementation="eager")
+    model = AutoModelForMaskedLM.from_config(tiny_config(spec, tok), attn_implementation="eager")
     # A non-zero decoder bias, so that a bias read from the wrong tensor shows.
     with torch.no_grad():
         model.lm_head.bias.normal_(0.0, 0.5)

@@ -309,6 +309,23 @@ struct PreClassifierHead : ClassificationHead {
   at::Tensor features(const at::Tensor& first) override { return at::relu(pre_classifier(first)); }
 };
 
+// Registers `module` at a dotted path below `root` ("cls.predictions",
+// "transformer.layer"), making the holder modules between them, or reusing
+// those already there: HF's names nest modules that hold no parameters.
+template <typename M>
+std::shared_ptr<M> register_at(torch::nn::Module& root, const std::string& path, std::shared_ptr<M> module) {
+  torch::nn::Module* parent = &root;
+  std::string rest = path;
+  for (auto dot = rest.find('.'); dot != std::string::npos; dot = rest.find('.')) {
+    const std::string part = rest.substr(0, dot);
+    const auto children = parent->named_children();
+    const auto* child = children.find(part);
+    parent = child ? child->get() : parent->register_module(part, std::make_shared<torch::nn::Module>()).get();
+    rest = rest.substr(dot + 1);
+  }
+  return parent->register_module(rest, std::move(module));
+}
+
 // A layer's modules under a family's own names (EncoderFamily::layer_names):
 // the same module objects as the LayerImpl that computes, registered at the
 // family's paths, so HF names come out of named_parameters() unchanged.
@@ -319,16 +336,7 @@ inline std::shared_ptr<torch::nn::Module> renamed_layer(const std::shared_ptr<to
   for (const auto& [bert, own] : family.layer_names) {
     const auto* found = modules.find(bert);
     if (!found) fail("model: {} names '{}', which BERT's layer does not have", family.model_type, bert);
-    std::shared_ptr<torch::nn::Module> parent = root;
-    std::string rest = own;
-    for (auto dot = rest.find('.'); dot != std::string::npos; dot = rest.find('.')) {
-      const std::string part = rest.substr(0, dot);
-      const auto children = parent->named_children();
-      const auto* child = children.find(part);
-      parent = child ? *child : parent->register_module(part, std::make_shared<torch::nn::Module>());
-      rest = rest.substr(dot + 1);
-    }
-    parent->register_module(rest, *found);
+    register_at(*root, own, *found);
   }
   return root;
 }
@@ -374,8 +382,7 @@ struct MaskedLmHeadImpl : torch::nn::Module {
 
 struct BertModelImpl : torch::nn::Module {
   std::shared_ptr<EmbeddingsImpl> embeddings;
-  std::shared_ptr<torch::nn::Module> encoder;  // "encoder", DistilBERT's "transformer"
-  torch::nn::ModuleList layer;
+  torch::nn::ModuleList layer;  // at "encoder.layer", DistilBERT's "transformer.layer"
   std::vector<std::shared_ptr<LayerImpl>> layers;
   std::shared_ptr<PoolerImpl> pooler;
   explicit BertModelImpl(const BertConfig& c) {
@@ -384,9 +391,7 @@ struct BertModelImpl : torch::nn::Module {
       embeddings->project = register_module("embeddings_project", Linear(c.embedding_width(), c.hidden_size));
     }
     const EncoderFamily& family = c.family();
-    const auto dot = family.layers.find('.');
-    encoder = register_module(family.layers.substr(0, dot), std::make_shared<torch::nn::Module>());
-    layer = encoder->register_module(family.layers.substr(dot + 1), torch::nn::ModuleList());
+    layer = torch::nn::ModuleList(register_at(*this, family.layers, std::make_shared<torch::nn::ModuleListImpl>()));
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
       layers.push_back(std::make_shared<LayerImpl>(c));
       if (family.layer_names.empty()) {

@@ -59,13 +59,7 @@ BertForSequenceClassification::BertForSequenceClassification(const BertConfig& c
   }
   if (config_.head == BertHead::kMaskedLM) {
     auto mlm = std::make_shared<MaskedLmHeadImpl>(config_, parts_->bert->embeddings);
-    const auto dot = family.mlm_head.find('.');  // "cls.predictions": a holder module, then the head
-    if (dot == std::string::npos) {
-      parts_->mlm = register_module(family.mlm_head, mlm);
-    } else {
-      auto holder = register_module(family.mlm_head.substr(0, dot), std::make_shared<torch::nn::Module>());
-      parts_->mlm = holder->register_module(family.mlm_head.substr(dot + 1), mlm);
-    }
+    parts_->mlm = register_at(*this, family.mlm_head, mlm);  // "cls.predictions": a holder, then the head
   } else if (family.classifier == ClassifierStyle::kPooler) {
     auto dropout = register_module("dropout", Dropout(config_.head_dropout()));
     auto classifier = register_module("classifier", Linear(config_.hidden_size, config_.num_labels));

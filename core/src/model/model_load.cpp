@@ -9,6 +9,7 @@
 
 #include "ft/error.h"
 #include "ft/model.h"
+#include "ft/saved_state.h"
 #include "text_affix.h"
 
 namespace ft {
@@ -35,8 +36,7 @@ std::map<std::string, const at::Tensor*> canonical_names(const TensorList& weigh
   std::map<std::string, const at::Tensor*> given;
   bool has_prefix = false, has_base_keys = false;
   for (const auto& [name, t] : weights) {
-    // Checkpoints saved from a DDP-wrapped model carry "module." prefixes.
-    std::string key = starts_with(name, "module.") ? name.substr(7) : name;
+    std::string key = hf_name(name);  // checkpoints of a DDP-wrapped model carry "module." prefixes
     has_prefix |= starts_with(key, family.prefix());
     has_base_keys |= is_base_model_key(key);
     given[key] = &t;
