@@ -38,7 +38,7 @@ int64_t theory_bytes(const BenchRow& r) {
   if (r.trainable_params <= 0) return -1;
   const std::string& s = r.theory_strategy.empty() ? r.strategy : r.theory_strategy;
   if (!r.unit_params.empty() && (s == "zero1" || s == "zero2" || s == "zero3" || s == "fsdp")) {
-    return sharded_state_bytes(s, r.unit_params, std::max(1, r.world_size)).total();
+    return sharded_state_bytes(s, r.unit_params, std::max(1, r.world_size), 2, 1, r.sharded_words).total();
   }
   return theory_state_bytes(s, r.trainable_params, std::max(1, r.world_size), r.replicas, r.sliced_params);
 }

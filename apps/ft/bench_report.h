@@ -37,6 +37,7 @@ struct BenchRow {
   /// Each shard unit's parameters, model order (zero*/fsdp theory: padding,
   /// the bucket pool and the gathered units follow from them).
   std::vector<int64_t> unit_params;
+  WordTableShape sharded_words;  ///< zero2/3/fsdp: the row-sharded word table (theory)
   bool ok = false;
   std::string error;  ///< first error line of a failed row
   std::string note;   ///< e.g. "auto picked ddp"

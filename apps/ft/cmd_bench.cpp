@@ -25,6 +25,7 @@
 #include "ft/error.h"
 #include "ft/launcher.h"
 #include "ft/model.h"
+#include "ft/options.h"
 #include "ft/plugin_host.h"
 #include "ft/run_inputs.h"
 
@@ -376,6 +377,15 @@ BenchRow run_row(const RowDef& def, const BenchFlags& flags, const Workload& wl,
       int64_t n = 0;
       for (const auto& named : unit) n += named.second.numel();
       row.unit_params.push_back(n);
+    }
+    // A classifier's word table is split by rows under zero2/3 and fsdp
+    // unless the user's overrides turn shard_word_table off.
+    const auto& options = load_config(wl.config, flags.sets).strategy.options;
+    const auto off = options.find("shard_word_table");
+    const bool split = off == options.end() || OptionReader::parse_bool(off->second).value_or(true);
+    if (t != "zero1" && split && model.units_read_by(model.num_units() - 1).empty()) {
+      const at::Tensor& table = *model.named_parameters().find(model.config().family().word_embeddings());
+      row.sharded_words = {table.size(0), table.size(1)};
     }
   }
   if (row.theory_strategy == "tensor") {

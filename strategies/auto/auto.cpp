@@ -238,6 +238,8 @@ class AutoStrategy final : public ft::Strategy, public ft::DataParallelGroup {
         n += p.numel();
         const bool words = name.find("word_embeddings") != std::string::npos;
         if (words) s.embedding_params += p.numel();
+        // ZeRO-2/3 split a classifier's table by rows (no head reads it).
+        if (words && model.units_read_by(s.num_units - 1).empty()) s.sharded_words = {p.size(0), p.size(1)};
         if (layer || words) s.sliceable_params += p.numel();
       }
       s.params += n;

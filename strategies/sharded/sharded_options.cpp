@@ -17,6 +17,7 @@ void read_common(const OptionReader& r, ShardingPolicy& p) {
   p.grad_buckets = r.get_int("grad_buckets", p.grad_buckets, {1});
   const std::string acc = r.get_choice("grad_accumulation", "reduce", {"reduce", "no_sync"});
   p.accumulation = acc == "no_sync" ? GradAccumulation::kNoSync : GradAccumulation::kReduceEachMicroBatch;
+  p.shard_word_table = r.get_bool("shard_word_table", p.shard_word_table);
 }
 
 FsdpSharding read_sharding(const OptionReader& r) {
@@ -47,7 +48,8 @@ bool read_backward_prefetch(const OptionReader& r, bool fallback) {
 
 ShardingPolicy zero_policy_from_options(ZeroStage stage, const std::map<std::string, std::string>& options) {
   ShardingPolicy p = ShardingPolicy::zero(stage);
-  const OptionReader r(options, p.name, {"bucket_mb", "prefetch", "limit_all_gathers", "grad_buckets", "grad_accumulation"});
+  const OptionReader r(options, p.name, {"bucket_mb", "prefetch", "limit_all_gathers", "grad_buckets", "grad_accumulation",
+                                               "shard_word_table"});
   read_common(r, p);
   p.forward_prefetch = p.backward_prefetch = r.get_bool("prefetch", p.forward_prefetch);
   return p;
@@ -57,7 +59,7 @@ ShardingPolicy fsdp_policy_from_options(const std::map<std::string, std::string>
                                         int local_world_size) {
   const OptionReader r(options, "fsdp",
                        {"sharding_strategy", "shard_group_size", "forward_prefetch", "backward_prefetch",
-                        "limit_all_gathers", "bucket_mb", "grad_buckets", "grad_accumulation"});
+                        "limit_all_gathers", "bucket_mb", "grad_buckets", "grad_accumulation", "shard_word_table"});
   const FsdpSharding mode = read_sharding(r);
   // As torch's HYBRID_SHARD: a host's ranks shard, hosts replicate.
   const int group = r.get_int("shard_group_size", local_world_size, {1});

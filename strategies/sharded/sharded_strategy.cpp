@@ -153,6 +153,9 @@ void ShardedStrategy::build_group(const ParamPlan& plan) {
   o.grads_sharded = policy_.shard_grads;
   o.grad_buckets = policy_.grad_buckets;
   o.accumulation = policy_.accumulation;
+  // Hybrid sharding averages gradients over the whole world, which the
+  // table's row exchange (inside the shard group) would not.
+  o.shard_word_table = policy_.shard_word_table && !mesh_;
   o.trace = ctx_->trace;
   CommHook reduce;
   if (policy_.shard_grads) {

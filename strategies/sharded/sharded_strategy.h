@@ -84,6 +84,11 @@ struct ShardingPolicy {
   /// Sharded grads: reduce every micro-batch (DeepSpeed) or keep full
   /// gradients until the synchronised one (FSDP no_sync, +4Ψ).
   GradAccumulation accumulation = GradAccumulation::kReduceEachMicroBatch;
+  /// Sharded grads: the word-embedding table is split by rows, looked up
+  /// across the shard group and gets row-sparse gradients instead of being
+  /// gathered and bucketed whole (ft::FlatParamGroupOptions::shard_word_table).
+  /// Not under hybrid sharding, nor when a head reads the table (masked LM).
+  bool shard_word_table = true;
   /// Hybrid sharding: shard inside groups of this many neighbouring ranks and
   /// replicate across the groups; 0 shards over the whole world.
   int shard_group_size = 0;
@@ -101,6 +106,7 @@ struct ShardingPolicy {
 ///   limit_all_gathers  (int >= 0, default 1) zero3: prefetched all-gathers in flight at most
 ///   grad_buckets       (int >= 1, default 2) zero2/3: units' full gradients alive at once
 ///   grad_accumulation  (reduce | no_sync, default reduce) zero2/3: see ShardingPolicy::accumulation
+///   shard_word_table   (true|false, default true) zero2/3: see ShardingPolicy::shard_word_table
 /// Errors (ft::Error) name `strategy.options.<key>`; unknown keys list the known ones.
 ShardingPolicy zero_policy_from_options(ZeroStage stage, const std::map<std::string, std::string>& options);
 
@@ -109,7 +115,7 @@ ShardingPolicy zero_policy_from_options(ZeroStage stage, const std::map<std::str
 ///   shard_group_size   (int, hybrid modes only; default: the ranks per host) ranks that shard one copy
 ///   forward_prefetch   (true|false, default true)
 ///   backward_prefetch  (BACKWARD_PRE (default) | NONE; true/false accepted)
-///   limit_all_gathers  (int >= 0, default 1), grad_buckets, grad_accumulation,
+///   limit_all_gathers  (int >= 0, default 1), grad_buckets, grad_accumulation, shard_word_table,
 ///                      bucket_mb (NO_SHARD) as for zero.
 /// `world_size` and `local_world_size`: the job's, for the hybrid modes' group size.
 ShardingPolicy fsdp_policy_from_options(const std::map<std::string, std::string>& options, int world_size,

@@ -97,6 +97,19 @@ TEST_CASE("sharded engine state per rank from its units: padding, the bucket poo
   CHECK(z3.total() == 4 * 15 + 4 * 18 + 4 * 15 + 4 * 16 + 8 * 15);
   CHECK(ft::sharded_state_bytes("fsdp", units, 2, 1, 0).gathered == 4 * 10);
   CHECK(ft::sharded_state_bytes("ddp", units, 2).total() == 0);
+  // A word table of 3 rows x 2 in unit 0, split by rows: its own 8 (two rows
+  // per rank), unit 0 keeps 4; neither bucketed nor gathered.
+  const ft::WordTableShape words{3, 2};
+  CHECK(ft::sharded_state_bytes("zero1", units, 2, 2, 1, words).total() == z1.total());
+  const auto w2 = ft::sharded_state_bytes("zero2", units, 2, 2, 1, words);
+  CHECK(w2.params == 4 * 32);
+  CHECK(w2.grads == 4 * 16);
+  CHECK(w2.buckets == 4 * 12);  // a layer of 8 and the next largest, 4
+  CHECK(w2.optimizer == 8 * 16);
+  const auto w3 = ft::sharded_state_bytes("zero3", units, 2, 2, 1, words);
+  CHECK(w3.params == 4 * 16);
+  CHECK(w3.gathered == 4 * 16);  // two layers now; unit 0 is 4
+  CHECK(w3.buckets == 4 * 12);
   CHECK(ft::grad_pool_capacity({100, 10, 10, 10}, 2) == 100);
   CHECK(ft::grad_pool_capacity({100, 10, 10, 10}, 1) == 100);
   CHECK(ft::grad_pool_capacity({8, 8, 8}, 2) == 16);
@@ -256,8 +269,8 @@ TEST_CASE("ft run --strategy auto reproduces the parity reference and says what 
   for (size_t i = 0; i < ref.size(); ++i) CHECK(std::abs(losses[i] - ref[i]) < 1e-4);
 
   // Four ranks with a limit only a full shard fits (parity-tiny: Ψ = 3 184 262,
-  // 16Ψ = 48.6 MiB; zero3 holds 4Ψ + 12Ψ/N = 21.3 MiB + the gathered
-  // embedding unit; at two ranks that unit makes it no smaller than ddp).
+  // 16Ψ = 48.6 MiB; zero3 holds 16Ψ/N = 12.1 MiB + the gathered units and
+  // the bucket pool).
   const auto metrics2 = dir.path() / "two.jsonl";
   out = ft_test::run_ft("run -c configs/parity-tiny.yaml --strategy auto --nproc 4 --set train.batch_size=8"
                         " --set strategy.options.memory_limit_mb=47 --set strategy.options.batch_size=1"
@@ -272,13 +285,14 @@ TEST_CASE("ft run --strategy auto reproduces the parity reference and says what 
   losses = ft_test::step_losses(metrics2);
   REQUIRE(losses.size() == ref.size());
   for (size_t i = 0; i < ref.size(); ++i) CHECK(std::abs(losses[i] - ref[i]) < 1e-4);
-  // The summary reports the chosen strategy's sharded state: at least
-  // 4Ψ + 12Ψ/N = 7Ψ per rank (plus the gathered units), under DDP's 16Ψ.
+  // The summary reports the chosen strategy's sharded state: 16Ψ/N = 4Ψ per
+  // rank plus the gathered units and the bucket pool (two layers each, the
+  // word table being split by rows), well under ZeRO-2's 7Ψ.
   const auto summary = ft_test::read_events(metrics2, "summary");
   REQUIRE(summary.size() == 1);
   for (const auto& b : summary[0].at("model_state_bytes")) {
-    CHECK(b.get<int64_t>() >= 7 * 3184262);
-    CHECK(b.get<int64_t>() < 16 * 3184262);
+    CHECK(b.get<int64_t>() >= 4 * 3184262 - 8 * 4);
+    CHECK(b.get<int64_t>() < 6 * 3184262);
   }
 }
 

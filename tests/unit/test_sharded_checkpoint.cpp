@@ -120,16 +120,21 @@ TEST_CASE("zero3 on 2 ranks writes equal shards; consolidating them gives the fu
   CHECK(meta.strategy == "zero3");
   CHECK(meta.optimizer_step == 2);
   CHECK(meta.optimizer_buffers == std::vector<std::string>{"exp_avg", "exp_avg_sq"});
-  REQUIRE(meta.units.size() == 4);
-  CHECK(meta.units[0].entries[0].name == "bert.embeddings.word_embeddings.weight");
-  CHECK(meta.units[0].numel == 41 * 8 + 16 * 8 + 2 * 8 + 16);
+  // The model's 4 units, then the word table split by rows (its own layout).
+  REQUIRE(meta.units.size() == 5);
+  CHECK(meta.units[0].entries[0].name == "bert.embeddings.position_embeddings.weight");
+  CHECK(meta.units[0].numel == 16 * 8 + 2 * 8 + 16);
   CHECK(meta.units[0].padded_numel == meta.units[0].numel);  // even
   CHECK(meta.units[3].numel == 8 * 8 + 8 + 3 * 8 + 3);       // head: 99, odd
   CHECK(meta.units[3].padded_numel == 100);
+  REQUIRE(meta.units[4].entries.size() == 1);
+  CHECK(meta.units[4].entries[0].name == "bert.embeddings.word_embeddings.weight");
+  CHECK(meta.units[4].numel == 41 * 8);
+  CHECK(meta.units[4].padded_numel == 42 * 8);  // 41 rows: 21 whole rows per rank
   CHECK(std::filesystem::file_size(ft::shard_file(dir, 0, 2)) > 0);
   const auto shard0 = ft::safetensors::load(ft::shard_file(dir, 0, 2).string());
   const auto shard1 = ft::safetensors::load(ft::shard_file(dir, 1, 2).string());
-  REQUIRE(shard0.size() == 12);  // 4 units x {param, exp_avg, exp_avg_sq}
+  REQUIRE(shard0.size() == 15);  // 5 flat params x {param, exp_avg, exp_avg_sq}
   for (size_t i = 0; i < shard0.size(); ++i) CHECK(shard0[i].second.numel() == shard1[i].second.numel());
 
   // Consolidated == gathered full state (any rank), bit for bit.

@@ -108,6 +108,9 @@ std::vector<int64_t> unit_sizes(const ft::BertForSequenceClassification& model) 
   return out;
 }
 
+// The classifier's word table, which zero2/3 split by rows.
+ft::WordTableShape word_table(const ft::BertConfig& c) { return {c.vocab_size, c.embedding_width()}; }
+
 }  // namespace
 
 TEST_CASE("flat layout: padded to the world size, equal contiguous shards, pieces per rank") {
@@ -198,7 +201,9 @@ TEST_CASE("strategy options: policies and errors naming the key") {
   CHECK((!ns.shard_optimizer && !ns.shard_grads && !ns.backward_prefetch));
   CHECK(ft_test::error_of([] { ft::zero_policy_from_options(ft::ZeroStage::kGradients, {{"stage", "2"}}); }) ==
         "strategy.options.stage: unknown option for zero2 (known: bucket_mb, prefetch, limit_all_gathers, grad_buckets, "
-        "grad_accumulation)");
+        "grad_accumulation, shard_word_table)");
+  CHECK_FALSE(ft::zero_policy_from_options(ft::ZeroStage::kWeights, {{"shard_word_table", "false"}}).shard_word_table);
+  CHECK(ft::fsdp_policy_from_options({}, 1, 1).shard_word_table);
   auto nosync = ft::zero_policy_from_options(ft::ZeroStage::kGradients,
                                              {{"grad_accumulation", "no_sync"}, {"grad_buckets", "3"}});
   CHECK((nosync.accumulation == ft::GradAccumulation::kNoSync && nosync.grad_buckets == 3));
@@ -278,13 +283,20 @@ TEST_CASE("zero3 state bytes: shards, grad shards + the bucket pool, Adam state 
   }
   const ft::StateBytes b = h.strategy->state_bytes();
   CHECK(b.params == shards + peak_pair);  // limit_all_gathers 1: the unit in use + the prefetched one
-  // The pool: the embedding unit (the largest) or two of the others.
+  // The pool: the largest unit or two of the others. The word table, the
+  // last flat param, has no bucket.
+  const auto& g = s.group();
+  REQUIRE(g.word_unit() == h.model->num_units());
+  REQUIRE(static_cast<int>(sizes.size()) == g.word_unit() + 1);
+  sizes.pop_back();
   const int64_t pool = ft::grad_pool_capacity(sizes, 2);
   std::sort(sizes.rbegin(), sizes.rend());
   CHECK(pool == std::max(sizes[0], sizes[1] + sizes[2]));
   CHECK(b.grads == shards + 4 * pool);
   CHECK(b.optimizer == 2 * 4 * trainable);
-  CHECK(b.params + b.grads + b.optimizer == ft::sharded_state_bytes("zero3", unit_sizes(*h.model), 1).total());
+  CHECK(b.params + b.grads + b.optimizer ==
+        ft::sharded_state_bytes("zero3", unit_sizes(*h.model), 1, 2, 1, word_table(tiny_config())).total());
+  CHECK(g.word_scratch_bytes() > 0);
 }
 
 TEST_CASE("the gradient bucket pool: at most grad_buckets units' full gradients at once, nothing allocated after step 1") {
@@ -312,8 +324,10 @@ TEST_CASE("the gradient bucket pool: at most grad_buckets units' full gradients 
   Harness h(sharded(p));
   h.train(2);
   int64_t full = 0;
-  for (const auto& f : dynamic_cast<ft::ShardedStrategy&>(*h.strategy).flat_params()) full += f->layout().padded_numel * 4;
-  CHECK(h.strategy->state_bytes().grads == full + full);  // world 1: a shard is the whole unit
+  const auto& units = dynamic_cast<ft::ShardedStrategy&>(*h.strategy).flat_params();
+  for (const auto& f : units) full += f->layout().padded_numel * 4;
+  // world 1: a shard is the whole unit; the word table has no bucket.
+  CHECK(h.strategy->state_bytes().grads == full + full - units.back()->layout().padded_numel * 4);
 }
 
 TEST_CASE("the bucket pool's ring: first in, first out, waits when full, never overlaps") {
@@ -348,7 +362,7 @@ TEST_CASE("full state moves between replicated and sharded strategies, optimizer
   const auto a = ref.train(2, 2), b = z.train(2, 2);
   CHECK(b[1] == doctest::Approx(a[1]).epsilon(1e-6));
   CHECK(ft_test::max_abs_diff(z.strategy->model_state(), ref.strategy->model_state()) < 1e-6);
-  CHECK(ft_test::error_of([&] { z.strategy->load_state({}, nullptr); }) == "checkpoint: missing tensor 'bert.embeddings.word_embeddings.weight'");
+  CHECK(ft_test::error_of([&] { z.strategy->load_state({}, nullptr); }) == "checkpoint: missing tensor 'bert.embeddings.position_embeddings.weight'");
 }
 
 // ---------------------------------------------------------------- real ft runs
@@ -405,10 +419,12 @@ TEST_CASE("bench-mini at 2 and 4 ranks: model-state bytes per rank equal ft's co
     // The last rank's shards end in the padding, which has no Adam state.
     int64_t padding = 0;
     for (int64_t n : units) padding += (n + world - 1) / world * world - n;
+    const ft::WordTableShape words = word_table(c);  // zero2/3: whole rows per rank
+    padding += ((words.rows + world - 1) / world * world - words.rows) * words.width;
     std::map<std::string, int64_t> rank0;
     for (const std::string name : {"zero1", "zero2", "zero3"}) {
       CAPTURE(name);
-      const ft::ShardedStateBytes theory = ft::sharded_state_bytes(name, units, world);
+      const ft::ShardedStateBytes theory = ft::sharded_state_bytes(name, units, world, 2, 1, words);
       const auto metrics = tmp.path() / fmt::format("{}-{}.jsonl", name, world);
       auto out = ft_test::run_ft(fmt::format(
           "run --config configs/bench-mini.yaml --strategy {} --nproc {} --threads 1 --set train.batch_size=2 "
@@ -425,8 +441,8 @@ TEST_CASE("bench-mini at 2 and 4 ranks: model-state bytes per rank equal ft's co
       rank0[name] = per_rank[0];
     }
     // The paper's terms, with the pool (B) and gathered units (G) on top.
-    const ft::ShardedStateBytes z2 = ft::sharded_state_bytes("zero2", units, world);
-    const ft::ShardedStateBytes z3 = ft::sharded_state_bytes("zero3", units, world);
+    const ft::ShardedStateBytes z2 = ft::sharded_state_bytes("zero2", units, world, 2, 1, words);
+    const ft::ShardedStateBytes z3 = ft::sharded_state_bytes("zero3", units, world, 2, 1, words);
     CHECK(std::abs(static_cast<double>(rank0["zero2"] - z2.buckets) - (4.0 * psi + 12.0 * psi / world)) <= 16.0 * padding);
     CHECK(std::abs(static_cast<double>(rank0["zero3"] - z3.buckets - z3.gathered) - 16.0 * psi / world) <= 16.0 * padding);
     if (world == 4) {

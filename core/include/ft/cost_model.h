@@ -10,7 +10,7 @@
 // full replica. DDP 16Ψ; ZeRO-1 8Ψ + 8Ψ/N; ZeRO-2 4Ψ + 12Ψ/N + B; ZeRO-3
 // and FSDP full shard 16Ψ/N + G + B, where B is the pool of unit gradient
 // buckets in flight and G the units gathered at once (both bounded, see
-// sharded_state_bytes). ZeRO's own accounting (2 + 2 + K bytes, K = 12 for
+// sharded_state_bytes; the row-sharded word table is in neither). ZeRO's own accounting (2 + 2 + K bytes, K = 12 for
 // mixed-precision Adam) is StateAccounting::mixed_precision(); with it
 // zero_state_bytes reproduces the paper's Table 1. Mixed precision in ft
 // adds the 16-bit weight copies autocast makes (2Ψ, or 2Ψ/N when sharded).
@@ -48,9 +48,20 @@ double ring_allreduce_seconds(const LinkModel& link, int world_size, int64_t byt
 double ring_allgather_seconds(const LinkModel& link, int world_size, int64_t bytes, int64_t calls = 1);
 
 /// The model facts the estimates need (from a BertConfig and its parameters).
+/// The word-embedding table ZeRO-2/3 split by rows (FlatParamGroupOptions::
+/// shard_word_table): `rows` x `width` of unit 0's parameters, a flat param
+/// of its own padded to whole rows per rank, never gathered and never in a
+/// bucket. rows 0: the table stays in unit 0.
+struct WordTableShape {
+  int64_t rows = 0;
+  int64_t width = 0;
+};
+
 struct ModelShape {
   int64_t params = 0;               ///< Ψ: trainable parameters
   int64_t embedding_params = 0;     ///< word-embedding parameters (no matmul FLOPs)
+  /// The word table ZeRO-2/3 shard by rows (rows 0: none; see WordTableShape).
+  WordTableShape sharded_words;
   int64_t largest_unit_params = 0;  ///< biggest shard unit (ZeRO-3/FSDP gather in flight)
   /// Trainable parameters of each shard unit in model order (empty:
   /// unknown; the estimates then use largest_unit_params).
@@ -174,9 +185,11 @@ struct ShardedStateBytes {
 };
 /// For zero1, zero2, zero3 and fsdp (FULL_SHARD) with the defaults
 /// (`grad_buckets` units in flight, `limit_all_gathers` prefetched units);
-/// `unit_params`: each unit's parameters, model order. Unknown strategy: all 0.
+/// `unit_params`: each unit's parameters, model order (unit 0 with the word
+/// table). Unknown strategy: all 0.
 ShardedStateBytes sharded_state_bytes(const std::string& strategy, const std::vector<int64_t>& unit_params,
-                                      int world_size, int grad_buckets = 2, int limit_all_gathers = 1);
+                                      int world_size, int grad_buckets = 2, int limit_all_gathers = 1,
+                                      WordTableShape words = {});
 
 /// Model-state bytes per rank the theory predicts for `strategy` with Ψ =
 /// `params`, N = `world_size`, R = `replicas` (dp only); -1 when the strategy

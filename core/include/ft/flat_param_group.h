@@ -28,6 +28,20 @@
 //    own across micro-batches (4Ψ in all, like DDP) and only the
 //    synchronised micro-batch communicates.
 //
+// The word-embedding table (shard_word_table; a classifier's, whose table no
+// head reads): its rows are split over the shard group as a flat param of
+// their own, after the model's units (index num_units()), padded to whole
+// rows per rank. It is never gathered and has no bucket: the model's lookup
+// goes through lookup_words() (flat_param_words.cpp): ZeRO-3 all-gathers the
+// token ids, every rank reads the rows it owns and a reduce-scatter sums
+// them back to each rank's own tokens; ZeRO-2 reads its full replica. Its
+// gradient is row-sparse: at backward end every rank's token ids and output
+// gradients are all-gathered and each rank adds the rows it owns into its
+// shard. Neither a 4 Ψ_words gathered copy nor a bucket of that size then
+// exists; the exchange's scratch is proportional to the batch's tokens,
+// like activations. A table some head reads (the tied masked-LM decoder)
+// stays in unit 0.
+//
 // One end-of-backward callback (queued by the first gradient of a
 // backward): it completes units whose gradients did not all arrive (unused
 // parameters: zeros), launches what is left in order and reshards every
@@ -109,6 +123,7 @@ struct FlatParamGroupOptions {
   bool grads_sharded = false;         ///< gradients as shards + bucket pool (else the caller's GradBuffer)
   int grad_buckets = 2;               ///< most units' full gradients alive at once (>= 1)
   GradAccumulation accumulation = GradAccumulation::kReduceEachMicroBatch;
+  bool shard_word_table = false;      ///< vocabulary-sharded word table (grads_sharded; see above)
   Tracer* trace = nullptr;
 };
 
@@ -147,6 +162,12 @@ class FlatParamGroup {
   /// order), which should stay 0.
   int peak_live_buckets() const { return peak_live_buckets_; }
   int overflow_buckets() const { return overflow_; }
+  /// The word table's unit index (== the model's num_units()), or -1 when
+  /// the table stays in unit 0.
+  int word_unit() const { return words_unit_; }
+  /// Bytes of the word exchange's scratch (token ids, rows), grown to the
+  /// largest batch seen; activation-like, not in grad_bytes().
+  int64_t word_scratch_bytes() const;
 
  private:
   class Runner;
@@ -191,13 +212,35 @@ class FlatParamGroup {
   void on_backward_end();
   void queue_backward_end();
 
+  // The vocabulary-sharded word table (flat_param_words.cpp). Scratch grows
+  // to the largest batch and is then reused.
+  struct WordScratch {
+    at::Tensor count;       // [1] int64: the most tokens any rank has
+    at::Tensor all_ids;     // [world * cap] int64; -1 past a rank's tokens
+    at::Tensor rows;        // [world * cap * width]: rows read (forward), gradients gathered (backward)
+    at::Tensor grad;        // [tokens * width]: this rank's output gradient
+    at::Tensor saved_ids;   // the last forward-with-grad's token ids
+    int64_t tokens = 0;
+    bool grad_pending = false;
+  };
+  class WordGradNode;
+  at::Tensor lookup_words(const at::Tensor& ids);
+  int64_t gather_word_ids(const at::Tensor& ids);
+  void stash_word_grad(const at::Tensor& grad);
+  void exchange_word_grads();
+
   BertForSequenceClassification& model_;
   Comm& shard_;
   FlatParamGroupOptions options_;
   CommHook reduce_;
   GatherPool gather_pool_;  // before units_: they hand storage back to it
-  std::vector<std::unique_ptr<FlatParam>> units_;
+  std::vector<std::unique_ptr<FlatParam>> units_;  // the model's units, then the word table's
+  int model_units_ = 0;                             // the model's num_units()
   std::unique_ptr<Runner> runner_;
+
+  int words_unit_ = -1;
+  int64_t word_rows_ = 0, word_width_ = 0, pad_row_ = -1;
+  WordScratch words_;
 
   // Per unit, fixed at construction.
   std::vector<int> trainable_count_;

@@ -47,7 +47,8 @@ struct FlatPiece {
 
 /// One unit's flat layout. Invariants: entries are contiguous from offset 0
 /// in order; numel = sum of entry numels; padded_numel is the smallest
-/// positive multiple of `world` >= numel; the padding holds zeros.
+/// positive multiple of `world` (times the row alignment it was built with)
+/// >= numel; the padding holds zeros.
 struct FlatLayout {
   std::vector<FlatEntry> entries;
   int64_t numel = 0;
@@ -55,8 +56,12 @@ struct FlatLayout {
   int world = 1;
 
   /// Lays out `params` (model order) for `world` equal shards. `trainable`
-  /// marks which names get grads/optimizer state (empty: all).
-  static FlatLayout build(const TensorList& params, int world, const std::vector<bool>& trainable = {});
+  /// marks which names get grads/optimizer state (empty: all). `row_align`
+  /// > 1 pads to a multiple of world * row_align, so a 2-D table of rows
+  /// that wide splits on row boundaries (the vocabulary-sharded word table:
+  /// rank r owns whole rows).
+  static FlatLayout build(const TensorList& params, int world, const std::vector<bool>& trainable = {},
+                          int64_t row_align = 1);
 
   int64_t shard_numel() const { return padded_numel / world; }
   int64_t shard_begin(int rank) const { return shard_numel() * rank; }
@@ -130,8 +135,9 @@ class FlatParam {
   /// `params` are the unit's module parameters (model order). Their current
   /// values become the flat buffer; this rank keeps chunk `rank` of it.
   /// `pool` (may be null; must outlive this) recycles gathered storage.
+  /// `row_align`: as FlatLayout::build.
   FlatParam(int unit, const TensorList& params, const std::vector<bool>& trainable, int world, int rank,
-            bool params_sharded, GatherPool* pool = nullptr);
+            bool params_sharded, GatherPool* pool = nullptr, int64_t row_align = 1);
 
   int unit() const { return unit_; }
   const FlatLayout& layout() const { return layout_; }

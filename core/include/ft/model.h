@@ -215,6 +215,12 @@ class BertForSequenceClassification : public torch::nn::Module {
   // Parameters of each unit with HF names, in model order.
   std::vector<TensorList> unit_parameters() const;
   void set_unit_runner(UnitRunner* runner) { runner_ = runner; }
+  // Replaces the word-embedding lookup (ids [T] -> rows [T, width]) for a
+  // table that is not whole on this rank: ZeRO-2/3's vocabulary-sharded
+  // table (ft/flat_param_group.h) looks rows up across the shard group and
+  // returns its gradient rows itself. Empty: the table's own lookup. The
+  // table keeps its name and shape; only who reads it changes.
+  void set_word_lookup(std::function<at::Tensor(const at::Tensor&)> lookup);
   // Activation checkpointing (ft/activation_checkpoint.h): in a forward with
   // grad enabled, encoder layers (units 1..L) keep only their input and run
   // again, through the unit runner, in backward. Evaluation is unaffected.

@@ -97,7 +97,11 @@ struct EmbeddingsImpl : torch::nn::Module {
   int64_t vocab_begin = 0;
   int64_t pad_token_id = 0;
 
+  // Set by a strategy that shards the table's rows (ft::FlatParamGroup).
+  std::function<at::Tensor(const at::Tensor&)> sharded_lookup;
+
   at::Tensor lookup(const at::Tensor& ids) {
+    if (sharded_lookup) return sharded_lookup(ids);
     if (!tp) return word_embeddings(ids);
     const at::Tensor& w = word_embeddings->weight;
     const at::Tensor local = ids - vocab_begin;

@@ -90,6 +90,10 @@ std::shared_ptr<torch::nn::Module> BertForSequenceClassification::unit(int index
   return parts_->bert->layers.at(index - 1);
 }
 
+void BertForSequenceClassification::set_word_lookup(std::function<at::Tensor(const at::Tensor&)> lookup) {
+  parts_->bert->embeddings->sharded_lookup = std::move(lookup);
+}
+
 std::vector<int> BertForSequenceClassification::units_read_by(int index) const {
   if (parts_->mlm && index == num_units() - 1) return {0};
   return {};

@@ -97,7 +97,8 @@ CandidateEstimate estimate(const std::string& name, const PlanInputs& in) {
     // gathered units, from the units when known.
     const std::vector<int64_t> units =
         in.model.unit_params.empty() ? std::vector<int64_t>{in.model.largest_unit_params} : in.model.unit_params;
-    const ShardedStateBytes b = sharded_state_bytes(name, units, n);
+    const WordTableShape words = in.model.unit_params.empty() ? WordTableShape{} : in.model.sharded_words;
+    const ShardedStateBytes b = sharded_state_bytes(name, units, n, 2, 1, words);
     e.extra_bytes = b.buckets + b.gathered;
   }
   if (in.mixed_precision) e.extra_bytes += sharded_params(name) ? 2 * psi / n : 2 * psi;
@@ -220,14 +221,21 @@ int64_t grad_pool_capacity(const std::vector<int64_t>& unit_numels, int max_buck
 }
 
 ShardedStateBytes sharded_state_bytes(const std::string& strategy, const std::vector<int64_t>& unit_params,
-                                      int world_size, int grad_buckets, int limit_all_gathers) {
+                                      int world_size, int grad_buckets, int limit_all_gathers, WordTableShape words) {
   ShardedStateBytes b;
   const bool z1 = strategy == "zero1", z2 = strategy == "zero2", z3 = sharded_params(strategy);
   if (!z1 && !z2 && !z3) return b;
   const int64_t n = std::max(1, world_size);
-  std::vector<int64_t> padded;  // FlatLayout: a positive multiple of N
+  std::vector<int64_t> units = unit_params;
   int64_t full = 0, psi = 0;
-  for (int64_t u : unit_params) {
+  if (!z1 && words.rows > 0 && words.width > 0 && !units.empty()) {
+    // Its own flat param, whole rows per rank; outside B and G.
+    units.front() -= words.rows * words.width;
+    full += std::max<int64_t>(1, ceil_div(words.rows, n)) * n * words.width;
+    psi += words.rows * words.width;
+  }
+  std::vector<int64_t> padded;  // FlatLayout: a positive multiple of N
+  for (int64_t u : units) {
     padded.push_back(std::max<int64_t>(1, ceil_div(u, n)) * n);
     full += padded.back();
     psi += u;

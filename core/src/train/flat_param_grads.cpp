@@ -104,6 +104,11 @@ void FlatParamGroup::install_grad_hooks() {
       accumulators_.push_back(compat::shared_node(std::move(acc)));
     }
   }
+  // The word table has no bucket: its gradient is exchanged as rows.
+  if (words_unit_ >= 0 && trainable_count_[static_cast<size_t>(words_unit_)] > 0) {
+    const FlatParam& f = *units_[static_cast<size_t>(words_unit_)];
+    grad_shards_[static_cast<size_t>(words_unit_)] = at::zeros({f.layout().shard_numel()}, f.shard().options());
+  }
   if (options_.accumulation == GradAccumulation::kReduceEachMicroBatch && !sizes.empty()) {
     pool_ = std::make_unique<GradBucketPool>(grad_pool_capacity(sizes, options_.grad_buckets), options_.grad_buckets);
   }
@@ -301,10 +306,11 @@ void FlatParamGroup::on_backward_end() {
       if (g.state == UnitGrad::kComplete) g.holds_data = true;
     }
   }
-  for (size_t u = 0; u < units_.size(); ++u) {
-    ready_[u] = true;
-    reshard_unit(static_cast<int>(u));
+  for (int u = 0; u < model_units_; ++u) {
+    ready_[static_cast<size_t>(u)] = true;
+    reshard_unit(u);
   }
+  exchange_word_grads();
 }
 
 void FlatParamGroup::finish_grad_sync() {

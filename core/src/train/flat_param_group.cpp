@@ -26,6 +26,29 @@ class FlatParamGroup::Runner final : public UnitRunner {
   FlatParamGroup* owner_;
 };
 
+namespace {
+// Moves the word table out of unit 0's parameters when it is to be sharded
+// by rows (see the header); empty when it stays.
+TensorList take_word_table(const BertForSequenceClassification& model, std::vector<TensorList>& unit_params,
+                           const FlatParamGroupOptions& options) {
+  if (!options.shard_word_table || !options.grads_sharded || unit_params.empty()) return {};
+  for (int u = 0; u < model.num_units(); ++u) {
+    for (int other : model.units_read_by(u)) {
+      if (other == 0) return {};  // a head reads the table (the tied decoder): it is gathered with unit 0
+    }
+  }
+  TensorList& embeddings = unit_params.front();
+  const std::string name = model.config().family().word_embeddings();
+  for (auto it = embeddings.begin(); it != embeddings.end(); ++it) {
+    if (it->first != name) continue;
+    TensorList words{*it};
+    embeddings.erase(it);
+    return words;
+  }
+  return {};
+}
+}  // namespace
+
 FlatParamGroup::FlatParamGroup(BertForSequenceClassification& model,
                                const std::function<bool(const std::string&)>& trainable, Comm& shard, int world,
                                int rank, FlatParamGroupOptions options, CommHook reduce)
@@ -40,6 +63,7 @@ FlatParamGroup::FlatParamGroup(BertForSequenceClassification& model,
     runner_ = std::make_unique<Runner>(this);
     model_.set_unit_runner(runner_.get());
   }
+  if (words_unit_ >= 0) model_.set_word_lookup([this](const at::Tensor& ids) { return lookup_words(ids); });
   note_gathered_bytes();
 }
 
@@ -54,21 +78,33 @@ FlatParamGroup::~FlatParamGroup() {
     if (g.state == UnitGrad::kLaunched) g.comm.work.wait();
   }
   if (runner_) model_.set_unit_runner(nullptr);
+  if (words_unit_ >= 0) model_.set_word_lookup(nullptr);
 }
 
 void FlatParamGroup::build_units(BertForSequenceClassification& model,
                                  const std::function<bool(const std::string&)>& trainable, int world, int rank) {
-  const auto unit_params = model.unit_parameters();
+  auto unit_params = model.unit_parameters();
   const int n = static_cast<int>(unit_params.size());
+  model_units_ = n;
+  TensorList words = take_word_table(model, unit_params, options_);
   c10::NoGradGuard no_grad;
-  for (int u = 0; u < n; ++u) {
-    const TensorList& params = unit_params[static_cast<size_t>(u)];
+  auto add_unit = [&](int u, const TensorList& params, int64_t row_align) {
     std::vector<bool> flags;
     for (const auto& [name, t] : params) flags.push_back(trainable(name));
-    units_.push_back(std::make_unique<FlatParam>(u, params, flags, world, rank, options_.params_sharded, &gather_pool_));
+    units_.push_back(std::make_unique<FlatParam>(u, params, flags, world, rank, options_.params_sharded, &gather_pool_,
+                                                 row_align));
     const int count = static_cast<int>(std::count(flags.begin(), flags.end(), true));
     trainable_count_.push_back(count);
     has_frozen_.push_back(count < static_cast<int>(flags.size()));
+  };
+  for (int u = 0; u < n; ++u) add_unit(u, unit_params[static_cast<size_t>(u)], 1);
+  if (!words.empty()) {
+    const at::Tensor& table = words.front().second;
+    words_unit_ = n;
+    word_rows_ = table.size(0);
+    word_width_ = table.size(1);
+    pad_row_ = model.config().pad_token_id;
+    add_unit(n, words, word_width_);
   }
   for (int u = n - 1; u >= 0; --u) {
     if (trainable_count_[static_cast<size_t>(u)] > 0) launch_order_.push_back(u);
@@ -103,7 +139,7 @@ void traced_wait_for_unshard(FlatParam& f, int unit, Comm& comm, Tracer* trace) 
 }  // namespace
 
 void FlatParamGroup::prefetch(int unit) {
-  if (unit < 0 || unit >= static_cast<int>(units_.size())) return;
+  if (unit < 0 || unit >= model_units_) return;
   FlatParam& f = *units_[static_cast<size_t>(unit)];
   if (f.state() != ShardedState::kSharded || prefetched_ >= options_.limit_all_gathers) return;
   if (options_.trace) options_.trace->begin_async("all-gather unit", unit);
@@ -172,7 +208,7 @@ void FlatParamGroup::pre_backward(int unit) {
   queue_backward_end();
   // The grad of this unit's output is the grad of the next unit's input:
   // that unit's backward has read its frozen weights for the last time.
-  if (unit + 1 < static_cast<int>(units_.size())) {
+  if (unit + 1 < model_units_) {
     input_grad_done_[static_cast<size_t>(unit) + 1] = true;
     reshard_if_backward_done(unit + 1);
   }

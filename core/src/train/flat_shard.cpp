@@ -38,8 +38,10 @@ void alloc_storage(const at::Tensor& t, int64_t nbytes, GatherPool* pool) {
 
 // ---------------------------------------------------------------- layout
 
-FlatLayout FlatLayout::build(const TensorList& params, int world, const std::vector<bool>& trainable) {
+FlatLayout FlatLayout::build(const TensorList& params, int world, const std::vector<bool>& trainable,
+                             int64_t row_align) {
   if (world < 1) fail("flat layout: world size must be >= 1, got {}", world);
+  if (row_align < 1) fail("flat layout: row alignment must be >= 1, got {}", row_align);
   FlatLayout l;
   l.world = world;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -53,7 +55,8 @@ FlatLayout FlatLayout::build(const TensorList& params, int world, const std::vec
     l.numel += e.numel;
     l.entries.push_back(std::move(e));
   }
-  l.padded_numel = std::max<int64_t>(1, (l.numel + world - 1) / world) * world;
+  const int64_t multiple = world * row_align;
+  l.padded_numel = std::max<int64_t>(1, (l.numel + multiple - 1) / multiple) * multiple;
   return l;
 }
 
@@ -160,8 +163,8 @@ void GatherPool::give(at::DataPtr ptr, size_t nbytes) {
 // ---------------------------------------------------------------- FlatParam
 
 FlatParam::FlatParam(int unit, const TensorList& params, const std::vector<bool>& trainable, int world, int rank,
-                     bool params_sharded, GatherPool* pool)
-    : unit_(unit), layout_(FlatLayout::build(params, world, trainable)), rank_(rank), sharded_(params_sharded),
+                     bool params_sharded, GatherPool* pool, int64_t row_align)
+    : unit_(unit), layout_(FlatLayout::build(params, world, trainable, row_align)), rank_(rank), sharded_(params_sharded),
       pool_(pool) {
   c10::NoGradGuard no_grad;
   const auto device = params.empty() ? c10::Device(c10::kCPU) : params.front().second.device();
