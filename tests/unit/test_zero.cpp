@@ -4,17 +4,23 @@
 // arithmetic, FlatParam's storage coming and going, options errors, every
 // policy training the same weights as the replicated strategy (clipping
 // on), state bytes, full state round trips across strategies.
+// Two ranks as threads: the row-split word table against the replicated one.
 // Subprocess (the real `ft`): zero3 on 4 ranks saves, ddp on 2 and single
 // resume it; memory per rank on bench-mini against BENCHMARK.md's theory.
 #include <cmath>
+#include <functional>
 #include <map>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
 #include "ft/comm.h"
+#include "ft/launcher.h"
 #include "ft/cost_model.h"
 #include "ft/flat_param_group.h"
 #include "ft/error.h"
@@ -25,6 +31,7 @@
 #include "ft/safetensors.h"
 #include "sharded_strategy.h"
 #include "ft_run.h"
+#include "ft_two_ranks.h"
 #include "ft_weights.h"
 
 namespace {
@@ -449,6 +456,107 @@ TEST_CASE("bench-mini at 2 and 4 ranks: model-state bytes per rank equal ft's co
       CHECK(rank0["zero3"] < rank0["zero2"]);
       CHECK(rank0["zero2"] < rank0["zero1"]);
       CHECK(rank0["zero1"] < 16 * psi);
+    }
+  }
+}
+
+namespace {
+// Rank `rank` of 2 (world 1: the whole batch) trains 3 steps of a batch
+// whose ranks hold different numbers of real tokens, padding ids (0) after
+// them. Returns the full weights afterwards; `check` sees the strategy.
+// The model is made by the caller: torch's generator is one per process, so
+// two threads seeding and drawing at once would interleave their draws.
+ft::TensorList train_two_rank_batches(const std::shared_ptr<ft::Strategy>& strategy,
+                                      const std::shared_ptr<ft::BertForSequenceClassification>& model, int rank,
+                                      int world, int port, bool padding_free,
+                                      const std::function<void(ft::Strategy&)>& check = nullptr) {
+  std::unique_ptr<ft::Comm> comm = world == 1 ? ft::Comm::create(ft::DistEnv{}) : ft_test::connect_rank(rank, world, port);
+  model->set_padding_free(padding_free);
+  ft::Precision precision(ft::PrecisionMode::FP32, c10::kCPU);
+  ft::StrategyContext ctx;
+  ctx.comm = comm.get();
+  ctx.precision = &precision;
+  ft::OptimizerSpec spec;
+  spec.lr = 1e-2;
+  strategy->setup(model, spec, ft::default_param_plan(model->weights(), 0.0, false), ctx);
+  for (int s = 0; s < 3; ++s) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(2000 + s);
+    at::Tensor ids = at::randint(1, 41, {4, 7}, gen, at::kLong);
+    at::Tensor mask = at::ones({4, 7}, at::kLong);
+    for (int row = 0; row < 4; ++row) {  // rows 0, 1 (rank 0) keep 7 and 5 tokens; rows 2, 3 keep 3 and 6
+      const int64_t keep = std::vector<int64_t>{7, 5, 3, 6}[static_cast<size_t>(row)];
+      mask[row].narrow(0, keep, 7 - keep).zero_();
+      ids[row].narrow(0, keep, 7 - keep).zero_();
+    }
+    // The padding id inside the text too: nn.Embedding's padding_idx keeps
+    // its row untrained even where it is attended.
+    ids[0][1] = 0;
+    ids[2][2] = 0;
+    const at::Tensor labels = at::randint(0, 3, {4}, gen, at::kLong);
+    const int64_t rows = 4 / world;
+    ft::Batch b;
+    b.input_ids = ids.narrow(0, rank * rows, rows);
+    b.attention_mask = mask.narrow(0, rank * rows, rows);
+    b.token_type_ids = at::zeros({rows, 7}, at::kLong);
+    b.labels = labels.narrow(0, rank * rows, rows);
+    auto loss = at::cross_entropy_loss(strategy->forward(b), b.labels);
+    strategy->backward(loss, true);
+    strategy->step({1e-2, 0.0});
+  }
+  if (check) check(*strategy);
+  ft::TensorList out = strategy->model_state();
+  strategy->teardown();
+  return out;
+}
+}  // namespace
+
+std::shared_ptr<ft::BertForSequenceClassification> two_rank_model() {
+  at::manual_seed(3);
+  return std::make_shared<ft::BertForSequenceClassification>(ft_test::two_rank_config());
+}
+TEST_CASE("two ranks: the word table split by rows trains like the replicated table (uneven tokens, padding row)") {
+  at::set_num_threads(1);
+  const std::string table = "bert.embeddings.word_embeddings.weight";
+  const at::Tensor initial = two_rank_model()->named_parameters()[table].detach().clone();
+  const ft::TensorList ref =
+      train_two_rank_batches(std::make_shared<ft::ReplicatedStrategy>(), two_rank_model(), 0, 1, 0, false);
+  for (auto stage : {ft::ZeroStage::kGradients, ft::ZeroStage::kWeights}) {
+    for (bool padding_free : {false, true}) {
+      CAPTURE(static_cast<int>(stage));
+      CAPTURE(padding_free);
+      const int port = ft::pick_free_port("127.0.0.1");
+      ft::TensorList results[2];
+      std::string errors[2];
+      const std::shared_ptr<ft::BertForSequenceClassification> models[2] = {two_rank_model(), two_rank_model()};
+      std::vector<std::thread> threads;
+      for (int r = 0; r < 2; ++r) {
+        threads.emplace_back([&, r] {
+          try {
+            results[r] = train_two_rank_batches(
+                sharded(ft::ShardingPolicy::zero(stage)), models[r], r, 2, port, padding_free, [&](ft::Strategy& s) {
+                  const auto& g = dynamic_cast<ft::ShardedStrategy&>(s).group();
+                  if (g.word_unit() < 0) throw std::runtime_error("the word table was not split");
+                  const ft::FlatParam& words = *g.units()[static_cast<size_t>(g.word_unit())];
+                  // 41 rows: 21 whole rows per rank, never gathered under zero3.
+                  if (words.layout().padded_numel != 42 * 8) throw std::runtime_error("not whole rows per rank");
+                  if (stage == ft::ZeroStage::kWeights && words.full_bytes_held() != 0) {
+                    throw std::runtime_error("zero3 gathered the word table");
+                  }
+                });
+          } catch (const std::exception& e) {
+            errors[r] = e.what();
+          }
+        });
+      }
+      for (auto& t : threads) t.join();
+      REQUIRE(errors[0] == "");
+      REQUIRE(errors[1] == "");
+      CHECK(ft_test::max_abs_diff(results[0], ref) < 1e-5);
+      CHECK(ft_test::max_abs_diff(results[1], ref) < 1e-5);
+      // The padding row (id 0) never trains.
+      for (const auto& [name, t] : results[0]) {
+        if (name == table) CHECK(at::equal(t[0], initial[0]));
+      }
     }
   }
 }
