@@ -8,6 +8,9 @@
 
 #include "ft/comm.h"
 #include "ft/model.h"
+#include "ft/optim.h"
+#include "ft/precision.h"
+#include "ft/strategy.h"
 
 namespace ft_test {
 
@@ -38,5 +41,24 @@ inline std::unique_ptr<ft::Comm> connect_rank(int rank, int world, int port) {
   env.source = "torchrun";
   return ft::Comm::create(env);
 }
+
+// One rank's Comm, fp32 precision and strategy context; the constructor
+// connects (world 1: no network) and sets `strategy` up on `model` with
+// AdamW at lr 1e-2 and no weight decay.
+struct RankSetup {
+  std::unique_ptr<ft::Comm> comm;
+  ft::Precision precision{ft::PrecisionMode::FP32, c10::kCPU};
+  ft::StrategyContext ctx;
+
+  RankSetup(ft::Strategy& strategy, const std::shared_ptr<ft::BertForSequenceClassification>& model, int rank,
+            int world, int port)
+      : comm(world == 1 ? ft::Comm::create(ft::DistEnv{}) : connect_rank(rank, world, port)) {
+    ctx.comm = comm.get();
+    ctx.precision = &precision;
+    ft::OptimizerSpec spec;
+    spec.lr = 1e-2;
+    strategy.setup(model, spec, ft::default_param_plan(model->weights(), 0.0, false), ctx);
+  }
+};
 
 }  // namespace ft_test

@@ -56,14 +56,7 @@ RankResult run_rank(std::shared_ptr<ft::Strategy> strategy, int rank, int world,
                     const std::filesystem::path& dir, const std::shared_ptr<ft::BertForSequenceClassification>& model) {
   RankResult r;
   try {
-    auto comm = ft_test::connect_rank(rank, world, port);
-    ft::Precision precision(ft::PrecisionMode::FP32, c10::kCPU);
-    ft::StrategyContext ctx;
-    ctx.comm = comm.get();
-    ctx.precision = &precision;
-    ft::OptimizerSpec spec;
-    spec.lr = 1e-2;
-    strategy->setup(model, spec, ft::default_param_plan(model->weights(), 0.0, false), ctx);
+    const ft_test::RankSetup setup(*strategy, model, rank, world, port);
     for (int s = 0; s < 2; ++s) {
       ft::Batch b = batch(s, rank, world);
       auto loss = at::cross_entropy_loss(strategy->forward(b), b.labels);
@@ -71,7 +64,7 @@ RankResult run_rank(std::shared_ptr<ft::Strategy> strategy, int rank, int world,
       strategy->step({1e-2, 0.0});
     }
     if (auto* sc = strategy->ability<ft::ShardedCheckpointing>()) sc->save_sharded(dir);
-    comm->barrier();
+    setup.comm->barrier();
     r.model = strategy->model_state();
     r.optimizer = strategy->optimizer_state();
     strategy->teardown();

@@ -470,15 +470,8 @@ ft::TensorList train_two_rank_batches(const std::shared_ptr<ft::Strategy>& strat
                                       const std::shared_ptr<ft::BertForSequenceClassification>& model, int rank,
                                       int world, int port, bool padding_free,
                                       const std::function<void(ft::Strategy&)>& check = nullptr) {
-  std::unique_ptr<ft::Comm> comm = world == 1 ? ft::Comm::create(ft::DistEnv{}) : ft_test::connect_rank(rank, world, port);
   model->set_padding_free(padding_free);
-  ft::Precision precision(ft::PrecisionMode::FP32, c10::kCPU);
-  ft::StrategyContext ctx;
-  ctx.comm = comm.get();
-  ctx.precision = &precision;
-  ft::OptimizerSpec spec;
-  spec.lr = 1e-2;
-  strategy->setup(model, spec, ft::default_param_plan(model->weights(), 0.0, false), ctx);
+  const ft_test::RankSetup setup(*strategy, model, rank, world, port);
   for (int s = 0; s < 3; ++s) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(2000 + s);
     at::Tensor ids = at::randint(1, 41, {4, 7}, gen, at::kLong);
