@@ -56,8 +56,7 @@ int PipelineStrategy::owner_of(int unit) const {
 
 void PipelineStrategy::setup(std::shared_ptr<BertForSequenceClassification> model, const OptimizerSpec& optimizer,
                              const ParamPlan& plan, StrategyContext& ctx) {
-  ctx_ = &ctx;
-  model_ = std::move(model);
+  adopt(std::move(model), plan, ctx);
   Comm& world = *ctx.comm;
   options_ = pipeline_options_from(ctx.options, world.world_size());
   stages_ = options_.stages;
@@ -65,8 +64,6 @@ void PipelineStrategy::setup(std::shared_ptr<BertForSequenceClassification> mode
                                        "strategy.options.stages");
   stage_ = mesh_->coordinate("pp");
 
-  model_->to(ctx.device);
-  apply_trainable(*model_, plan);
   unit_params_ = model_->unit_parameters();
   if (options_.balance == StageBalance::kTime) {
     unit_micros_ = measured_unit_costs(*model_, world, ctx.device, 4, 128);

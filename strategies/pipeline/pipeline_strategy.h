@@ -130,7 +130,6 @@ class PipelineStrategy final : public Strategy, public DataParallelGroup {
   void free_other_units();
   void report_stages() const;
 
-  StrategyContext* ctx_ = nullptr;
   PipelineOptions options_;
   std::unique_ptr<DeviceMesh> mesh_;
   std::vector<int> bounds_;  // first unit of each stage, then the unit count

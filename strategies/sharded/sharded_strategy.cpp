@@ -102,9 +102,7 @@ bool ShardedStrategy::writes_shards() const {
 
 void ShardedStrategy::setup(std::shared_ptr<BertForSequenceClassification> model, const OptimizerSpec& optimizer,
                             const ParamPlan& plan, StrategyContext& ctx) {
-  ctx_ = &ctx;
-  model_ = std::move(model);
-  model_->to(ctx.device);
+  adopt(std::move(model), plan, ctx);
   if (policy_.limit_all_gathers < 0) fail("strategy.options.limit_all_gathers: must be >= 0");
   if (policy_.shard_params && !policy_.shard_grads) fail("{}: sharded parameters need sharded gradients", policy_.name);
   if (policy_.shard_group_size > 0) {
@@ -120,7 +118,6 @@ void ShardedStrategy::setup(std::shared_ptr<BertForSequenceClassification> model
                       fmt::format("{}: hybrid sharding over the mesh {}", policy_.name, mesh));
     }
   }
-  apply_trainable(*model_, plan);
   build_group(plan);
 
   std::vector<OptimSlot> slots;

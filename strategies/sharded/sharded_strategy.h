@@ -169,7 +169,6 @@ class ShardedStrategy : public Strategy, public ShardedCheckpointing {
   const std::vector<std::unique_ptr<FlatParam>>& units() const { return group_->units(); }
 
   ShardingPolicy policy_;
-  StrategyContext* ctx_ = nullptr;
   std::unique_ptr<DeviceMesh> mesh_;  // hybrid sharding only
   std::unique_ptr<FlatParamGroup> group_;
   std::unique_ptr<TensorOptimizer> optimizer_;

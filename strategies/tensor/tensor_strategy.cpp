@@ -99,14 +99,11 @@ int tensor_parallel_size_from(const std::map<std::string, std::string>& options,
 
 void TensorStrategy::setup(std::shared_ptr<BertForSequenceClassification> model, const OptimizerSpec& optimizer,
                            const ParamPlan& plan, StrategyContext& ctx) {
-  ctx_ = &ctx;
-  model_ = std::move(model);
+  adopt(std::move(model), plan, ctx);
   Comm& world = *ctx.comm;
   const int t = tensor_parallel_size_from(ctx.options, world.world_size());
   mesh_ = std::make_unique<DeviceMesh>(world, std::vector<MeshDim>{{"dp", world.world_size() / t}, {"tp", t}},
                                        "strategy.options.tp_size");
-  model_->to(ctx.device);
-  apply_trainable(*model_, plan);
   {  // rank 0's weights everywhere, before slicing
     std::vector<at::Tensor> all;
     for (const auto& [name, w] : model_->weights()) all.push_back(w);

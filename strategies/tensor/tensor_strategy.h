@@ -64,7 +64,6 @@ class TensorStrategy final : public Strategy, public DataParallelGroup {
   // The full tensor of a parameter (or of its optimizer buffer) named `param`.
   at::Tensor gather_full(const std::string& param, const at::Tensor& local);
 
-  StrategyContext* ctx_ = nullptr;
   std::unique_ptr<DeviceMesh> mesh_;
   std::unique_ptr<Comm> head_comm_;  // ranks sharing an attention head, when tp_size > heads
   std::map<std::string, int> split_;  // sliced parameter -> dimension

@@ -181,7 +181,9 @@ TEST_CASE("prompt tuning: name, unit, formula, what trains") {
   auto from_text = method(ft::PromptMethod::kPrompt, 6);
   from_text.init = "text";
   from_text.init_text = "Hello world";
-  ft::apply_prompt_learning(t, from_text, 7, &tokenizer);
+  ft::apply_prompt_learning(t, from_text, 7, [&tokenizer](const std::string& text) {
+    return tokenizer.encode(text, std::nullopt, 0, false).input_ids;
+  });
   const auto tw = by_name(t);
   CHECK(at::equal(tw.at("bert.embeddings.prompt_embeddings"),
                   tw.at("bert.embeddings.word_embeddings.weight").index_select(0, at::tensor({2, 5, 6, 3, 2, 5}))));

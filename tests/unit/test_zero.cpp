@@ -36,18 +36,10 @@
 
 namespace {
 
+// two_rank_config with a vocabulary of 37.
 ft::BertConfig tiny_config() {
-  ft::BertConfig c;
+  ft::BertConfig c = ft_test::two_rank_config();
   c.vocab_size = 37;
-  c.hidden_size = 8;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 2;
-  c.intermediate_size = 12;
-  c.max_position_embeddings = 16;
-  c.hidden_dropout_prob = 0.0;
-  c.attention_probs_dropout_prob = 0.0;
-  c.num_labels = 3;
-  c.id2label = {"a", "b", "c"};
   return c;
 }
 

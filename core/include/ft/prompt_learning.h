@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -37,7 +38,6 @@
 namespace ft {
 
 class BertForSequenceClassification;
-class Tokenizer;
 struct BertConfig;
 
 enum class PromptMethod { kPrompt, kPrefix };
@@ -75,13 +75,16 @@ void check_prompt_positions(const BertConfig& config, const PromptLearning& p, i
 
 // Adds fresh virtual tokens to `model` (whose weights are loaded). Prompt:
 // init random = normal(0, initializer_range); vocab = the word embeddings of
-// P ids drawn uniformly from the vocabulary; text = those of `tokenizer`'s
+// P ids drawn uniformly from the vocabulary; text = those of `encode`'s
 // [CLS] init_text [SEP], repeated or cut to P (PEFT tokenizes init text with
 // its special tokens). Prefix: normal(0, 1), PEFT's (torch.nn.Embedding's)
 // initialisation of its [P, layers x 2 x hidden] table. Every draw comes
 // from a generator seeded with `seed`: the same on every rank.
+// `encode` gives the ids of init_text, special tokens included: the run's
+// tokenizer, which the caller holds (empty: none, and init text is refused).
+using PromptTextEncoder = std::function<std::vector<int64_t>(const std::string&)>;
 void apply_prompt_learning(BertForSequenceClassification& model, const PromptLearning& p, uint64_t seed,
-                           const Tokenizer* tokenizer = nullptr);
+                           const PromptTextEncoder& encode = {});
 
 // Gives `to` (a fresh model of the same config) `from`'s virtual tokens,
 // values copied: for strategies that build extra replicas (dp).

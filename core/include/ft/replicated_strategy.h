@@ -48,7 +48,6 @@ class ReplicatedStrategy : public Strategy {
   const std::vector<at::Tensor>& trainable() const { return trainable_; }
   std::vector<at::Tensor> grads() const;
 
-  StrategyContext* ctx_ = nullptr;
   std::unique_ptr<TensorOptimizer> optimizer_;
 
  private:

@@ -130,7 +130,12 @@ class __attribute__((visibility("default"))) Strategy {
   }
 
  protected:
+  // The opening every setup() shares: keeps `ctx` and the model, moves the
+  // model to ctx.device and freezes what `plan` does not train.
+  void adopt(std::shared_ptr<BertForSequenceClassification> model, const ParamPlan& plan, StrategyContext& ctx);
+
   std::shared_ptr<BertForSequenceClassification> model_;
+  StrategyContext* ctx_ = nullptr;  // adopt()'s; the Trainer keeps it alive past teardown()
 };
 
 }  // namespace ft

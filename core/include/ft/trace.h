@@ -31,7 +31,6 @@
 
 namespace ft {
 
-struct RuntimeConfig;
 
 /// Optimizer steps first..last (1-based, inclusive).
 struct StepWindow {
@@ -120,11 +119,6 @@ class Tracer {
   std::vector<Event> events_;
   std::map<std::pair<std::string, int64_t>, Clock::time_point> open_;
 };
-
-/// The Trainer's tracer settings from runtime.profile_steps / profile_dir
-/// (NVTX when runtime.device is cuda). Throws ft::Error naming
-/// runtime.profile_steps when it is not "A:B".
-Tracer::Options tracer_options(const RuntimeConfig& runtime, int rank);
 
 /// RAII range on the main track (plus an NVTX range on CUDA); no-op when
 /// `tracer` is null or inactive at construction. end() closes it early.

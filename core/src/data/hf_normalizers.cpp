@@ -175,9 +175,9 @@ class Replace final : public Normalizer {
   std::string content_;
 };
 
-class Sequence final : public Normalizer {
+class NormalizerSequence final : public Normalizer {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<Normalizer>> parts) : parts_(std::move(parts)) {}
+  explicit NormalizerSequence(std::vector<std::unique_ptr<Normalizer>> parts) : parts_(std::move(parts)) {}
   void apply(std::string& s, bool& start_kept) const override {
     for (const auto& p : parts_) p->apply(s, start_kept);
   }
@@ -280,7 +280,7 @@ std::unique_ptr<Normalizer> read_normalizer(const json& j, const std::string& ke
     for (std::size_t i = 0; i < list.size(); ++i) {
       if (auto n = read_normalizer(list[i], fmt::format("{}.normalizers[{}]", key, i), w)) parts.push_back(std::move(n));
     }
-    return std::make_unique<Sequence>(std::move(parts));
+    return std::make_unique<NormalizerSequence>(std::move(parts));
   }
   w.unsupported(key + ".type", type,
                 "NFC, NFD, NFKC, NFKD, Lowercase, Strip, StripAccents, Replace, Prepend, Precompiled and Sequence "

@@ -312,9 +312,9 @@ std::vector<Span> word_spans(const std::string& s) {
   return spans_of(matches, s.size());
 }
 
-class Sequence final : public PreTokenizer {
+class PreTokenizerSequence final : public PreTokenizer {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<PreTokenizer>> parts) : parts_(std::move(parts)) {}
+  explicit PreTokenizerSequence(std::vector<std::unique_ptr<PreTokenizer>> parts) : parts_(std::move(parts)) {}
   void apply(std::vector<Piece>& pieces) const override {
     for (const auto& p : parts_) p->apply(pieces);
   }
@@ -393,7 +393,7 @@ std::unique_ptr<PreTokenizer> read_pre_tokenizer(const json& j, const std::strin
                                                Behavior::kRemoved, false));
     parts.push_back(std::make_unique<Splitter>([](const std::string& s) { return char_spans(s, is_punctuation); },
                                                Behavior::kIsolated, false));
-    return std::make_unique<Sequence>(std::move(parts));
+    return std::make_unique<PreTokenizerSequence>(std::move(parts));
   }
   if (type == "Punctuation") {
     return std::make_unique<Splitter>([](const std::string& s) { return char_spans(s, is_punctuation); },
@@ -417,7 +417,7 @@ std::unique_ptr<PreTokenizer> read_pre_tokenizer(const json& j, const std::strin
     for (std::size_t i = 0; i < list.size(); ++i) {
       if (auto p = read_pre_tokenizer(list[i], fmt::format("{}.pretokenizers[{}]", key, i), w)) parts.push_back(std::move(p));
     }
-    return std::make_unique<Sequence>(std::move(parts));
+    return std::make_unique<PreTokenizerSequence>(std::move(parts));
   }
   w.unsupported(key + ".type", type,
                 "ByteLevel, Metaspace, Whitespace, WhitespaceSplit, BertPreTokenizer, Punctuation, Digits, "

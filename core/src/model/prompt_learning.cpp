@@ -14,7 +14,6 @@
 #include "ft/fs.h"
 #include "ft/model.h"
 #include "ft/safetensors.h"
-#include "ft/tokenizer.h"
 #include "text_affix.h"
 
 namespace ft {
@@ -46,12 +45,12 @@ std::string shape(const at::Tensor& t) { return fmt::format("{}", fmt::join(t.si
 
 // PEFT's text init: the tokenizer's ids of init_text, special tokens
 // included, repeated until there are P and cut to P.
-at::Tensor text_ids(const PromptLearning& p, const Tokenizer* tokenizer, int64_t vocab_size) {
-  if (!tokenizer) {
+at::Tensor text_ids(const PromptLearning& p, const PromptTextEncoder& encode, int64_t vocab_size) {
+  if (!encode) {
     fail("prompt.init: text needs the run's tokenizer (data.vocab, or text data); pre-tokenized data has none, so "
          "use init random or vocab");
   }
-  const std::vector<int64_t> ids = tokenizer->encode(p.init_text, std::nullopt, 0, false).input_ids;
+  const std::vector<int64_t> ids = encode(p.init_text);
   std::vector<int64_t> out;
   while (static_cast<int64_t>(out.size()) < p.length) out.insert(out.end(), ids.begin(), ids.end());
   out.resize(static_cast<size_t>(p.length));
@@ -68,12 +67,12 @@ at::Tensor word_embeddings(const BertForSequenceClassification& model) {
 }
 
 at::Tensor initial_prompt(const BertForSequenceClassification& model, const PromptLearning& p,
-                          at::Generator& gen, const Tokenizer* tokenizer) {
+                          at::Generator& gen, const PromptTextEncoder& encode) {
   const BertConfig& c = model.config();
   if (!p.path.empty()) return at::zeros({p.length, c.hidden_size});  // load_prompt_learning fills it
   if (p.init == "random") return at::empty({p.length, c.hidden_size}).normal_(0.0, c.initializer_range, gen);
   const at::Tensor ids = p.init == "vocab" ? at::randint(0, c.vocab_size, {p.length}, gen, at::kLong)
-                                           : text_ids(p, tokenizer, c.vocab_size);
+                                           : text_ids(p, encode, c.vocab_size);
   return word_embeddings(model).detach().to(at::kFloat).index_select(0, ids).clone();
 }
 
@@ -152,14 +151,14 @@ void check_prompt_positions(const BertConfig& config, const PromptLearning& p, i
 }
 
 void apply_prompt_learning(BertForSequenceClassification& model, const PromptLearning& p, uint64_t seed,
-                           const Tokenizer* tokenizer) {
+                           const PromptTextEncoder& encode) {
   if (p.length <= 0) fail("{}.length: must be > 0 to add virtual tokens, got {}", p.section(), p.length);
   const BertConfig& c = model.config();
   // One generator: the same seed gives the same tokens on every rank.
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   torch::NoGradGuard no_grad;
   if (p.method == PromptMethod::kPrompt) {
-    model.add_prompt_embeddings(initial_prompt(model, p, gen, tokenizer));
+    model.add_prompt_embeddings(initial_prompt(model, p, gen, encode));
   } else {
     const int64_t layers = c.num_hidden_layers;
     at::Tensor table = at::zeros({p.length, layers * 2 * c.hidden_size});

@@ -8,7 +8,6 @@
 #include <nlohmann/json.hpp>
 
 #include "compat.h"
-#include "ft/config.h"
 #include "ft/error.h"
 #include "ft/fs.h"
 
@@ -48,18 +47,6 @@ std::optional<StepWindow> parse_step_window(const std::string& text) {
   const auto b = parse_step(text.substr(colon + 1));
   if (!a || !b || *a < 1 || *b < *a) return std::nullopt;
   return StepWindow{*a, *b};
-}
-
-Tracer::Options tracer_options(const RuntimeConfig& runtime, int rank) {
-  Tracer::Options o;
-  o.rank = rank;
-  o.dir = runtime.profile_dir;
-  o.nvtx = runtime.device == "cuda";
-  if (!runtime.profile_steps.empty()) {
-    o.window = parse_step_window(runtime.profile_steps);
-    if (!o.window) fail("runtime.profile_steps: '{}': {}", runtime.profile_steps, kStepWindowHelp);
-  }
-  return o;
 }
 
 Tracer::Tracer(Options options) : options_(std::move(options)) {}

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <filesystem>
 #include <mutex>
-#include <regex>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -16,7 +15,7 @@
 #include <torch/cuda.h>
 
 #include "ft/checkpoint.h"
-#include "ft/manifest.h"
+#include "ft/checkpoint_writer.h"
 #include "ft/error.h"
 #include "ft/fs.h"
 #include "ft/model.h"
@@ -48,6 +47,20 @@ LossScalerOptions loss_scaler_options(const StrategyConfig& s) {
   o.growth_interval = s.loss_scale_window;
   o.hysteresis = s.loss_scale_hysteresis;
   o.min_scale = s.loss_scale_min;
+  return o;
+}
+
+// The tracer's settings from runtime.profile_steps / profile_dir (NVTX when
+// runtime.device is cuda); a window that is not "A:B" is refused by name.
+Tracer::Options tracer_options(const RuntimeConfig& runtime, int rank) {
+  Tracer::Options o;
+  o.rank = rank;
+  o.dir = runtime.profile_dir;
+  o.nvtx = runtime.device == "cuda";
+  if (!runtime.profile_steps.empty()) {
+    o.window = parse_step_window(runtime.profile_steps);
+    if (!o.window) fail("runtime.profile_steps: '{}': {}", runtime.profile_steps, kStepWindowHelp);
+  }
   return o;
 }
 
@@ -237,49 +250,17 @@ struct Trainer::Impl {
       pending_best_ = false;
     }
     write_checkpoint(dir);
-    if (is_rank0()) rotate_checkpoints(out);
+    checkpoints.rotate(out, state.best_checkpoint);
   }
 
-  // Collective: every rank gathers; rank 0 writes the consolidated dir, then
-  // (when asked) every rank adds its own shard beside it.
+  // Collective: every rank gathers the state, then writes its part.
   void write_checkpoint(const fsys::path& dir) {
-    auto data = checkpoint_data(true);
-    data.defer_manifest = true;
-    if (is_rank0()) save_checkpoint(dir, data);
-    auto* sharded = strategy->ability<ShardedCheckpointing>();
-    if (sharded && config.train.save_sharded) {
-      comm.barrier();  // rank 0 has committed dir
-      sharded->save_sharded(dir);
-      comm.barrier();  // every shard is on disk before anyone reads or rotates
-    }
-    // Hashing runs beside the next steps; the manifest covers the shards too.
-    if (is_rank0()) manifests.write(dir);
-    events.info(fmt::format("saved {}", dir.string()));
-  }
-
-  // Keeps the newest save_total_limit checkpoints, never the best one.
-  void rotate_checkpoints(const fsys::path& out) {
-    if (config.train.save_total_limit <= 0) return;
-    static const std::regex kName("checkpoint-([0-9]+)");
-    std::vector<std::pair<int64_t, fsys::path>> found;
-    for (const auto& e : fsys::directory_iterator(out)) {
-      std::smatch m;
-      const std::string name = e.path().filename().string();
-      if (e.is_directory() && std::regex_match(name, m, kName)) found.emplace_back(std::stoll(m[1]), e.path());
-    }
-    std::sort(found.begin(), found.end());
-    auto excess = static_cast<int64_t>(found.size()) - config.train.save_total_limit;
-    for (const auto& [step, path] : found) {
-      if (excess <= 0) break;
-      if (path.string() == state.best_checkpoint) continue;
-      fs::remove_dir_atomic(path);  // a crash here must not leave half a checkpoint
-      --excess;
-    }
+    checkpoints.write(dir, checkpoint_data(true), strategy->ability<ShardedCheckpointing>());
   }
 
   TrainResult fit();
   bool pending_best_ = false;
-  ManifestWriter manifests;  // rank 0: manifest.json of the newest checkpoint
+  CheckpointWriter checkpoints{comm, events, config.train.save_sharded, config.train.save_total_limit};
 
  private:
   struct Schedule;
@@ -520,7 +501,7 @@ TrainResult Trainer::Impl::finish_fit(FitProgress& p) {
     if (pending_best_) state.best_checkpoint = final_dir.string();
     pending_best_ = false;
     write_checkpoint(final_dir);
-    if (is_rank0()) manifests.wait();  // the run is not done until its checkpoint is verifiable
+    checkpoints.finish();  // the run is not done until its checkpoint is verifiable
     s.checkpoint = final_dir.string();
   }
   events.summary(s);

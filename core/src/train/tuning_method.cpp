@@ -7,6 +7,7 @@
 #include "ft/lora.h"
 #include "ft/model.h"
 #include "ft/prompt_learning.h"
+#include "ft/tokenizer.h"
 
 namespace ft {
 
@@ -32,7 +33,11 @@ AppliedMethod apply_tuning_method(BertForSequenceClassification& model, const Ru
   if (const auto p = prompt_learning_of(config)) {
     // Text data is cut to data.max_seq_len; pre-tokenized rows are checked as they come.
     if (tokenizer) check_prompt_positions(model.config(), *p, config.data.max_seq_len);
-    apply_prompt_learning(model, *p, seed, tokenizer);
+    PromptTextEncoder encode;
+    if (tokenizer) {
+      encode = [tokenizer](const std::string& text) { return tokenizer->encode(text, std::nullopt, 0, false).input_ids; };
+    }
+    apply_prompt_learning(model, *p, seed, encode);
     m.trainable = [method = *p](const std::string& name) { return is_prompt_learning_trainable(name, method); };
     const bool prompt = p->method == PromptMethod::kPrompt;
     m.note = fmt::format("{} tuning: {} virtual tokens{}, {} {} parameters train{}", p->section(), p->length,

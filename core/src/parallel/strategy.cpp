@@ -3,6 +3,7 @@
 #include "ft/abilities.h"
 
 #include "ft/model.h"
+#include "ft/param_plan.h"
 
 namespace ft {
 
@@ -11,6 +12,14 @@ namespace ft {
 // ft::Strategy type (dynamic_cast and exceptions across the .so boundary).
 void Strategy::set_training(bool training) {
   if (model_) model_->train(training);
+}
+
+void Strategy::adopt(std::shared_ptr<BertForSequenceClassification> model, const ParamPlan& plan,
+                     StrategyContext& ctx) {
+  ctx_ = &ctx;
+  model_ = std::move(model);
+  model_->to(ctx.device);
+  apply_trainable(*model_, plan);
 }
 
 ShardedCheckpointing::~ShardedCheckpointing() = default;

@@ -18,11 +18,8 @@ namespace ft {
 void ReplicatedStrategy::setup(std::shared_ptr<BertForSequenceClassification> model,
                                const OptimizerSpec& optimizer, const ParamPlan& plan,
                                StrategyContext& ctx) {
-  ctx_ = &ctx;
-  model_ = std::move(model);
-  model_->to(ctx.device);
+  adopt(std::move(model), plan, ctx);
   auto slots = slots_from_plan(model_->weights(), plan);
-  apply_trainable(*model_, plan);
   for (const auto& s : slots) trainable_.push_back(s.param);
   optimizer_ = std::make_unique<TensorOptimizer>(optimizer, std::move(slots));
   on_setup();
