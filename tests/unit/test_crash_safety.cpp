@@ -430,90 +430,89 @@ void finish_trial(const char* kind, const Job& job, const Draw& d, const Started
              {"teardown_s", end.launcher_s}, {"ok", ok}});
 }
 
-// `trials` kills of a random rank of `job`, each seeded from `seeds`.
-void kill_rank_trials(const Job& job, std::mt19937_64& seeds, int trials) {
-  constexpr double kTimeout = 10;
+// One kind of fault, as the trials below strike it.
+struct Fault {
+  const char* kind;        // recorded with each trial: "kill-rank", "stall-rank"
+  int signal;              // sent to the drawn rank
+  double timeout_s;        // the job's comm timeout
+  int64_t max_delay_ms;    // the drawn delay before the signal, at most
+  // Waits for the moment to strike (the job started: its workers exist;
+  // stalls: it is training); false when the job never got there.
+  std::function<bool(const Started&, const std::filesystem::path& dir)> ready;
+  std::string not_ready;   // what the failure says then
+  // CHECKs the job's end; returns whether the trial passed.
+  std::function<bool(const Ended&, const std::string& log, int victim)> judge;
+};
+
+// `trials` faults of a random rank of `job`, each seeded from `seeds`.
+void fault_trials(const Job& job, std::mt19937_64& seeds, int trials, const Fault& f, const std::string& summary) {
   Teardowns all;
   for (int trial = 0; trial < trials; ++trial) {
-    // From the first instants (rendezvous, data loading) into training and saves.
-    const Draw d = draw(seeds, job, 2000);
-    const int victim = d.victim;
+    const Draw d = draw(seeds, job, f.max_delay_ms);
     CAPTURE(trial);
     CAPTURE(d.seed);
-    CAPTURE(victim);
+    CAPTURE(d.victim);
     CAPTURE(d.delay_ms);
-    ft_test::TempDir tmp(fmt::format("crash-kill-{}-{}", job.strategy, job.nproc));
+    ft_test::TempDir tmp(fmt::format("crash-{}-{}-{}", f.kind, job.strategy, job.nproc));
     ft_test::write_tiny_task(tmp.path());
-    const Started s = start_job(job, tmp.path(), kTimeout);
-    if (s.ranks.empty()) {
+    const Started s = start_job(job, tmp.path(), f.timeout_s);
+    if (s.ranks.empty() || !f.ready(s, tmp.path())) {
       ft_test::wait_exit(s.launcher, std::chrono::seconds(1));
-      FAIL_CHECK("the workers did not start: " << ft_test::read_text(tmp.path() / "log.txt"));
+      FAIL_CHECK(f.not_ready << ": " << ft_test::read_text(tmp.path() / "log.txt"));
       ++all.failures;
       continue;
     }
-    const Ended end = fault_and_wait(s, d, SIGKILL, kTimeout + 30);
-    const auto& status = end.status;
-    const double teardown = end.launcher_s;
+    const Ended end = fault_and_wait(s, d, f.signal, f.timeout_s + 30);
     const std::string log = ft_test::read_text(tmp.path() / "log.txt");
     INFO(log);
-    const std::string line = fmt::format("ft: error: rank {} was killed by signal SIGKILL\n", victim);
-    const bool ok = status && WIFEXITED(*status) && WEXITSTATUS(*status) == 128 + SIGKILL &&
-                    log.find(line) != std::string::npos && teardown < kTimeout + 5;
-    CHECK(status.has_value());
-    if (status) CHECK((WIFEXITED(*status) && WEXITSTATUS(*status) == 128 + SIGKILL));
-    CHECK(log.find(line) != std::string::npos);
+    CHECK(end.status.has_value());
+    const bool ok = end.status.has_value() && f.judge(end, log, d.victim);
     CHECK(error_lines(log) == 1);  // the peers' follow-on failures are not printed
-    CHECK(teardown < kTimeout + 5);  // the timeout plus the kill grace
-    finish_trial("kill-rank", job, d, s, end, ok, all);
+    finish_trial(f.kind, job, d, s, end, ok, all);
   }
-  summarize(fmt::format("kill -9 a rank of {} x{}", job.strategy, job.nproc), all);
+  summarize(summary, all);
 }
 
-// `trials` SIGSTOPs of a random rank of `job` mid-training, each seeded from `seeds`.
+// kill -9, from the first instants (rendezvous, data loading) into training
+// and saves: the launcher names the rank and exits 128 + SIGKILL within the
+// timeout plus the kill grace.
+void kill_rank_trials(const Job& job, std::mt19937_64& seeds, int trials) {
+  Fault f{"kill-rank", SIGKILL, 10, 2000, [](const Started&, const std::filesystem::path&) { return true; },
+          "the workers did not start", nullptr};
+  f.judge = [timeout = f.timeout_s](const Ended& end, const std::string& log, int victim) {
+    const int status = *end.status;
+    const bool exit_ok = WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGKILL;
+    const bool named = log.find(fmt::format("ft: error: rank {} was killed by signal SIGKILL\n", victim)) != std::string::npos;
+    CHECK(exit_ok);
+    CHECK(named);
+    CHECK(end.launcher_s < timeout + 5);
+    return exit_ok && named && end.launcher_s < timeout + 5;
+  };
+  fault_trials(job, seeds, trials, f, fmt::format("kill -9 a rank of {} x{}", job.strategy, job.nproc));
+}
+
+// SIGSTOP mid-training: the peers wait the timeout, look for the culprit (at
+// most the grace of comm.cpp's stall report plus a second), then the
+// launcher stops all, naming the rank and the collective it never joined.
 void stall_rank_trials(const Job& job, std::mt19937_64& seeds, int trials) {
-  constexpr double kTimeout = 3;
-  // The peers wait kTimeout, look for the culprit (at most the grace of
-  // comm.cpp's stall report plus a second), then the launcher stops all.
   constexpr double kMargin = 8;
-  Teardowns all;
-  for (int trial = 0; trial < trials; ++trial) {
-    const Draw d = draw(seeds, job, 500);
-    const int victim = d.victim;
-    CAPTURE(trial);
-    CAPTURE(d.seed);
-    CAPTURE(victim);
-    CAPTURE(d.delay_ms);
-    ft_test::TempDir tmp(fmt::format("crash-stall-{}-{}", job.strategy, job.nproc));
-    ft_test::write_tiny_task(tmp.path());
-    const Started s = start_job(job, tmp.path(), kTimeout);
-    const auto metrics = tmp.path() / "m.jsonl";
-    // Stall it mid-training: every rank is in the step loop by now.
-    const bool training = !s.ranks.empty() &&
-                          wait_until(s.launcher, [&] { return ft_test::step_losses(metrics).size() >= 2; }, 60);
-    if (!training) {
-      ft_test::wait_exit(s.launcher, std::chrono::seconds(1));
-      FAIL_CHECK("the job did not start training: " << ft_test::read_text(tmp.path() / "log.txt"));
-      ++all.failures;
-      continue;
-    }
-    const Ended end = fault_and_wait(s, d, SIGSTOP, kTimeout + 30);
-    const auto& status = end.status;
-    const double teardown = end.launcher_s;
-    const std::string log = ft_test::read_text(tmp.path() / "log.txt");
-    INFO(log);
+  Fault f{"stall-rank", SIGSTOP, 3, 500, nullptr, "the job did not start training", nullptr};
+  f.ready = [](const Started& s, const std::filesystem::path& dir) {
+    return wait_until(s.launcher, [&] { return ft_test::step_losses(dir / "m.jsonl").size() >= 2; }, 60);
+  };
+  f.judge = [timeout = f.timeout_s](const Ended& end, const std::string& log, int victim) {
+    const int status = *end.status;
     // e.g. "rank 0: all_reduce failed: rank 1 stalled: it never joined all_reduce #57 (rank 0 waited 3 s in it)"
     const std::regex named(fmt::format(R"(rank {} stalled: .*never joined [a-z_]+ #[0-9]+)", victim));
-    const bool ok = status && WIFEXITED(*status) && WEXITSTATUS(*status) != 0 && std::regex_search(log, named) &&
-                    teardown < kTimeout + kMargin;
-    CHECK(status.has_value());
-    if (status) CHECK((WIFEXITED(*status) && WEXITSTATUS(*status) != 0));
-    CHECK(std::regex_search(log, named));
+    const bool exit_ok = WIFEXITED(status) && WEXITSTATUS(status) != 0;
+    const bool found = std::regex_search(log, named);
+    CHECK(exit_ok);
+    CHECK(found);
     CHECK(log.find(fmt::format("rank {} was stalled (its process is stopped)", victim)) != std::string::npos);
-    CHECK(error_lines(log) == 1);
-    CHECK(teardown < kTimeout + kMargin);
-    finish_trial("stall-rank", job, d, s, end, ok, all);
-  }
-  summarize(fmt::format("SIGSTOP a rank of {} x{}", job.strategy, job.nproc), all);
+    CHECK(end.launcher_s < timeout + kMargin);
+    return exit_ok && found && end.launcher_s < timeout + kMargin;
+  };
+  fault_trials(job, seeds, trials, f, fmt::format("SIGSTOP a rank of {} x{}", job.strategy, job.nproc));
 }
 
 // Runs `trials_of(job)` trials of each job in a subcase of its own, named
