@@ -245,6 +245,18 @@ TEST_CASE("8 steps of transformers.Trainer on DistilBERT: ft matches within 1e-4
   for (const char* flags : kStrategies) check_trainer_trajectory("distilbert", flags);
 }
 
+TEST_CASE("every family with activation checkpointing, alone and under zero3, keeps transformers.Trainer's trajectory (1e-4)") {
+  // Layers run again in backward (and, under zero3, are gathered for it
+  // through the unit runner, beside the row-split word table).
+  for (const std::string name : kFamilies) {
+    for (const char* flags : {"--strategy single --set train.batch_size=16 --set train.activation_checkpointing=true",
+                              "--strategy zero3 --nproc 2 --set train.batch_size=8 "
+                              "--set train.activation_checkpointing=true"}) {
+      check_trainer_trajectory(name, flags);
+    }
+  }
+}
+
 TEST_CASE("DistilBERT: its own names and config keys both ways; prefix tuning refused by name") {
   const auto c = ft::BertConfig::from_json_file((family_dir("distilbert") / "config.json").string());
   CHECK(c.hidden_size == 32);
