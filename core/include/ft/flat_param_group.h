@@ -218,10 +218,8 @@ class FlatParamGroup {
     at::Tensor count;       // [1] int64: the most tokens any rank has
     at::Tensor all_ids;     // [world * cap] int64; -1 past a rank's tokens
     at::Tensor rows;        // [world * cap * width]: rows read (forward), gradients gathered (backward)
-    at::Tensor grad;        // [tokens * width]: this rank's output gradient
     at::Tensor saved_ids;   // the last forward-with-grad's token ids
-    int64_t tokens = 0;
-    bool grad_pending = false;
+    at::Tensor grad;        // their output gradient, autograd's, held until backward end (undefined: none)
   };
   class WordGradNode;
   at::Tensor lookup_words(const at::Tensor& ids);
@@ -239,7 +237,7 @@ class FlatParamGroup {
   std::unique_ptr<Runner> runner_;
 
   int words_unit_ = -1;
-  int64_t word_rows_ = 0, word_width_ = 0, pad_row_ = -1;
+  int64_t word_owned_rows_ = 0, word_width_ = 0, pad_row_ = -1;  // owned: rows per rank
   WordScratch words_;
 
   // Per unit, fixed at construction.

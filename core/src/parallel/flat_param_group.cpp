@@ -101,10 +101,10 @@ void FlatParamGroup::build_units(BertForSequenceClassification& model,
   if (!words.empty()) {
     const at::Tensor& table = words.front().second;
     words_unit_ = n;
-    word_rows_ = table.size(0);
     word_width_ = table.size(1);
     pad_row_ = model.config().pad_token_id;
     add_unit(n, words, word_width_);
+    word_owned_rows_ = units_.back()->layout().shard_numel() / word_width_;
   }
   for (int u = n - 1; u >= 0; --u) {
     if (trainable_count_[static_cast<size_t>(u)] > 0) launch_order_.push_back(u);

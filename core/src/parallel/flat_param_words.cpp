@@ -73,7 +73,7 @@ at::Tensor FlatParamGroup::lookup_words(const at::Tensor& ids) {
       // Each rank reads the rows it owns for every rank's tokens; the
       // reduce-scatter then sums each token's one nonzero contribution
       // into the chunk of the rank the token came from.
-      const int64_t world = shard_.world_size(), owned = f.layout().shard_numel() / word_width_;
+      const int64_t world = shard_.world_size(), owned = word_owned_rows_;
       const int64_t cap = gather_word_ids(flat_ids);
       const at::Tensor local = words_.all_ids.narrow(0, 0, world * cap) - shard_.rank() * owned;
       const at::Tensor elsewhere = local.lt(0).logical_or(local.ge(owned));
@@ -86,7 +86,6 @@ at::Tensor FlatParamGroup::lookup_words(const at::Tensor& ids) {
     }
   }
   if (trains) {
-    words_.tokens = tokens;
     words_.saved_ids = flat_ids;
     torch::autograd::create_gradient_edge(
         rows, std::shared_ptr<WordGradNode>(new WordGradNode(this), torch::autograd::deleteNode));
@@ -99,11 +98,8 @@ at::Tensor FlatParamGroup::lookup_words(const at::Tensor& ids) {
 
 void FlatParamGroup::stash_word_grad(const at::Tensor& grad) {
   queue_backward_end();
-  if (words_.grad_pending) fail("flat param group: the word table was looked up twice in one backward");
-  c10::NoGradGuard no_grad;
-  const auto options = units_[static_cast<size_t>(words_unit_)]->shard().options();
-  scratch(words_.grad, words_.tokens * word_width_, options).copy_(grad.reshape({-1}));
-  words_.grad_pending = true;
+  if (words_.grad.defined()) fail("flat param group: the word table was looked up twice in one backward");
+  words_.grad = grad;
 }
 
 // Row-sparse gradient: every rank's tokens and output gradients, gathered;
@@ -111,17 +107,17 @@ void FlatParamGroup::stash_word_grad(const at::Tensor& grad) {
 // padding_idx) into its shard, averaged over the shard group like the
 // units' reduce-scatters.
 void FlatParamGroup::exchange_word_grads() {
-  if (!words_.grad_pending) return;
-  words_.grad_pending = false;
+  if (!words_.grad.defined()) return;
   c10::NoGradGuard no_grad;
   const FlatParam& f = *units_[static_cast<size_t>(words_unit_)];
-  const int64_t world = shard_.world_size(), owned = f.layout().shard_numel() / word_width_;
-  const int64_t cap = gather_word_ids(words_.saved_ids);
-  words_.saved_ids = at::Tensor();
+  const int64_t world = shard_.world_size(), owned = word_owned_rows_;
+  const int64_t tokens = words_.saved_ids.numel(), cap = gather_word_ids(words_.saved_ids);
   at::Tensor all = scratch(words_.rows, world * cap * word_width_, f.shard().options());
   at::Tensor mine = all.narrow(0, shard_.rank() * cap * word_width_, cap * word_width_);
-  mine.narrow(0, 0, words_.tokens * word_width_).copy_(words_.grad.narrow(0, 0, words_.tokens * word_width_));
-  mine.narrow(0, words_.tokens * word_width_, (cap - words_.tokens) * word_width_).zero_();
+  mine.narrow(0, 0, tokens * word_width_).copy_(words_.grad.reshape({-1}));
+  mine.narrow(0, tokens * word_width_, (cap - tokens) * word_width_).zero_();
+  words_.saved_ids = at::Tensor();
+  words_.grad = at::Tensor();
   shard_.all_gather_inplace_async(all).wait();
   const at::Tensor gathered_ids = words_.all_ids.narrow(0, 0, world * cap);
   const at::Tensor local = gathered_ids - shard_.rank() * owned;
@@ -135,7 +131,7 @@ void FlatParamGroup::exchange_word_grads() {
 
 int64_t FlatParamGroup::word_scratch_bytes() const {
   int64_t b = 0;
-  for (const at::Tensor* t : {&words_.count, &words_.all_ids, &words_.rows, &words_.grad}) {
+  for (const at::Tensor* t : {&words_.count, &words_.all_ids, &words_.rows}) {
     if (t->defined()) b += t->numel() * static_cast<int64_t>(t->element_size());
   }
   return b;
