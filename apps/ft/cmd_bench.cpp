@@ -229,37 +229,29 @@ std::string first_error_line(const std::string& log) {
   return last;
 }
 
-// What `auto` picked: the "picked" of its "auto.plan" event in the row's metrics.
-std::string auto_choice(const fsys::path& metrics) {
+// The data of the row's strategy event `name` (null when it never came).
+nlohmann::json strategy_event(const fsys::path& metrics, const std::string& name) {
   std::ifstream in(metrics);
   for (std::string line; std::getline(in, line);) {
     const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.value("event", "") == "strategy" && j.value("name", "") == "auto.plan") {
-      return j.at("data").value("picked", "");
-    }
+    if (j.is_object() && j.value("event", "") == "strategy" && j.value("name", "") == name) return j.at("data");
   }
-  return "";
+  return nullptr;
 }
 
-// "bubble 31% (theory 20%)": the stages' idle shares averaged. Read from the
-// log: each stage reports its own "pipeline.bubble" event (no collective at
-// teardown), and only rank 0's reaches the metrics file.
-std::string pipeline_bubble(const std::string& log) {
-  const std::string key = "pipeline stage ";
-  double sum = 0;
-  int n = 0;
-  std::string theory;
-  for (size_t at = log.find(key); at != std::string::npos; at = log.find(key, at + 1)) {
-    const auto idle = log.find(": idle ", at);
-    const auto line_end = log.find('\n', at);
-    if (idle == std::string::npos || idle > line_end) continue;
-    sum += std::atof(log.c_str() + idle + 7);
-    ++n;
-    const auto eq = log.find(") = ", at);
-    if (eq != std::string::npos && eq < line_end) theory = log.substr(eq + 4, log.find('%', eq) - eq - 4);
-  }
-  if (n == 0) return "";
-  return fmt::format("bubble {:.0f}% (theory {}%)", sum / n, theory);
+// What `auto` picked: the "picked" of its "auto.plan" event.
+std::string auto_choice(const fsys::path& metrics) {
+  const auto plan = strategy_event(metrics, "auto.plan");
+  return plan.is_object() ? plan.value("picked", "") : "";
+}
+
+// "bubble 31% (theory 20%)": the stages' mean idle share, from the one
+// "pipeline.bubble" event that rank 0 writes after gathering every stage's.
+std::string pipeline_bubble(const fsys::path& metrics) {
+  const auto b = strategy_event(metrics, "pipeline.bubble");
+  if (!b.is_object()) return "";
+  return fmt::format("bubble {:.0f}% (theory {:.0f}%)", 100.0 * b.value("idle_fraction", 0.0),
+                     100.0 * b.value("theory_fraction", 0.0));
 }
 
 std::string shell_join(const std::vector<std::string>& argv) {
@@ -361,7 +353,7 @@ BenchRow run_row(const RowDef& def, const BenchFlags& flags, const Workload& wl,
     row.error = first_error_line(output);
     if (row.error.empty()) row.error = result.exit_code ? fmt::format("exit code {}", result.exit_code) : "no summary in the metrics";
   }
-  if (def.strategy == "pipeline") row.note = pipeline_bubble(output);
+  if (def.strategy == "pipeline") row.note = pipeline_bubble(metrics);
   if (def.strategy == "auto") {
     const std::string pick = auto_choice(metrics);
     if (!pick.empty()) {
@@ -369,10 +361,16 @@ BenchRow run_row(const RowDef& def, const BenchFlags& flags, const Workload& wl,
       row.note = "picked " + pick;
     }
   }
+  // The theory column needs the model's shape (and, for ZeRO-2/3, whether the
+  // word table is split): one config load, with the user's overrides.
   const std::string& t = row.theory_strategy;
-  if (t == "zero1" || t == "zero2" || t == "zero3" || t == "fsdp") {
+  const bool sharded = t == "zero1" || t == "zero2" || t == "zero3" || t == "fsdp";
+  if (!sharded && t != "tensor") return row;
+  const RunConfig config = load_config(wl.config, flags.sets);
+  const BertConfig shape = resolve_model_config(config);
+  if (sharded) {
     // Full fine-tuning: each unit's parameters give its padding, its bucket and its gather.
-    const BertForSequenceClassification model(resolve_model_config(load_config(wl.config, {})));
+    const BertForSequenceClassification model(shape);
     for (const auto& unit : model.unit_parameters()) {
       int64_t n = 0;
       for (const auto& named : unit) n += named.second.numel();
@@ -380,19 +378,17 @@ BenchRow run_row(const RowDef& def, const BenchFlags& flags, const Workload& wl,
     }
     // A classifier's word table is split by rows under zero2/3 and fsdp
     // unless the user's overrides turn shard_word_table off.
-    const auto& options = load_config(wl.config, flags.sets).strategy.options;
+    const auto& options = config.strategy.options;
     const auto off = options.find("shard_word_table");
     const bool split = off == options.end() || OptionReader::parse_bool(off->second).value_or(true);
     if (t != "zero1" && split && model.units_read_by(model.num_units() - 1).empty()) {
       const at::Tensor& table = *model.named_parameters().find(model.config().family().word_embeddings());
       row.sharded_words = {table.size(0), table.size(1)};
     }
-  }
-  if (row.theory_strategy == "tensor") {
+  } else {
     // Full fine-tuning: every parameter trains, so the cut ones follow from the shape.
-    const BertConfig c = resolve_model_config(load_config(wl.config, {}));
-    row.sliced_params = tensor_sliced_params(c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.vocab_size,
-                                             c.vocab_size % ranks == 0);
+    row.sliced_params = tensor_sliced_params(shape.hidden_size, shape.intermediate_size, shape.num_hidden_layers,
+                                             shape.vocab_size, shape.vocab_size % ranks == 0);
   }
   return row;
 }

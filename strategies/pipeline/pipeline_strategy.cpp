@@ -4,7 +4,9 @@
 
 #include <c10/core/GradMode.h>
 #include <c10/core/StorageImpl.h>
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -331,17 +333,28 @@ void PipelineStrategy::end_step_timing() {
 void PipelineStrategy::teardown() {
   wait_sends();
   if (model_) model_->set_unit_runner(nullptr);
-  if (stages_ > 1 && timed_steps_ > 0 && wall_s_ > 0) {
-    // Each rank its own event (no collective at teardown), so only stage
-    // 0's reaches the metrics file; ft bench averages the stages' lines.
+  if (stages_ > 1) {
+    // Every stage's idle share, gathered so the stage that holds world rank 0
+    // (the one that writes the metrics file) reports the whole pipeline.
+    // Safe here: teardown follows a fit() that every rank finished.
+    const double own = timed_steps_ > 0 && wall_s_ > 0 ? idle_s_ / wall_s_ : -1.0;
+    at::Tensor shares = at::full({stages_}, 0.0, at::kDouble);
+    shares[stage_] = own;
+    pipe().all_reduce(shares, ReduceOp::Sum);
+    std::vector<double> idle(stages_);
+    for (int s = 0; s < stages_; ++s) idle[s] = shares[s].item<double>();
+    if (timed_steps_ == 0 || std::any_of(idle.begin(), idle.end(), [](double f) { return f < 0; })) return;
     const int p = stages_, m = micro_per_step_;
-    const double idle = idle_s_ / wall_s_, theory = (p - 1) / static_cast<double>(m + p - 1);
+    const double mean = std::accumulate(idle.begin(), idle.end(), 0.0) / p;
+    const double theory = (p - 1) / static_cast<double>(m + p - 1);
+    std::vector<std::string> pct;
+    for (double f : idle) pct.push_back(fmt::format("{:.1f}%", 100.0 * f));
     ctx_->events.emit("pipeline.bubble",
-                      nlohmann::json{{"stage", stage_}, {"idle_fraction", idle}, {"steps", timed_steps_},
+                      nlohmann::json{{"idle_fraction", mean}, {"stage_idle_fractions", idle}, {"steps", timed_steps_},
                                      {"theory_fraction", theory}, {"stages", p}, {"micro_batches", m}},
-                      fmt::format("pipeline stage {}: idle {:.1f}% of the step time over {} steps (bubble theory "
-                                  "(p-1)/(m+p-1) = {:.1f}% for p = {}, m = {})",
-                                  stage_, 100.0 * idle, timed_steps_, 100.0 * theory, p, m));
+                      fmt::format("pipeline: idle {:.1f}% of the step time (stages {}) over {} steps (bubble "
+                                  "theory (p-1)/(m+p-1) = {:.1f}% for p = {}, m = {})",
+                                  100.0 * mean, fmt::join(pct, ", "), timed_steps_, 100.0 * theory, p, m));
   }
 }
 

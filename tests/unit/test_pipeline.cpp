@@ -76,6 +76,16 @@ TEST_CASE("pipeline x2 saves at step 4; single, zero3 x2, tensor x2 and gpipe re
   CHECK(stages[0].at("balance") == "compute");
   CHECK(stages[0].at("units").at(0).at("first_unit") == "embeddings");
   CHECK(stages[0].at("units").at(0).at("last_unit") == "layer 0");
+  // The bubble of the whole pipeline, gathered from both stages into rank 0's
+  // file: three timed steps (the first is warm-up), p = 2, m = 4.
+  const auto bubble = ft_test::strategy_events(tmp.path() / "pipe.jsonl", "pipeline.bubble");
+  REQUIRE(bubble.size() == 1);
+  CHECK(bubble[0].at("steps") == 3);
+  CHECK(bubble[0].at("theory_fraction").get<double>() == doctest::Approx(0.2));
+  const auto idle = bubble[0].at("stage_idle_fractions").get<std::vector<double>>();
+  REQUIRE(idle.size() == 2);
+  for (double f : idle) CHECK((f > 0 && f < 1));
+  CHECK(bubble[0].at("idle_fraction").get<double>() == doctest::Approx((idle[0] + idle[1]) / 2));
   const auto saved = tmp.path() / "pipe" / "final";
   // The checkpoint is the full HF model, not a stage of it.
   ft::BertConfig c = ft::BertConfig::from_json_file((saved / "config.json").string());

@@ -83,7 +83,7 @@ TEST_CASE("EventLog: rank 0 writes {event: strategy, name, data} and prints the 
   const auto other = tmp.path() / "m1.jsonl";
   {
     ft::EventLog log(/*is_rank0=*/false, other.string(), /*progress=*/false);
-    // A per-rank statistic (a pipeline stage's bubble) is printed by its own rank.
+    // A per-rank statistic is printed by its own rank, and only rank 0 writes the file.
     CHECK(stdout_of(tmp.path() / "out1.txt", [&] { log.strategy(e); }) == std::string(kLine) + "\n");
   }
   CHECK_FALSE(std::filesystem::exists(other));

@@ -108,7 +108,9 @@ class __attribute__((visibility("default"))) Strategy {
   // Bytes of params, grads and optimizer state held by this rank.
   virtual StateBytes state_bytes() const = 0;
 
-  // Release communication resources; called once before destruction.
+  // Release communication resources; called once before destruction, and
+  // only after every rank's training finished, so it may still communicate
+  // (the pipeline gathers its stages' bubble here). A failed run skips it.
   virtual void teardown() {}
 
   // --- Optional abilities (ft/abilities.h) ---
