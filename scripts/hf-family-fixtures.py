@@ -31,13 +31,13 @@ torch.use_deterministic_algorithms(True)
 import tokenizers  # noqa: E402
 import transformers  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
-from torch.utils.data import Dataset, SequentialSampler  # noqa: E402
 from transformers import (  # noqa: E402
-    AutoConfig, AutoModelForMaskedLM, AutoModelForSequenceClassification, Trainer, TrainingArguments)
+    AutoConfig, AutoModelForMaskedLM, AutoModelForSequenceClassification, TrainingArguments)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_fixture_common import (  # noqa: E402
     IMDB, IMDB_REL, REPO, WEIBO, WEIBO_REL, one_key, read_imdb, read_weibo, sha256_file)
+from hf_fixture_trainer import FixedOrderTrainer, Rows  # noqa: E402
 
 TOKENIZERS = os.path.join(REPO, "tests", "data", "hf", "tokenizers")
 MAX_LEN = 64
@@ -110,32 +110,6 @@ def build(spec, tok):
     return AutoModelForSequenceClassification.from_config(tiny_config(spec, tok), attn_implementation="eager")
 
 
-class Rows(Dataset):
-    def __init__(self, t):
-        self.t = t
-
-    def __len__(self):
-        return self.t["input_ids"].shape[0]
-
-    def __getitem__(self, i):
-        return {k: self.t[k][i] for k in ("input_ids", "attention_mask", "labels")}
-
-
-class FixedOrderTrainer(Trainer):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.exact_losses = []
-
-    def _get_train_sampler(self, *args, **kwargs):
-        return SequentialSampler(self.train_dataset)
-
-    def compute_loss(self, model, inputs, return_outputs=False, **kwargs):
-        result = super().compute_loss(model, inputs, return_outputs=return_outputs, **kwargs)
-        if model.training:
-            self.exact_losses.append((result[0] if return_outputs else result).detach().item())
-        return result
-
-
 def make_family(name, out, imdb, weibo):
     spec = FAMILIES[name]
     tok_file = os.path.join(TOKENIZERS, spec["tokenizer"] + ".tokenizer.json")
@@ -181,7 +155,8 @@ def make_family(name, out, imdb, weibo):
     with tempfile.TemporaryDirectory() as tmp:
         args = TrainingArguments(output_dir=tmp, report_to=[], use_cpu=True, save_strategy="no", logging_steps=1,
                                  disable_tqdm=True, dataloader_num_workers=0, remove_unused_columns=False, **hp)
-        trainer = FixedOrderTrainer(model=model, args=args, train_dataset=Rows(data))
+        rows = Rows(data, ("input_ids", "attention_mask", "labels"))
+        trainer = FixedOrderTrainer(model=model, args=args, train_dataset=rows)
         trainer.train()
     losses = trainer.exact_losses
     if len(losses) != 8 or not all(math.isfinite(v) for v in losses):

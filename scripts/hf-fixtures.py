@@ -40,12 +40,10 @@ import safetensors  # noqa: E402
 import tokenizers  # noqa: E402
 import transformers  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
-from torch.utils.data import Dataset, SequentialSampler  # noqa: E402
 from transformers import (  # noqa: E402
     AutoConfig,
     AutoModelForSequenceClassification,
     AutoTokenizer,
-    Trainer,
     TrainingArguments,
 )
 
@@ -53,6 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_fixture_common import (  # noqa: E402
     IMDB, IMDB_REL, IMDB_ROWS, REPO, WEIBO, WEIBO_REL, WEIBO_ROWS, one_key, read_imdb, read_weibo, sha256_file,
     sha256_text)
+from hf_fixture_trainer import FixedOrderTrainer, Rows  # noqa: E402
 
 MINILM = os.path.join(REPO, "data", "all-minilm-l6-v2")
 # (a) and (b) use IMDB_ROWS and WEIBO_ROWS.
@@ -185,47 +184,6 @@ def make_tokens(out, tok, imdb, weibo):
 
 
 # --------------------------------------------------------------------- (c)
-class Rows(Dataset):
-    def __init__(self, tensors):
-        self.t = tensors
-
-    def __len__(self):
-        return self.t["input_ids"].shape[0]
-
-    def __getitem__(self, i):
-        return {"input_ids": self.t["input_ids"][i], "attention_mask": self.t["attention_mask"][i],
-                "token_type_ids": self.t["token_type_ids"][i], "labels": self.t["labels"][i]}
-
-
-class FixedOrderTrainer(Trainer):
-    """Rows in file order (global step s = rows [16 s, 16 s + 16)); exact losses kept."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.exact_losses = []
-        self.step_lrs = []
-        self.grad_norms = []
-
-    def _get_train_sampler(self, *args, **kwargs):
-        return SequentialSampler(self.train_dataset)
-
-    def compute_loss(self, model, inputs, return_outputs=False, **kwargs):
-        result = super().compute_loss(model, inputs, return_outputs=return_outputs, **kwargs)
-        loss = result[0] if return_outputs else result
-        if model.training:
-            self.exact_losses.append(loss.detach().item())
-            # The LR this step's optimizer.step() will use (the scheduler steps after it).
-            self.step_lrs.append(self.optimizer.param_groups[0]["lr"])
-        return result
-
-    def training_step(self, model, inputs, *args, **kwargs):
-        out = super().training_step(model, inputs, *args, **kwargs)
-        # Gradient accumulation is 1: the grads now are this step's, before clipping.
-        grads = [p.grad.detach().double().norm() for p in model.parameters() if p.grad is not None]
-        self.grad_norms.append(torch.stack(grads).norm().item())
-        return out
-
-
 def make_trainer(out, tok, imdb, head_a):
     d = os.path.join(out, "minilm-trainer")
     os.makedirs(d, exist_ok=True)
@@ -266,7 +224,7 @@ def make_trainer(out, tok, imdb, head_a):
             output_dir=tmp, report_to=[], use_cpu=True, save_strategy="no", logging_steps=1,
             disable_tqdm=True, dataloader_num_workers=0, dataloader_drop_last=False,
             remove_unused_columns=False, **hp)
-        trainer = FixedOrderTrainer(model=model, args=args, train_dataset=Rows(data))
+        trainer = FixedOrderTrainer(model=model, args=args, train_dataset=Rows(data, ("input_ids", "attention_mask", "token_type_ids", "labels")))
         trainer.train()
     names = {id(p): n for n, p in model.named_parameters()}
     decay, no_decay = [], []
