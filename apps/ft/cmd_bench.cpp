@@ -367,7 +367,7 @@ BenchRow run_row(const RowDef& def, const BenchFlags& flags, const Workload& wl,
   const bool sharded = t == "zero1" || t == "zero2" || t == "zero3" || t == "fsdp";
   if (!sharded && t != "tensor") return row;
   const RunConfig config = load_config(wl.config, flags.sets);
-  const BertConfig shape = resolve_model_config(config);
+  const BertConfig shape = planned_model_config(config);
   if (sharded) {
     // Full fine-tuning: each unit's parameters give its padding, its bucket and its gather.
     const BertForSequenceClassification model(shape);

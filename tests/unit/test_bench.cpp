@@ -1,7 +1,9 @@
 // `ft bench`: the report writers on hand-made rows, the Trainer preset
 // against configs/trainer-preset.yaml, and one real tiny matrix with a row
 // that fails while the others still measure.
+#include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -38,6 +40,15 @@ std::vector<std::string> csv_fields(const std::string& line) {
   }
   out.push_back(cur);
   return out;
+}
+
+// `line`'s value in the column the header names `name`.
+std::string csv_field(const std::vector<std::string>& header, const std::string& line, const std::string& name) {
+  const auto row = csv_fields(line);
+  for (size_t i = 0; i < header.size() && i < row.size(); ++i) {
+    if (header[i] == name) return row[i];
+  }
+  return "<no column " + name + ">";
 }
 
 size_t count(const std::string& text, const std::string& what) {
@@ -191,13 +202,7 @@ TEST_CASE("ft bench: a tiny matrix writes four outputs, one row per strategy, fr
   REQUIRE(csv.size() == 3);
   CHECK(csv[0] == ft::bench_csv_header());
   const auto header = csv_fields(csv[0]);
-  auto field = [&](const std::string& line, const std::string& name) {
-    const auto row = csv_fields(line);
-    for (size_t i = 0; i < header.size() && i < row.size(); ++i) {
-      if (header[i] == name) return row[i];
-    }
-    return std::string("<no column " + name + ">");
-  };
+  auto field = [&](const std::string& line, const std::string& name) { return csv_field(header, line, name); };
   // single: one process, 2 threads, global batch 32; ddp: 2 ranks x 1 thread.
   CHECK(field(csv[1], "row") == "single");
   CHECK(field(csv[1], "status") == "ok");
@@ -221,6 +226,48 @@ TEST_CASE("ft bench: a tiny matrix writes four outputs, one row per strategy, fr
   const std::string md = ft_test::read_text(dir.path() / "results.md");
   CHECK(md.find("*seeds' min* is the minutes the seed PyTorch scripts took") != std::string::npos);
   CHECK(out.output.find("| ddp (ft run --nproc) | ddp | 2 | fp32 |") != std::string::npos);
+}
+
+TEST_CASE("ft bench: the theory column counts the model the run builds (a random-init table sized to its vocab)") {
+  // A random-init model reading text gets as many word rows as its tokenizer
+  // has tokens (here 13, not the preset's 21 128): the theory must count those.
+  ft_test::TempDir dir("bench-vocab");
+  const auto vocab = dir.path() / "vocab.txt";
+  const auto data = dir.path() / "train.jsonl";
+  const auto config = dir.path() / "run.yaml";
+  {
+    std::ofstream v(vocab);
+    for (const char* t : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "film", "a", "very", "not", "is",
+                          "it"}) {
+      v << t << "\n";
+    }
+    std::ofstream d(data);
+    for (int i = 0; i < 64; ++i) d << (i % 2 ? R"({"text": "a very good film", "label": 1})" : R"({"text": "it is not good", "label": 0})") << "\n";
+    std::ofstream c(config);
+    c << "model: {config: tiny}\n"
+      << "data: {train: " << data.string() << ", format: jsonl, labels: [neg, pos], vocab: " << vocab.string()
+      << ", max_seq_len: 16}\n"
+      << "train: {epochs: 1, batch_size: 32, seed: 1}\n";
+  }
+  const auto out = ft_test::run_ft("bench --workload '" + config.string() + "' --strategies zero1,zero3,tensor --steps 1 --out '" +
+                                   (dir.path() / "out").string() + "'");
+  INFO(out.output);
+  REQUIRE(out.exit_code == 0);
+  const auto csv = lines_of(ft_test::read_text(dir.path() / "out" / "results.csv"));
+  REQUIRE(csv.size() == 4);
+  const auto header = csv_fields(csv[0]);
+  auto field = [&](const std::string& line, const std::string& name) { return csv_field(header, line, name); };
+  for (size_t r = 1; r < csv.size(); ++r) {
+    CAPTURE(field(csv[r], "row"));
+    CHECK(field(csv[r], "status") == "ok");
+    // The fullest rank holds exactly what the formula says, to the byte (the
+    // last rank's share of a table of 13 rows split in 7 + 6 is a row short).
+    const std::string held = field(csv[r], "model_state_bytes_per_rank");
+    const auto semi = held.find(';');
+    REQUIRE(semi != std::string::npos);
+    const long long rank0 = std::stoll(held.substr(0, semi)), rank1 = std::stoll(held.substr(semi + 1));
+    CHECK(std::max(rank0, rank1) == std::stoll(field(csv[r], "theory_bytes_per_rank")));
+  }
 }
 
 TEST_CASE("ft bench: an unknown strategy fails before any row runs") {

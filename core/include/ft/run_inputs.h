@@ -47,6 +47,12 @@ std::shared_ptr<const Tokenizer> load_model_dir_tokenizer(const std::string& dir
 
 RunInputs prepare_inputs(const RunConfig& config);
 
+// The shape of the classifier prepare_inputs(config) leads to, without reading
+// the data or the weights: resolve_model_config, a random-init model's word
+// table sized to its tokenizer, and data.labels' count when it lists them (else
+// the config's). ft bench's theory column counts this model.
+BertConfig planned_model_config(const RunConfig& config);
+
 // A view of some rows of another dataset (dev split of pre-tokenized data).
 std::unique_ptr<Dataset> subset(std::shared_ptr<Dataset> base, std::vector<int64_t> rows);
 

@@ -202,9 +202,15 @@ std::pair<TextData, TextData> read_train_dev(const RunConfig& config, int64_t& s
   return {std::move(train), std::move(dev)};
 }
 
+// model.weights, else a model directory's own weights ("" for random init).
+std::string weights_source(const RunConfig& config) {
+  if (!config.model.weights.empty() || !fsys::is_directory(config.model.config)) return config.model.weights;
+  return config.model.config;
+}
+
 void resolve_weights(const RunConfig& config, RunInputs& in) {
-  std::string weights = config.model.weights;
-  if (weights.empty() && fsys::is_directory(config.model.config)) {
+  const std::string weights = weights_source(config);
+  if (config.model.weights.empty() && !weights.empty()) {
     // A model or checkpoint directory brings its weights; with a manifest, a
     // missing model.safetensors is named by the verification. A directory is
     // never silently trained from scratch: that is what config.json alone is for.
@@ -215,7 +221,6 @@ void resolve_weights(const RunConfig& config, RunInputs& in) {
            "model.config at {}",
            dir.string(), (dir / "config.json").string());
     }
-    weights = config.model.config;
   }
   if (!weights.empty()) {
     in.initial_weights = read_model_weights(weights);
@@ -294,6 +299,17 @@ void prepare_text_inputs(const RunConfig& config, RunInputs& in) {
 
 std::unique_ptr<Dataset> subset(std::shared_ptr<Dataset> base, std::vector<int64_t> rows) {
   return std::make_unique<SubsetDataset>(std::move(base), std::move(rows));
+}
+
+BertConfig planned_model_config(const RunConfig& config) {
+  BertConfig c = resolve_model_config(config);
+  c.head = BertHead::kSequenceClassification;
+  // As attach_tokenizer: a random-init model reading text gets its tokenizer's vocabulary.
+  const bool text = !config.data.train.empty() &&
+                    detect_data_format(config.data.train, parse_data_format(config.data.format)) != DataFormat::Safetensors;
+  if (text && detail::weights_source(config).empty()) c.vocab_size = load_tokenizer(config)->vocab_size();
+  if (!config.data.labels.empty()) c.num_labels = static_cast<int64_t>(config.data.labels.size());
+  return c;
 }
 
 RunInputs prepare_inputs(const RunConfig& config) {

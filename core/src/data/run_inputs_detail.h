@@ -21,6 +21,8 @@ void attach_tokenizer(const RunConfig& config, RunInputs& in);
 // dev_fraction split); adds the skipped bad rows to `skipped`.
 std::pair<TextData, TextData> read_train_dev(const RunConfig& config, int64_t& skipped);
 // model.weights, or the weights of a checkpoint named by model.config.
+// model.weights, else a model directory's own weights ("" for random init).
+std::string weights_source(const RunConfig& config);
 void resolve_weights(const RunConfig& config, RunInputs& in);
 
 }  // namespace ft::detail
