@@ -134,8 +134,11 @@ TEST_CASE("memory formulas per rank (fp32 AdamW: 16 bytes per parameter)") {
   CHECK(ft::theory_state_bytes("tensor", 1000, 4) == -1);  // unknown without the cut count
   CHECK(ft::theory_formula("tensor") == "16Ψr+16Ψs/N");
   // BERT-base: 12 x (4 x 768² + 2 x 768 x 3072 + 3 x 768 + 3072) + 30522 x 768.
-  CHECK(ft::tensor_sliced_params(768, 3072, 12, 30522, true) ==
+  CHECK(ft::tensor_sliced_params(768, 3072, 12, 30522, 768, true) ==
         12 * (4 * 768 * 768 + 2 * 768 * 3072 + 3 * 768 + 3072) + 30522 * 768);
+  // ELECTRA-small: its word table is 128 wide, under layers of 256.
+  CHECK(ft::tensor_sliced_params(256, 1024, 12, 30522, 128, true) ==
+        12 * (4 * 256 * 256 + 2 * 256 * 1024 + 3 * 256 + 1024) + 30522 * 128);
 }
 
 TEST_CASE("auto picks a DDP variant when the model state fits") {

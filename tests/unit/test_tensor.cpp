@@ -219,7 +219,7 @@ TEST_CASE("bench-mini: a tensor x2 rank holds the replicated tensors and half of
     CHECK(b <= 0.6 * 16.0 * psi);  // ddp holds 16 bytes per parameter
     // What `ft bench` prints as the theory: 16(Ψ-Ψs) + 16Ψs/N.
     const int64_t cut = ft::tensor_sliced_params(c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.vocab_size,
-                                                 true);
+                                                 c.embedding_width(), true);
     CHECK(static_cast<int64_t>(b) == ft::theory_state_bytes("tensor", static_cast<int64_t>(psi), 2, 1, cut));
   }
   MESSAGE("tensor x2 model state per rank: " << per_rank[0] / (16.0 * psi) << " of ddp's");

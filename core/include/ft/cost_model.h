@@ -140,9 +140,11 @@ std::string format_plan(const Plan& plan, const PlanInputs& inputs);
 
 /// Parameters Megatron tensor parallelism cuts in a BERT of this shape, all
 /// trainable: per layer the query, key, value and intermediate weights and
-/// biases and the two row-parallel weights, plus the word embeddings when
+/// biases and the two row-parallel weights, plus the word embeddings (vocab
+/// rows of `embedding_width`: ELECTRA's are narrower than the layers) when
 /// they are vocab-parallel (docs/model-parallel.md).
-int64_t tensor_sliced_params(int64_t hidden, int64_t intermediate, int64_t layers, int64_t vocab, bool vocab_parallel);
+int64_t tensor_sliced_params(int64_t hidden, int64_t intermediate, int64_t layers, int64_t vocab, int64_t embedding_width,
+                             bool vocab_parallel);
 
 /// Bytes per parameter of each kind of model state.
 struct StateAccounting {

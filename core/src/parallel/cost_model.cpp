@@ -176,10 +176,11 @@ double ring_allgather_seconds(const LinkModel& link, int world_size, int64_t byt
          (n - 1.0) / n * static_cast<double>(bytes) * link.beta_s_per_byte;
 }
 
-int64_t tensor_sliced_params(int64_t hidden, int64_t intermediate, int64_t layers, int64_t vocab, bool vocab_parallel) {
+int64_t tensor_sliced_params(int64_t hidden, int64_t intermediate, int64_t layers, int64_t vocab, int64_t embedding_width,
+                             bool vocab_parallel) {
   const int64_t h = hidden, i = intermediate;
   const int64_t per_layer = 3 * (h * h + h) + (h * i + i) + h * h + i * h;
-  return layers * per_layer + (vocab_parallel ? vocab * h : 0);
+  return layers * per_layer + (vocab_parallel ? vocab * embedding_width : 0);
 }
 
 double zero_state_bytes(int stage, double params, int world_size, const StateAccounting& a) {
