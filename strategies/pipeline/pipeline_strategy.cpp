@@ -343,7 +343,10 @@ void PipelineStrategy::teardown() {
     pipe().all_reduce(shares, ReduceOp::Sum);
     std::vector<double> idle(stages_);
     for (int s = 0; s < stages_; ++s) idle[s] = shares[s].item<double>();
-    if (timed_steps_ == 0 || std::any_of(idle.begin(), idle.end(), [](double f) { return f < 0; })) return;
+    // One line per pipeline, from its first stage (world rank 0 is one).
+    if (stage_ != 0 || timed_steps_ == 0 || std::any_of(idle.begin(), idle.end(), [](double f) { return f < 0; })) {
+      return;
+    }
     const int p = stages_, m = micro_per_step_;
     const double mean = std::accumulate(idle.begin(), idle.end(), 0.0) / p;
     const double theory = (p - 1) / static_cast<double>(m + p - 1);

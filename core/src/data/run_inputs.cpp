@@ -202,7 +202,6 @@ std::pair<TextData, TextData> read_train_dev(const RunConfig& config, int64_t& s
   return {std::move(train), std::move(dev)};
 }
 
-// model.weights, else a model directory's own weights ("" for random init).
 std::string weights_source(const RunConfig& config) {
   if (!config.model.weights.empty() || !fsys::is_directory(config.model.config)) return config.model.weights;
   return config.model.config;

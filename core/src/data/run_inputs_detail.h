@@ -20,9 +20,9 @@ void attach_tokenizer(const RunConfig& config, RunInputs& in);
 // data.train and the dev rows `ft run` evaluates on (data.dev, or the
 // dev_fraction split); adds the skipped bad rows to `skipped`.
 std::pair<TextData, TextData> read_train_dev(const RunConfig& config, int64_t& skipped);
-// model.weights, or the weights of a checkpoint named by model.config.
 // model.weights, else a model directory's own weights ("" for random init).
 std::string weights_source(const RunConfig& config);
+// Reads weights_source(config) into `in` (a model directory without weights is an error).
 void resolve_weights(const RunConfig& config, RunInputs& in);
 
 }  // namespace ft::detail
