@@ -30,14 +30,9 @@ fi
 if [[ ! -f data/weibo-vocab.txt ]]; then
   "$ft" vocab build --config configs/weibo.yaml --out data/weibo-vocab.txt
 fi
-# Numbers from a busy machine are worthless: wait (up to 5 min) for the 1-minute load to settle.
-for ((i = 0; i < 60; i++)); do
-  load="$(cut -d' ' -f1 /proc/loadavg)"
-  awk -v l="$load" 'BEGIN {exit !(l < 0.5)}' && break
-  ((i == 0)) && echo "bench-docs: waiting for the load average to drop below 0.5 ($load)" >&2
-  sleep 5
-done
-echo "bench-docs: $(git rev-parse --short HEAD 2>/dev/null || echo '?'), load before start $(cut -d' ' -f1 /proc/loadavg), $(date -u '+%Y-%m-%d %H:%M UTC')"
+source "$repo/scripts/wait-low-load.sh"
+wait_low_load bench-docs
+echo "bench-docs: $(git rev-parse --short HEAD 2>/dev/null || echo '?'), load before start $load_before, $(date -u '+%Y-%m-%d %H:%M UTC')"
 for wl in weibo imdb; do
   [[ "$which" == "$wl" || "$which" == all ]] || continue
   "$ft" bench --workload "$wl" --nproc "$nproc" --steps "$steps" --machine "$machine" --out "bench-out/$wl" || true

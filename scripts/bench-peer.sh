@@ -36,13 +36,8 @@ if ! "$py" -c 'import torch' 2>/dev/null; then
   "${sudo_cmd[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq python3-torch >/dev/null
 fi
-# Numbers from a busy machine are worthless: wait (up to 5 min) for the 1-minute load to settle.
-for ((i = 0; i < 60; i++)); do
-  load0="$(cut -d' ' -f1 /proc/loadavg)"
-  awk -v l="$load0" 'BEGIN {exit !(l < 0.5)}' && break
-  ((i == 0)) && echo "bench-peer: waiting for the load average to drop below 0.5 ($(cut -d' ' -f1 /proc/loadavg))" >&2
-  sleep 5
-done
+source "$repo/scripts/wait-low-load.sh"
+wait_low_load bench-peer
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
@@ -102,7 +97,7 @@ bench_workload() {  # bench_workload <name> <fixture> <padding> <lr> <strategies
 }
 
 {
-  echo "ft vs PyTorch $("$py" -c 'import torch; print(torch.__version__)') (Python), $(nproc) cores, load before start: $load0, BLAS: $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3)"
+  echo "ft vs PyTorch $("$py" -c 'import torch; print(torch.__version__)') (Python), $(nproc) cores, load before start: $load_before, BLAS: $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3)"
   if [[ "$which_workloads" == mini || "$which_workloads" == all ]]; then
     bench_workload mini ../shared/fixtures/bench-mini longest 2e-5 single ddp ddp_amp zero1
   fi
