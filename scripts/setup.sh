@@ -14,6 +14,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 packages=(
   build-essential cmake ninja-build ccache pkg-config
   libtorch-dev libgloo-dev                 # LibTorch 1.13 (CPU) + c10d Gloo headers
+  libtcmalloc-minimal4                     # the allocator ft links (apps/CMakeLists.txt): no page faults on reused buffers
   libopenblas0-openmp                      # one thread pool: OpenBLAS runs on LibTorch's OpenMP threads (docs/performance.md)
   libblas3                                 # the reference BLAS test_threads swaps in to check the slow-BLAS warning
   iproute2                                 # `ip netns`: the netns_two_hosts test's two "hosts"

@@ -13,12 +13,14 @@
 //   - NCCL, present only when LibTorch was built with it (`USE_C10D_NCCL`);
 //   - the autocast API (per-device functions before 2.4, device-typed after);
 //   - NVTX ranges through LibTorch's CUDA profiler stubs (header moved in 2.0);
+//   - scaled_dot_product_attention (2.0 on): fused attention kernels;
 //   - autograd nodes (a leaf's grad accumulator) held in std::shared_ptr up to
 //     2.11 at least, in c10::intrusive_ptr by 2.15: shared_node() gives ft's
 //     std::shared_ptr either way (found by overload, no version number).
 //
 // This header is heavy (c10d + gloo, ~4.5 s to compile): include it only from
-// sources under core/src/ (comm/, precision, trace, activation checkpoint), never from a public header.
+// sources under core/src/ (comm/, precision, trace, activation checkpoint,
+// attention kernels), never from a public header.
 #pragma once
 
 #include <chrono>
@@ -27,6 +29,7 @@
 #include <string>
 #include <utility>
 
+#include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #if __has_include(<torch/csrc/profiler/stubs/base.h>)
 #include <torch/csrc/profiler/stubs/base.h>
@@ -123,6 +126,24 @@ inline void set_autocast(c10::DeviceType device, bool enabled, at::ScalarType dt
   }
 #endif
 }
+
+/// at::scaled_dot_product_attention, from LibTorch 2.0: fused kernels (flash
+/// and memory-efficient on CUDA, a flash kernel on CPU) that never store the
+/// [heads, L, L] probabilities. Before 2.0 there is none; callers check
+/// kHaveSdpa first.
+#if FT_TORCH_AT_LEAST(2, 0)
+inline constexpr bool kHaveSdpa = true;
+inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                               const at::Tensor& additive_mask, double dropout_p) {
+  return at::scaled_dot_product_attention(q, k, v, additive_mask, dropout_p);
+}
+#else
+inline constexpr bool kHaveSdpa = false;
+inline at::Tensor scaled_dot_product_attention(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                               const at::Tensor&, double) {
+  TORCH_CHECK(false, "scaled_dot_product_attention needs LibTorch 2.0 or newer");
+}
+#endif
 
 // NVTX: LibTorch's CUDA stubs push/pop NVTX ranges when libtorch_cuda is
 // loaded; without CUDA they are stubs that throw, so check enabled() first.

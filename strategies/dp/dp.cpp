@@ -165,6 +165,7 @@ class DpStrategy final : public ft::ReplicatedStrategy {
       replica->to(dev);
       replica->set_activation_checkpointing(model_->activation_checkpointing());
       replica->set_padding_free(model_->padding_free());
+      replica->set_attention(model_->attention());
       auto mine = replica->parameters();
       auto master = model_->parameters();
       for (size_t k = 0; k < mine.size(); ++k) mine[k].set_requires_grad(master[k].requires_grad());

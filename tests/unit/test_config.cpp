@@ -8,8 +8,12 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+#include <torch/version.h>
+
 #include "ft/config.h"
 #include "ft/error.h"
+#include "ft/packed_attention.h"
 #include "ft_test.h"
 
 namespace {
@@ -211,6 +215,15 @@ TEST_CASE("validation: ranges, enums and cross-field rules") {
         "cfg.yaml: strategy.precision: unknown value 'fp8' (allowed: auto, fp32, bf16, fp16)");
   CHECK(err_data("  padding: max\n") ==
         "cfg.yaml: data.padding: unknown value 'max' (allowed: longest, max_length)");
+  auto err_model = [](const std::string& extra) {
+    return error_of([&] { from("model:\n  config: tiny\n" + extra + "data:\n  train: a.safetensors\n"); });
+  };
+  CHECK(err_model("  attention: flash\n") ==
+        "cfg.yaml: model.attention: unknown value 'flash' (allowed: auto, packed, sdpa, eager)");
+  if (!ft::sdpa_available())
+    CHECK(err_model("  attention: sdpa\n") ==
+          fmt::format("cfg.yaml: model.attention: 'sdpa' needs LibTorch 2.0 or newer; this ft is built against "
+                      "LibTorch {}; use auto, packed or eager", TORCH_VERSION));
   CHECK(err_data("  pair_truncation: rust\n") ==
         "cfg.yaml: data.pair_truncation: unknown value 'rust' (allowed: fast, slow)");
   CHECK(err("runtime:\n  device: tpu\n") ==

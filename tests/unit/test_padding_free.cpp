@@ -105,6 +105,29 @@ TEST_CASE("padding-free equals padded: logits and every gradient, fp32") {
   }
 }
 
+TEST_CASE("every attention kernel gives the same logits and gradients, padded and padding-free") {
+  at::manual_seed(12);
+  ft::BertForSequenceClassification model(small_config());
+  auto b = batch_of({7, 1, 16, 3, 12, 16, 2, 9}, 16);
+  const Result reference = [&] {
+    model.set_attention(ft::AttentionKernel::kEager);
+    return run(model, b, false);
+  }();
+  std::vector<ft::AttentionKernel> kinds = {ft::AttentionKernel::kAuto, ft::AttentionKernel::kPacked,
+                                            ft::AttentionKernel::kEager};
+  // LibTorch 1.x has no SDPA (config validation refuses it there; the model
+  // falls back to eager).
+  if (ft::sdpa_available()) kinds.push_back(ft::AttentionKernel::kSdpa);
+  for (const auto kind : kinds) {
+    for (const bool padding_free : {false, true}) {
+      INFO("kernel " << static_cast<int>(kind) << ", padding_free " << padding_free);
+      model.set_attention(kind);
+      check_same(reference, run(model, b, padding_free), 1e-5);
+    }
+  }
+  model.set_attention(ft::AttentionKernel::kAuto);
+}
+
 TEST_CASE("pad positions never reach a Linear layer") {
   at::manual_seed(2);
   ft::BertForSequenceClassification model(small_config());
@@ -165,6 +188,30 @@ TEST_CASE("counter-based dropout: rate, scale, replay in backward, seeded") {
   at::manual_seed(5);
   CHECK(ft::fast_dropout(x.detach(), p, true).equal(y.detach()));
   at::set_num_threads(2);
+}
+
+TEST_CASE("dropout mask: element g's fate depends on g alone, across blocks, odd offsets and dtypes") {
+  // The kernel hashes blocks of pairs of elements; a slice that starts at an
+  // odd global index, or mid-block, must read the same bits as the whole.
+  const int64_t n = 10007;  // several 2048-element blocks, odd length
+  const auto x = at::rand({n}) + 0.5;
+  const uint64_t seed = 0x1234567890abcdefULL;
+  const double keep = 0.7;
+  at::Tensor whole = at::empty_like(x);
+  ft::apply_dropout_mask(x, whole, seed, 3, keep);
+  for (int64_t offset : {1, 2, 2047, 2048, 2049, 5001}) {
+    const at::Tensor part_in = x.slice(0, offset).contiguous();
+    at::Tensor part = at::empty_like(part_in);
+    ft::apply_dropout_mask(part_in, part, seed, 3 + offset, keep);
+    CHECK(part.equal(whole.slice(0, offset)));
+  }
+  const at::Tensor xb = x.to(at::kBFloat16);
+  at::Tensor wb = at::empty_like(xb);
+  ft::apply_dropout_mask(xb, wb, seed, 3, keep);
+  CHECK(wb.ne(0).equal(whole.ne(0)));
+  CHECK(at::allclose(wb.to(at::kFloat), whole, 1e-2, 0));
+  const double kept = whole.ne(0).to(at::kDouble).mean().item<double>();
+  CHECK(std::abs(kept - keep) < 0.02);  // 10k draws: sd ~5e-3
 }
 
 TEST_CASE("packed attention equals masked padded attention, values and gradients") {

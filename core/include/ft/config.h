@@ -39,6 +39,9 @@ struct ModelConfigRef {
   /// pad positions cost nothing outside attention. false: compute every
   /// position as the Hugging Face model does (same losses within rounding).
   bool padding_free = true;
+  /// Attention kernel: auto, packed, sdpa (LibTorch 2.0+) or eager
+  /// (ft/token_layout.h, AttentionKernel; docs/performance.md).
+  std::string attention = "auto";
 };
 
 /// yaml: `data` — where the examples come from and how they become batches.

@@ -21,6 +21,7 @@
 
 #include "ft/activation_checkpoint.h"
 #include "ft/encoder_family.h"
+#include "ft/token_layout.h"
 #include "ft/types.h"
 
 namespace ft {
@@ -92,7 +93,6 @@ struct BertConfig {
   void validate(const std::string& source) const;
 };
 
-struct TokenLayout;  // ft/token_layout.h
 
 // Runs unit `index` as fn(input) in `pass` (kPlain unless activation
 // checkpointing runs an encoder layer). The default runs it directly.
@@ -163,6 +163,9 @@ class BertForSequenceClassification : public torch::nn::Module {
   // as the Hugging Face model does (same losses within float rounding).
   void set_padding_free(bool on) { padding_free_ = on; }
   bool padding_free() const { return padding_free_; }
+  // model.attention (ft/token_layout.h): which kernel the layers run.
+  void set_attention(AttentionKernel kind) { attention_ = kind; }
+  AttentionKernel attention() const { return attention_; }
 
   // Virtual tokens of prompt learning (ft/prompt_learning.h), as Hugging
   // Face's BERT computes them under PEFT; both register parameters in the
@@ -272,6 +275,7 @@ class BertForSequenceClassification : public torch::nn::Module {
   bool checkpointing_ = false;
   std::shared_ptr<const TokenLayout> layout_of(const Batch& batch) const;
   bool padding_free_ = true;
+  AttentionKernel attention_ = AttentionKernel::kAuto;
 };
 
 // The load report as transformers prints it: one line of what was loaded,

@@ -36,4 +36,13 @@ at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::
                             const std::vector<int64_t>& lengths, int64_t heads, double dropout_p, bool train,
                             const at::Tensor& prefix_k = {}, const at::Tensor& prefix_v = {});
 
+// LibTorch's scaled_dot_product_attention (2.0 and newer; false on 1.13):
+// q, k, v [rows, heads, L|S, d], additive_mask broadcastable to
+// [rows, heads, L, S] (0 attended, the dtype's lowest not), scores scaled by
+// 1/sqrt(d). Dropout on the probabilities is LibTorch's own (its generator),
+// not ft's counter-based mask.
+bool sdpa_available();
+at::Tensor sdpa_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& additive_mask, double dropout_p);
+
 }  // namespace ft

@@ -17,11 +17,26 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 
 namespace ft {
+
+// Which attention kernel a layer runs (yaml model.attention; the model stamps
+// it on every batch's layout):
+//   kAuto:   packed per-sequence attention where it applies (CPU, no holes in
+//            the mask, whole heads per rank), else LibTorch's SDPA where it
+//            exists (2.0+) and ft's dropout is not needed (CUDA, or no
+//            dropout), else eager;
+//   kPacked: packed where it applies, else eager (what 1.13 builds do);
+//   kSdpa:   SDPA everywhere it can run (not where ranks share heads), with
+//            LibTorch's own dropout;
+//   kEager:  matmul, softmax, dropout, matmul: Hugging Face's "eager".
+enum class AttentionKernel { kAuto, kPacked, kSdpa, kEager };
+// "auto", "packed", "sdpa", "eager" (config validation has refused others).
+AttentionKernel attention_kernel(const std::string& name);
 
 struct TokenLayout {
   int64_t rows = 0;   // sequences in the batch
@@ -45,6 +60,7 @@ struct TokenLayout {
   // sequence and attention can run per sequence with no mask at all
   // (ft/packed_attention.h); empty otherwise.
   std::vector<int64_t> sequence_lengths;
+  AttentionKernel attention = AttentionKernel::kAuto;
 
   // attention_mask [rows, seq] (any 0/1 integer or bool tensor). Packed: the
   // kept tokens are the attended ones plus column 0 of every row (the pooler

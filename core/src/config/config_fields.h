@@ -18,6 +18,7 @@ void for_each_field(Config& c, F&& f) {
   f("model", "weights", c.model.weights);
   f("model", "dropout", c.model.dropout);
   f("model", "padding_free", c.model.padding_free);
+  f("model", "attention", c.model.attention);
 
   f("data", "train", c.data.train);
   f("data", "dev", c.data.dev);

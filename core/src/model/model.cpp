@@ -117,8 +117,10 @@ int BertForSequenceClassification::unit_of(const std::string& name) const {
 }
 
 std::shared_ptr<const TokenLayout> BertForSequenceClassification::layout_of(const Batch& batch) const {
-  return std::make_shared<const TokenLayout>(padding_free_ ? TokenLayout::packed(batch.attention_mask)
-                                                           : TokenLayout::padded(batch.attention_mask));
+  auto layout = std::make_shared<TokenLayout>(padding_free_ ? TokenLayout::packed(batch.attention_mask)
+                                                            : TokenLayout::padded(batch.attention_mask));
+  layout->attention = attention_;
+  return layout;
 }
 
 at::Tensor BertForSequenceClassification::pooled_output(const Batch& input) {

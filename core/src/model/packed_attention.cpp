@@ -12,6 +12,7 @@
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
+#include "compat.h"
 #include "ft/dropout.h"
 #include "ft/error.h"
 
@@ -246,6 +247,17 @@ at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::
   const at::Tensor keys = at::cat({prefix_k.to(k.scalar_type()), k}).index_select(0, index);
   const at::Tensor values = at::cat({prefix_v.to(v.scalar_type()), v}).index_select(0, index);
   return PackedAttentionFunction::apply(q.contiguous(), keys, values, lengths, heads, extra, keep);
+}
+
+bool sdpa_available() { return compat::kHaveSdpa; }
+
+at::Tensor sdpa_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& additive_mask, double dropout_p) {
+  // The mask in the query's dtype, as the kernels require; fp16 has no
+  // float-lowest, so a masked key gets fp16's (still exp() == 0).
+  at::Tensor mask = additive_mask;
+  if (q.scalar_type() == at::kHalf) mask = mask.clamp_min(-65504.0);
+  return compat::scaled_dot_product_attention(q, k, v, mask.to(q.scalar_type()), dropout_p);
 }
 
 }  // namespace ft

@@ -17,6 +17,13 @@ at::Tensor additive_key_mask(const at::Tensor& attended, int64_t rows, int64_t w
 
 }  // namespace
 
+AttentionKernel attention_kernel(const std::string& name) {
+  if (name == "packed") return AttentionKernel::kPacked;
+  if (name == "sdpa") return AttentionKernel::kSdpa;
+  if (name == "eager") return AttentionKernel::kEager;
+  return AttentionKernel::kAuto;
+}
+
 TokenLayout TokenLayout::padded(const at::Tensor& attention_mask) {
   TokenLayout l;
   l.rows = attention_mask.size(0);

@@ -153,6 +153,7 @@ struct Trainer::Impl {
     if (!method.note.empty()) events.info(method.note);
     model->set_activation_checkpointing(t.activation_checkpointing);  // before setup: dp copies both to replicas
     model->set_padding_free(config.model.padding_free);
+    model->set_attention(attention_kernel(config.model.attention));
     for (const auto& p : model->named_parameters()) {
       auto it = plan.find(p.key());
       if (it == plan.end() || it->second.trainable) trainable_params += p.value().numel();
