@@ -3,6 +3,7 @@
 
     .venv-hf/bin/python scripts/mfu.py --data bench-out/hf-peers/imdb-minilm.safetensors \
         --model data/all-minilm-l6-v2 --samples-per-s 8.1 [--rows 640] [--threads 2]
+    .venv-hf/bin/python scripts/mfu.py --gemm-peaks [--threads 2]   # fp32 vs bf16 GEMM peaks only
 
 The peak: the best of torch.mm (fp32) on square matrices of 512..4096 with --threads intra-op
 threads, in this interpreter's torch (the PyPI wheel's oneDNN/MKL sgemm) and in Debian's
@@ -26,9 +27,10 @@ import time
 PEAK_SNIPPET = r"""
 import sys, time, torch
 torch.set_num_threads(int(sys.argv[1]))
+dtype = getattr(torch, sys.argv[2]) if len(sys.argv) > 2 else torch.float32
 best = 0.0
 for n in (512, 1024, 2048, 4096):
-    a = torch.randn(n, n); b = torch.randn(n, n)
+    a = torch.randn(n, n, dtype=dtype); b = torch.randn(n, n, dtype=dtype)
     for _ in range(2): torch.mm(a, b)
     reps = max(3, int(2e10 / (2 * n ** 3)))
     t0 = time.perf_counter()
@@ -38,21 +40,33 @@ print(best)
 """
 
 
-def peak(python, threads):
+def peak(python, threads, dtype="float32"):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    out = subprocess.run([python, "-c", PEAK_SNIPPET, str(threads)], capture_output=True, text=True, env=env)
+    out = subprocess.run([python, "-c", PEAK_SNIPPET, str(threads), dtype], capture_output=True, text=True, env=env)
     return float(out.stdout.strip()) if out.returncode == 0 else None
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", required=True, help="pre-tokenized rows (safetensors with attention_mask)")
-    p.add_argument("--model", required=True, help="model directory (config.json)")
-    p.add_argument("--samples-per-s", type=float, required=True)
+    p.add_argument("--gemm-peaks", action="store_true",
+                   help="only print the fp32 and bf16 GEMM peaks (this interpreter's torch) at 1 and --threads threads")
+    p.add_argument("--data", help="pre-tokenized rows (safetensors with attention_mask)")
+    p.add_argument("--model", help="model directory (config.json)")
+    p.add_argument("--samples-per-s", type=float)
     p.add_argument("--rows", type=int, default=640)
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--labels", type=int, default=2)
     args = p.parse_args()
+    if args.gemm_peaks:  # no data or model needed
+        out = {}
+        for n in sorted({1, args.threads}):
+            for dtype in ("float32", "bfloat16"):
+                v = peak(sys.executable, n, dtype)
+                out[f"{dtype} x{n} threads GFLOP/s"] = round(v / 1e9, 1) if v else None
+        print(json.dumps(out))
+        return
+    if args.data is None or args.model is None or args.samples_per_s is None:
+        p.error("--data, --model and --samples-per-s are required (or --gemm-peaks)")
 
     from safetensors.torch import load_file
 

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include <ATen/ATen.h>
@@ -93,6 +94,19 @@ template <class T>
 std::shared_ptr<T> shared_node(c10::intrusive_ptr<T> node) {
   T* raw = node.get();
   return std::shared_ptr<T>(raw, [keep = std::move(node)](T*) mutable { keep.reset(); });
+}
+
+/// A new autograd node, held the way this LibTorch's graph holds nodes: a
+/// c10::intrusive_ptr where Node is intrusively counted (2.15), else a
+/// std::shared_ptr (1.13). (1.13's own nodes use deleteNode, which only
+/// flattens the deletion of long chains; ft's nodes end no chain.)
+template <class T, class... Args>
+auto make_node(Args&&... args) {
+  if constexpr (std::is_base_of_v<c10::intrusive_ptr_target, T>) {
+    return c10::make_intrusive<T>(std::forward<Args>(args)...);
+  } else {
+    return std::shared_ptr<T>(new T(std::forward<Args>(args)...));
+  }
 }
 
 // Autocast: 2.4 replaced the per-device functions with device-typed ones.

@@ -14,6 +14,7 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 
+#include "compat.h"
 #include "ft/error.h"
 #include "ft/flat_param_group.h"
 
@@ -87,8 +88,7 @@ at::Tensor FlatParamGroup::lookup_words(const at::Tensor& ids) {
   }
   if (trains) {
     words_.saved_ids = flat_ids;
-    torch::autograd::create_gradient_edge(
-        rows, std::shared_ptr<WordGradNode>(new WordGradNode(this), torch::autograd::deleteNode));
+    torch::autograd::create_gradient_edge(rows, compat::make_node<WordGradNode>(this));
   }
   if (ids.dim() == 1) return rows;
   std::vector<int64_t> shape = ids.sizes().vec();
