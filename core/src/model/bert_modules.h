@@ -175,18 +175,20 @@ struct SelfAttentionImpl : torch::nn::Module {
     // SDPA under auto only where ft's own dropout is not needed: on CPU it
     // would draw LibTorch's slower per-element Bernoulli mask.
     const bool dropping = dropout->is_training() && dropout->options.p() > 0.0;
-    if (!tp && sdpa_available() &&
-        (kind == AttentionKernel::kSdpa || (kind == AttentionKernel::kAuto && (!dropping || !x.device().is_cpu())))) {
-      auto context = sdpa_attention(q, k, v, mask, dropping ? dropout->options.p() : 0.0);
-      return layout.from_attention(context.permute({0, 2, 1, 3}).reshape({layout.rows * layout.width, heads * head_dim}));
+    const bool sdpa = !tp && sdpa_available() &&
+                      (kind == AttentionKernel::kSdpa ||
+                       (kind == AttentionKernel::kAuto && (!dropping || !x.device().is_cpu())));
+    at::Tensor context;  // [rows, heads, width, d]
+    if (sdpa) {
+      context = sdpa_attention(q, k, v, mask, dropping ? dropout->options.p() : 0.0);
+    } else {
+      auto scores = at::matmul(q, k.transpose(-1, -2));
+      if (tp) scores = tp->head_sum(scores);
+      scores = scores / std::sqrt(static_cast<double>(score_dim));
+      scores = scores + mask;
+      context = at::matmul(drop(dropout, at::softmax(scores, -1)), v);
     }
-    auto scores = at::matmul(q, k.transpose(-1, -2));
-    if (tp) scores = tp->head_sum(scores);
-    scores = scores / std::sqrt(static_cast<double>(score_dim));
-    scores = scores + mask;
-    auto probs = drop(dropout, at::softmax(scores, -1));
-    auto context = at::matmul(probs, v).permute({0, 2, 1, 3}).reshape({layout.rows * layout.width, heads * head_dim});
-    return layout.from_attention(context);
+    return layout.from_attention(context.permute({0, 2, 1, 3}).reshape({layout.rows * layout.width, heads * head_dim}));
   }
 };
 
