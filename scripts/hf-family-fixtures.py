@@ -68,8 +68,20 @@ FAMILIES = {
     # DistilBertConfig names its keys otherwise (dim, hidden_dim, dropout, ...);
     # the BERT names in TINY that it maps (hidden_size -> dim, ...) apply, the rest are set here.
     "distilbert": {
-        "model_type": "distilbert", "tokenizer": "wordend-bpe", "pad": "[PAD]",
+        "model_type": "distilbert", "tokenizer": "wordend-bpe", "pad": "[PAD]", "mask": "[MASK]",
+        "mlm_bias": "vocab_projector.bias",
         "config": {"hidden_dim": 64, "dropout": 0.0, "attention_dropout": 0.0, "seq_classif_dropout": 0.0},
+    },
+    # DeBERTa-v3's settings (no absolute positions, no token types, shared
+    # relative-position keys, a LayerNorm on the position table), with 16
+    # position buckets: distances past 8 fall into log-spaced buckets, so the
+    # 64-token rows exercise both halves of the bucket function.
+    "deberta-v2": {
+        "model_type": "deberta-v2", "tokenizer": "deberta-unigram", "mlm_bias": "cls.predictions.bias",
+        "config": {"relative_attention": True, "position_buckets": 16, "max_relative_positions": -1,
+                   "pos_att_type": "p2c|c2p", "share_att_key": True, "norm_rel_ebd": "layer_norm",
+                   "position_biased_input": False, "type_vocab_size": 0, "layer_norm_eps": 1e-7,
+                   "pooler_dropout": 0.0, "pooler_hidden_size": 32},
     },
 }
 # initializer_range 0.2 (not 0.02): at hidden 32 the default gives logits near
@@ -177,12 +189,12 @@ def make_masked_lm(name, out, imdb):
     """<family>-mlm/: the masked-LM model of the same config, and its logits at masked positions."""
     spec = FAMILIES[name]
     tok = tokenizers.Tokenizer.from_file(os.path.join(TOKENIZERS, spec["tokenizer"] + ".tokenizer.json"))
-    pad_id, mask_id = tok.token_to_id("<pad>"), tok.token_to_id("<mask>")
+    pad_id, mask_id = tok.token_to_id(spec.get("pad", "<pad>")), tok.token_to_id(spec.get("mask", "<mask>"))
     torch.manual_seed(0)
     model = AutoModelForMaskedLM.from_config(tiny_config(spec, tok), attn_implementation="eager")
     # A non-zero decoder bias, so that a bias read from the wrong tensor shows.
     with torch.no_grad():
-        model.lm_head.bias.normal_(0.0, 0.5)
+        dict(model.named_parameters())[spec.get("mlm_bias", "lm_head.bias")].normal_(0.0, 0.5)
     d = os.path.join(out, name + "-mlm")
     os.makedirs(d, exist_ok=True)
     model.save_pretrained(d)
@@ -202,7 +214,7 @@ def make_masked_lm(name, out, imdb):
                "mlm_positions": torch.tensor(positions, dtype=torch.int64), "logits": flat.contiguous()},
               os.path.join(d, "reference.safetensors"), metadata=one_key({
                   "imdb_file": IMDB_REL, "imdb_rows": EVAL_IMDB[:3], "tokenizer": spec["tokenizer"],
-                  "masking": "every 10th token from column 1, <mask>", **{f"version_{k}": v for k, v in versions().items()}}))
+                  "masking": f"every 10th token from column 1, {spec.get('mask', '<mask>')}", **{f"version_{k}": v for k, v in versions().items()}}))
     print(f"{name}-mlm: {len(positions)} masked positions, logits {tuple(flat.shape)}")
 
 
@@ -217,7 +229,7 @@ def main():
     imdb, weibo = read_imdb(), read_weibo()
     for name in args.only or sorted(FAMILIES):
         make_family(name, args.out, imdb, weibo)
-        if name == "roberta":  # XLM-R's lm_head is the same module under another class name
+        if name in ("roberta", "distilbert", "deberta-v2"):  # XLM-R's lm_head is RoBERTa's under another class name
             make_masked_lm(name, args.out, imdb)
 
 

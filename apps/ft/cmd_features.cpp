@@ -32,6 +32,19 @@
 namespace ft::app {
 namespace {
 
+// What the features are, by the head that computes them (the head's input
+// to its last Linear, without dropout).
+const char* pooling_of(ClassifierStyle style) {
+  switch (style) {
+    case ClassifierStyle::kPooler: return "bert.pooler (tanh(dense(h_[CLS])))";
+    case ClassifierStyle::kDenseTanh: return "classifier.dense (tanh(dense(h_<s>)))";
+    case ClassifierStyle::kDenseGelu: return "classifier.dense (gelu(dense(h_[CLS])))";
+    case ClassifierStyle::kPreClassifier: return "pre_classifier (relu(pre_classifier(h_[CLS])))";
+    case ClassifierStyle::kContextPooler: return "pooler.dense (gelu(dense(h_[CLS])))";
+  }
+  return "";
+}
+
 namespace fsys = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
@@ -91,9 +104,7 @@ int extract_features(const ConfigFlags& flags, const std::string& checkpoint, co
   safetensors::save(out, tensors,
                     {{"format", "pt"},
                      {"source", checkpoint},
-                     {"pooling", model->config().family().classifier == ClassifierStyle::kPooler
-                                     ? "bert.pooler (tanh(dense(h_[CLS])))"
-                                     : "classifier.dense (tanh(dense(h_<s>)))"},
+                     {"pooling", pooling_of(model->config().family().classifier)},
                      {"labels", labels.dump()},
                      {"extract_seconds", fmt::format("{:.3f}", seconds)}});
   std::cout << fmt::format("wrote {}: {} train / {} dev rows x {} features from {} in {:.2f} s\n", out, train_x.size(0),

@@ -177,12 +177,10 @@ void PipelineStrategy::report_stages() const {
 
 at::Tensor PipelineStrategy::run_unit(int unit, const at::Tensor& input,
                                       const std::function<at::Tensor(const at::Tensor&)>& fn) {
-  // The embeddings turn token ids (padded [B, S] or packed [T]) into
-  // activations of that shape plus the hidden size; layers keep the shape.
-  if (unit == 0) {
-    activation_shape_ = input.sizes().vec();
-    activation_shape_.push_back(model_->config().hidden_size);
-  }
+  // The embeddings turn token ids [T] into activations [T, hidden], with
+  // the model's carried rows below them (DeBERTa's relative-position
+  // table); layers keep the shape.
+  if (unit == 0) activation_shape_ = {input.size(0) + model_->carried_rows(), model_->config().hidden_size};
   if (owns(unit)) return fn(input);
   // The first unit after this stage's: `input` is what this stage computed,
   // with its graph (a checkpointed last layer's output included).

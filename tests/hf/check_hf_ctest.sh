@@ -92,7 +92,8 @@ check_model() {
 check_model minilm data/all-minilm-l6-v2 --set data.vocab=data/all-minilm-l6-v2/vocab.txt
 # The other families: the tiny transformers-built models of tests/data/hf/families
 # with the tokenizer.json each was tokenized with (tests/data/hf/tokenizers).
-for fam in roberta:roberta-bpe xlm-roberta:xlmr-unigram electra:wordend-bpe distilbert:wordend-bpe; do
+for fam in roberta:roberta-bpe xlm-roberta:xlmr-unigram electra:wordend-bpe distilbert:wordend-bpe \
+  deberta-v2:deberta-unigram; do
   name="${fam%%:*}"
   mkdir -p "$tmp/$name-base"
   cp "$repo/tests/data/hf/families/$name/config.json" "$repo/tests/data/hf/families/$name/model.safetensors" \
@@ -101,6 +102,7 @@ for fam in roberta:roberta-bpe xlm-roberta:xlmr-unigram electra:wordend-bpe dist
   # PEFT's names for DistilBERT's attention projections are its own.
   lora_targets="[query, value]"
   [[ "$name" == distilbert ]] && lora_targets="[q_lin, v_lin]"
+  [[ "$name" == deberta-v2 ]] && lora_targets="[query_proj, value_proj]"
   check_model "$name" "$tmp/$name-base" --set data.vocab=
 done
 exit "$rc"

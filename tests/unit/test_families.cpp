@@ -1,4 +1,5 @@
-// The encoder families beside BERT (RoBERTa, XLM-RoBERTa, ELECTRA, DistilBERT) against
+// The encoder families beside BERT (RoBERTa, XLM-RoBERTa, ELECTRA, DistilBERT,
+// DeBERTa-v2/v3) against
 // transformers itself: tiny random-init models that transformers built,
 // saved, ran and trained (scripts/hf-family-fixtures.py; files and versions
 // in tests/data/hf/README.md). No Python runs here.
@@ -20,7 +21,7 @@ namespace fsys = std::filesystem;
 
 namespace {
 
-const char* const kFamilies[] = {"roberta", "xlm-roberta", "electra", "distilbert"};
+const char* const kFamilies[] = {"roberta", "xlm-roberta", "electra", "distilbert", "deberta-v2"};
 
 fsys::path family_dir(const std::string& name) { return ft_test::source_dir() / "tests/data/hf/families" / name; }
 
@@ -75,7 +76,8 @@ TEST_CASE("RoBERTa-family config.json: the family, its defaults and its names") 
 
 TEST_CASE("unknown model_type and unsupported keys: one line naming them") {
   CHECK(ft_test::error_of([] { ft::BertConfig::from_json_string(R"({"model_type": "gpt2"})", "x/config.json"); }) ==
-        "x/config.json: model_type 'gpt2' is not supported; ft builds bert, roberta, xlm-roberta, camembert, electra, distilbert");
+        "x/config.json: model_type 'gpt2' is not supported; ft builds bert, roberta, xlm-roberta, camembert, electra, distilbert, "
+        "deberta-v2");
   CHECK(ft_test::error_of([] {
           ft::BertConfig::from_json_string(R"({"model_type": "roberta", "position_embedding_type": "relative_key"})",
                                            "x/config.json");
@@ -86,7 +88,7 @@ TEST_CASE("unknown model_type and unsupported keys: one line naming them") {
         }) == "x/config.json: is_decoder is true; ft fine-tunes encoders only (set it false or drop it)");
 }
 
-TEST_CASE("RoBERTa, XLM-R, ELECTRA and DistilBERT logits match transformers within 1e-5, padded and padding-free") {
+TEST_CASE("RoBERTa, XLM-R, ELECTRA, DistilBERT and DeBERTa-v3 logits match transformers within 1e-5, padded and padding-free") {
   for (const std::string name : kFamilies) {
     INFO(name);
     auto model = load_family(name);
@@ -108,7 +110,7 @@ TEST_CASE("RoBERTa, XLM-R, ELECTRA and DistilBERT logits match transformers with
   }
 }
 
-TEST_CASE("RoBERTa, XLM-R, ELECTRA and DistilBERT: one step's loss and every parameter's gradient match transformers (1e-4 relative)") {
+TEST_CASE("RoBERTa, XLM-R, ELECTRA, DistilBERT and DeBERTa-v3: one step's loss and every parameter's gradient match transformers (1e-4 relative)") {
   for (const std::string name : kFamilies) {
     INFO(name);
     auto model = load_family(name);
@@ -187,13 +189,15 @@ TEST_CASE("8 steps of transformers.Trainer on XLM-R: ft matches within 1e-4 unde
   for (const char* flags : kStrategies) check_trainer_trajectory("xlm-roberta", flags);
 }
 
-TEST_CASE("RobertaForMaskedLM: ft reads lm_head (tied decoder, own bias) and gives transformers' logits within 1e-5") {
-  const fsys::path d = family_dir("roberta-mlm");
+TEST_CASE("RobertaForMaskedLM, DistilBertForMaskedLM and DebertaV2ForMaskedLM: ft reads the head (tied decoder, own bias) and gives transformers' logits within 1e-5") {
+  for (const std::string name : {"roberta-mlm", "distilbert-mlm", "deberta-v2-mlm"}) {
+  INFO(name);
+  const fsys::path d = family_dir(name);
   const auto config = ft::BertConfig::from_json_file((d / "config.json").string());
   REQUIRE(config.head == ft::BertHead::kMaskedLM);
   ft::BertForSequenceClassification model(config);
   const ft::TensorList file = ft::read_model_weights(d.string());
-  const auto report = model.load_weights(file, "roberta-mlm");
+  const auto report = model.load_weights(file, name);
   CHECK(report.loaded == static_cast<int64_t>(model.parameters().size()));
   CHECK(report.ignored.empty());
   // The same names both ways: what ft saves is what transformers saved.
@@ -203,7 +207,7 @@ TEST_CASE("RobertaForMaskedLM: ft reads lm_head (tied decoder, own bias) and giv
   std::sort(ours.begin(), ours.end());
   std::sort(theirs.begin(), theirs.end());
   CHECK(ours == theirs);
-  auto ref = reference("roberta-mlm");
+  auto ref = reference(name);
   ft::Batch b;
   b.input_ids = ref.at("input_ids");
   b.attention_mask = ref.at("attention_mask");
@@ -217,6 +221,7 @@ TEST_CASE("RobertaForMaskedLM: ft reads lm_head (tied decoder, own bias) and giv
     const at::Tensor got = model.forward(b);
     REQUIRE(got.sizes() == ref.at("logits").sizes());
     CHECK(max_diff(got, ref.at("logits")) < 1e-5);
+  }
   }
 }
 
@@ -238,7 +243,7 @@ TEST_CASE("ELECTRA: embeddings_project belongs to unit 0; the generator's masked
   mlm.head = ft::BertHead::kMaskedLM;
   CHECK(ft_test::error_of([&] { ft::BertForSequenceClassification g(mlm); }) ==
         "model config: ft builds no masked-LM head for electra (ElectraForMaskedLM); fine-tune it as a classifier, or "
-        "pretrain a bert or roberta model");
+        "pretrain a bert, roberta, distilbert or deberta-v2 model");
 }
 
 TEST_CASE("8 steps of transformers.Trainer on DistilBERT: ft matches within 1e-4 under every fp32 strategy") {
@@ -292,4 +297,57 @@ TEST_CASE("DistilBERT: its own names and config keys both ways; prefix tuning re
   CHECK(at::equal(d.forward(b), d.forward(b)));
   d.train();
   CHECK_FALSE(at::equal(d.forward(b), d.forward(b)));
+}
+
+TEST_CASE("8 steps of transformers.Trainer on DeBERTa-v3: ft matches within 1e-4 under every fp32 strategy") {
+  // The relative-position table is unit 0's and travels below the tokens:
+  // pipeline stages send it on, zero3/fsdp never gather another unit for it,
+  // tensor parallelism projects it through each rank's heads.
+  for (const char* flags : kStrategies) check_trainer_trajectory("deberta-v2", flags);
+}
+
+TEST_CASE("DeBERTa-v2 config.json: DebertaV2Config's defaults, its names, the shared table in unit 0, refusals by key") {
+  const auto c = ft::BertConfig::from_json_file((family_dir("deberta-v2") / "config.json").string());
+  CHECK(c.deberta.relative_attention);
+  CHECK(c.deberta.c2p);
+  CHECK(c.deberta.p2c);
+  CHECK(c.relative_span() == 16);
+  CHECK(c.carried_rows() == 32);
+  CHECK(c.type_vocab_size == 0);
+  CHECK_FALSE(c.deberta.position_biased_input);
+  const auto written = nlohmann::json::parse(c.to_json());
+  CHECK(written.at("architectures") == nlohmann::json::array({"DebertaV2ForSequenceClassification"}));
+  CHECK(written.at("pos_att_type") == nlohmann::json::array({"p2c", "c2p"}));  // kept as read
+  CHECK(written.at("position_buckets") == 16);
+  ft::BertForSequenceClassification m(c);
+  std::map<std::string, int> unit;
+  for (const auto& [n, t] : m.weights()) unit[n] = m.unit_of(n);
+  CHECK(unit.count("deberta.embeddings.position_embeddings.weight") == 0);
+  CHECK(unit.count("deberta.embeddings.token_type_embeddings.weight") == 0);
+  CHECK(unit.at("deberta.encoder.rel_embeddings.weight") == 0);
+  CHECK(unit.at("deberta.encoder.LayerNorm.weight") == 0);
+  CHECK(unit.at("deberta.encoder.layer.1.attention.self.query_proj.weight") == 2);
+  CHECK(unit.at("pooler.dense.weight") == 3);
+  CHECK(unit.at("classifier.weight") == 3);
+  CHECK(m.carried_rows() == 32);
+  const auto refusal = [](const std::string& json) {
+    return ft_test::error_of([&] { ft::BertConfig::from_json_string(json, "d/config.json"); });
+  };
+  CHECK(refusal(R"({"model_type": "deberta-v2", "relative_attention": true, "pos_att_type": ["c2p"]})") ==
+        "d/config.json: share_att_key is false, which needs separate pos_key_proj/pos_query_proj layers; ft builds "
+        "DeBERTa-v2/v3's shared form (share_att_key true)");
+  CHECK(refusal(R"({"model_type": "deberta-v2", "conv_kernel_size": 3})") ==
+        "d/config.json: conv_kernel_size 3 adds a convolution layer ft does not build; use 0");
+  CHECK(refusal(R"({"model_type": "deberta-v2", "pos_att_type": "p2c|p2p"})") ==
+        "d/config.json: pos_att_type 'p2p' is not supported; ft builds c2p and p2c");
+  CHECK(refusal(R"({"model_type": "deberta-v2", "hidden_size": 64, "num_attention_heads": 4, "embedding_size": 32})") ==
+        "d/config.json: embedding_size 32 differs from hidden_size 64; ft builds DeBERTa with both equal");
+  // DebertaV2Config's defaults where BertConfig's differ.
+  const auto defaults = ft::BertConfig::from_json_string(R"({"model_type": "deberta-v2"})", "d/config.json");
+  CHECK(defaults.vocab_size == 128100);
+  CHECK(defaults.hidden_size == 1536);
+  CHECK(defaults.type_vocab_size == 0);
+  CHECK(defaults.layer_norm_eps == doctest::Approx(1e-7));
+  CHECK_FALSE(defaults.deberta.relative_attention);
+  CHECK(defaults.carried_rows() == 0);
 }

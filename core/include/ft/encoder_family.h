@@ -1,5 +1,6 @@
 // Encoder families that share BERT's layer: BERT itself, the RoBERTa line
-// (RoBERTa, XLM-RoBERTa, CamemBERT) and ELECTRA. One implementation serves
+// (RoBERTa, XLM-RoBERTa, CamemBERT), ELECTRA, DistilBERT and DeBERTa-v2
+// (whose attention adds relative-position terms to the same layer). One implementation serves
 // them all; what differs (config.json's model_type, HF's parameter names,
 // where positions start, the embedding width, the classification head) is
 // this descriptor, looked up once from config.json and read by the model,
@@ -17,6 +18,7 @@ enum class ClassifierStyle {
   kDenseTanh,   // RoBERTa: classifier.dense -> tanh -> classifier.out_proj on <s>, dropout before each
   kDenseGelu,   // ELECTRA: the same with gelu
   kPreClassifier,  // DistilBERT: pre_classifier -> ReLU -> dropout -> classifier on [CLS]
+  kContextPooler,  // DeBERTa: pooler.dense (dropout before, gelu after) -> dropout -> classifier on [CLS]
 };
 
 struct EncoderFamily {
@@ -27,7 +29,7 @@ struct EncoderFamily {
   // kept by transformers), so the first real token reads row pad_token_id + 1.
   bool positions_after_padding = false;
   ClassifierStyle classifier = ClassifierStyle::kPooler;
-  std::string mlm_head;  // "cls.predictions" / "lm_head"; empty: ft builds no masked-LM head
+  std::string mlm_head;  // "cls.predictions" / "lm_head" / "vocab_projector"; empty: ft builds no masked-LM head
   // Top-level modules of the family's other heads, left out when a
   // checkpoint of another head is fine-tuned ("cls.", "discriminator_predictions.").
   std::vector<std::string> other_heads;
@@ -35,6 +37,13 @@ struct EncoderFamily {
   // by <base>.embeddings_project.
   bool separate_embedding_size = false;
   bool token_types = true;          // DistilBERT has no token type embeddings
+  // DeBERTa-v2: disentangled attention over a relative-position table
+  // (BertConfig::Disentangled), shared by every layer.
+  bool disentangled_attention = false;
+  // Modules outside "<base>.embeddings." that unit 0 computes with (names
+  // relative to the base): ELECTRA's embeddings_project, DeBERTa's
+  // relative-position table and its LayerNorm.
+  std::vector<std::string> embedding_unit_modules;
   std::string layers = "encoder.layer";  // where the layers sit under the base model
   // The family's names for the modules of BERT's layer, relative to a layer
   // ("attention.self.query" -> "attention.q_lin"); empty: BERT's own.
@@ -56,13 +65,21 @@ struct EncoderFamily {
     return bert_name;
   }
   // The classifier's output projection, whose rows are the labels.
+  // RoBERTa's and ELECTRA's head module is "classifier" itself, its output
+  // projection "classifier.out_proj"; the other heads' is "classifier".
+  bool classifier_has_out_proj() const {
+    return classifier == ClassifierStyle::kDenseTanh || classifier == ClassifierStyle::kDenseGelu;
+  }
   std::string classifier_weight() const {
-    return classifier == ClassifierStyle::kPooler ? "classifier.weight" : "classifier.out_proj.weight";
+    return classifier_has_out_proj() ? "classifier.out_proj.weight" : "classifier.weight";
   }
   bool has_masked_lm() const { return !mlm_head.empty(); }
-  std::string classifier_bias() const {
-    return classifier == ClassifierStyle::kPooler ? "classifier.bias" : "classifier.out_proj.bias";
-  }
+  // DistilBERT's masked LM is top-level modules (vocab_transform,
+  // vocab_layer_norm, vocab_projector), its decoder the head module itself;
+  // the others nest a decoder (tied to the word embeddings) in the head.
+  bool mlm_top_level() const { return mlm_head == "vocab_projector"; }
+  std::string mlm_decoder() const { return mlm_top_level() ? mlm_head : mlm_head + ".decoder"; }
+  std::string classifier_bias() const { return classifier_has_out_proj() ? "classifier.out_proj.bias" : "classifier.bias"; }
   std::string mlm_bias() const { return mlm_head + ".bias"; }
   std::string architecture(bool masked_lm) const {
     return class_prefix + (masked_lm ? "ForMaskedLM" : "ForSequenceClassification");
@@ -79,10 +96,25 @@ inline bool is_layer_norm_parameter(const std::string& name) {
 // A parameter of the classification head as PEFT's modules_to_save
 // ["classifier"] picks it: PEFT matches module names by suffix, so
 // DistilBERT's pre_classifier belongs to it too (and RoBERTa's classifier.dense).
+// DeBERTa's top-level pooler is part of it as well: pretrained DeBERTa-v3
+// files have none, so it starts fresh like the classifier, and a frozen,
+// unsaved random pooler would make the adapter useless on reload; ft saves it
+// and names it in modules_to_save (peft_head_modules).
 inline bool is_classifier_parameter(const std::string& name) {
   const std::string module = name.substr(0, name.find('.'));
   const std::string suffix = "classifier";
+  if (module == "pooler") return true;
   return module.size() >= suffix.size() && module.compare(module.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// modules_to_save for a head trained beside an adapter: "classifier", and
+// "pooler" when the model has a top-level one (DeBERTa).
+template <typename Named>
+std::vector<std::string> peft_head_modules(const Named& weights) {
+  std::vector<std::string> out = {"classifier"};
+  for (const auto& named : weights)
+    if (named.first.rfind("pooler.", 0) == 0) return {"classifier", "pooler"};
+  return out;
 }
 
 // The family of a config.json model_type; anything else fails with one line

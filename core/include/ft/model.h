@@ -75,6 +75,23 @@ struct BertConfig {
   BertHead head = BertHead::kSequenceClassification;
   std::string extra_json = "{}";      // other keys of the source config.json
 
+  // DeBERTa-v2/v3 (model_type deberta-v2): the keys of DebertaV2Config that
+  // shape its disentangled attention. They stay in extra_json too, so the
+  // config.json written back is the one read.
+  struct Disentangled {
+    bool relative_attention = false;
+    int64_t max_relative_positions = -1;  // < 1: max_position_embeddings
+    int64_t position_buckets = -1;        // > 0: distances past half of it share log-spaced buckets
+    bool c2p = false, p2c = false;        // pos_att_type: content->position, position->content
+    bool norm_rel = false;                // norm_rel_ebd "layer_norm": the table is normalised once
+    bool position_biased_input = true;    // absolute position embeddings added to the input
+    double pooler_dropout = 0.0;          // ContextPooler's, before its dense
+    // max_relative_positions, or the buckets: the table has 2 x span rows.
+    int64_t max_relative(int64_t max_positions) const {
+      return max_relative_positions < 1 ? max_positions : max_relative_positions;
+    }
+  } deberta;
+
   // Reads an HF config.json; errors name the file and key.
   static BertConfig from_json_file(const std::string& path);
   static BertConfig from_json_string(const std::string& json, const std::string& source);
@@ -89,6 +106,13 @@ struct BertConfig {
   }
   int64_t embedding_width() const { return embedding_size > 0 ? embedding_size : hidden_size; }
   double head_dropout() const { return classifier_dropout >= 0.0 ? classifier_dropout : hidden_dropout_prob; }
+  // DeBERTa's attention span: relative distances fall in [-span, span).
+  int64_t relative_span() const {
+    return deberta.position_buckets > 0 ? deberta.position_buckets : deberta.max_relative(max_position_embeddings);
+  }
+  // Rows of the relative-position table that travel with the activations
+  // between units (BertForSequenceClassification::carried_rows); 0: none.
+  int64_t carried_rows() const { return deberta.relative_attention ? 2 * relative_span() : 0; }
   // Checks the shapes make sense (heads divide hidden, ...); names the key.
   void validate(const std::string& source) const;
 };
@@ -206,6 +230,12 @@ class BertForSequenceClassification : public torch::nn::Module {
 
   // Unit structure (see file comment).
   int num_units() const;
+  // Rows appended to the [T, hidden] token states that pass between units:
+  // DeBERTa's normalised relative-position table, which unit 0 computes once
+  // and every layer reads and passes on, so that no unit reads another's
+  // weights (pipeline stages, ZeRO-3 and FSDP units stay independent, and
+  // the table's gradient flows back through the chain). 0 for other families.
+  int64_t carried_rows() const { return config_.carried_rows(); }
   std::shared_ptr<torch::nn::Module> unit(int index) const;
   // HF-style prefix of each unit's parameters, e.g. "bert.encoder.layer.3."
   std::string unit_prefix(int index) const;

@@ -21,6 +21,7 @@
 #include "ft/model.h"
 #include "ft/packed_attention.h"
 #include "ft/token_layout.h"
+#include "relative_attention.h"
 
 namespace ft {
 namespace model_detail {
@@ -68,8 +69,11 @@ struct EmbeddingsImpl : torch::nn::Module {
       first_position = c.pad_token_id + 1;
       positions.padding_idx(c.pad_token_id);  // as transformers builds it: that row is padding's, never trained
     }
-    position_embeddings = register_module("position_embeddings", Embedding(positions));
-    if (c.family().token_types) {
+    // DeBERTa-v3 (position_biased_input false) has no absolute positions.
+    if (!c.family().disentangled_attention || c.deberta.position_biased_input) {
+      position_embeddings = register_module("position_embeddings", Embedding(positions));
+    }
+    if (c.family().token_types && c.type_vocab_size > 0) {
       token_type_embeddings = register_module("token_type_embeddings", Embedding(c.type_vocab_size, width));
     }
     norm = register_module("LayerNorm", make_layer_norm(c, width));
@@ -83,13 +87,28 @@ struct EmbeddingsImpl : torch::nn::Module {
     // One token type (RoBERTa): every token reads row 0, whatever ids a
     // pair-aware tokenizer gave, as transformers does when the model's
     // tokenizer passes none.
-    at::Tensor x = words(ids) + position_embeddings(positions);
+    // Positions looked up before the words: autograd runs later nodes first,
+    // so the word table's gradient (DDP's row-sparse bucket) arrives early.
+    const at::Tensor position_rows = position_embeddings ? position_embeddings(positions) : at::Tensor();
+    at::Tensor x = words(ids);
+    if (position_rows.defined()) x = x + position_rows;
     if (token_type_embeddings) {
       x = x + token_type_embeddings(token_type_embeddings->weight.size(0) == 1 ? at::zeros_like(types) : types);
     }
     x = drop(dropout, norm(x));
-    return project ? project(x) : x;
+    if (project) x = project(x);
+    if (!relative_table) return x;
+    // DeBERTa: the relative-position table, normalised once, rides below the
+    // tokens (BertForSequenceClassification::carried_rows).
+    at::Tensor table = relative_table->weight;
+    if (relative_norm) table = relative_norm(table);
+    return at::cat({x, table.to(x.scalar_type())}, 0);
   }
+
+  // DeBERTa: <base>.encoder.rel_embeddings and <base>.encoder.LayerNorm,
+  // registered by the base model at those names and computed here, in unit 0.
+  Embedding relative_table{nullptr};
+  LayerNorm relative_norm{nullptr};
 
   // Vocab-parallel under tensor parallelism: this rank holds rows
   // vocab_begin.., looks up only those ids and the group sums the results.
@@ -131,6 +150,9 @@ struct SelfAttentionImpl : torch::nn::Module {
   // Set when ranks share heads (TensorParallelOps::head_sum).
   std::shared_ptr<const TensorParallelOps> tp;
 
+  // DeBERTa's disentangled attention (relative_attention.h); null otherwise.
+  std::shared_ptr<RelativeAttention> relative;
+
   explicit SelfAttentionImpl(const BertConfig& c)
       : heads(c.num_attention_heads),
         head_dim(c.hidden_size / c.num_attention_heads),
@@ -139,6 +161,10 @@ struct SelfAttentionImpl : torch::nn::Module {
     key = register_module("key", Linear(c.hidden_size, c.hidden_size));
     value = register_module("value", Linear(c.hidden_size, c.hidden_size));
     dropout = register_module("dropout", Dropout(c.attention_probs_dropout_prob));
+    if (c.family().disentangled_attention) {
+      relative = std::make_shared<RelativeAttention>(c);
+      register_module("pos_dropout", relative->dropout);
+    }
   }
 
   // [T, h] tokens -> [rows, heads, width, d]: each sequence on its own.
@@ -154,7 +180,9 @@ struct SelfAttentionImpl : torch::nn::Module {
   }
 
   // x: [T, hidden]. Only this product sees padding, up to the longest row.
-  at::Tensor forward(const at::Tensor& x, const TokenLayout& layout) {
+  // table: DeBERTa's relative-position table [2 span, hidden], else undefined.
+  at::Tensor forward(const at::Tensor& x, const TokenLayout& layout, const at::Tensor& table = {}) {
+    if (relative) return disentangled(x, layout, table);
     // The packed and SDPA kernels take the softmax over whole heads; shared
     // heads need their partial scores summed first (eager only).
     const AttentionKernel kind = layout.attention;
@@ -188,7 +216,34 @@ struct SelfAttentionImpl : torch::nn::Module {
       scores = scores + mask;
       context = at::matmul(drop(dropout, at::softmax(scores, -1)), v);
     }
+    return merge_heads(context, layout);
+  }
+
+  // [rows, heads, width, d] -> [T, heads * d].
+  at::Tensor merge_heads(const at::Tensor& context, const TokenLayout& layout) const {
     return layout.from_attention(context.permute({0, 2, 1, 3}).reshape({layout.rows * layout.width, heads * head_dim}));
+  }
+
+  // DeBERTa: content-to-content scores plus content-to-position (queries
+  // against the table's keys) and position-to-content (keys against the
+  // table's queries), each read at the bucket of the pair's distance, scaled
+  // together; always eager (the bias is a full [width, width] term per head).
+  at::Tensor disentangled(const at::Tensor& x, const TokenLayout& layout, const at::Tensor& table) {
+    auto q = split_heads(query(x), layout);
+    auto k = split_heads(key(x), layout);
+    auto v = split_heads(value(x), layout);
+    at::Tensor scores = at::matmul(q, k.transpose(-1, -2));
+    if (table.defined()) {
+      const at::Tensor t = drop(relative->dropout, table);
+      // [2 span, heads * d] -> [heads, 2 span, d], this rank's heads.
+      auto table_heads = [&](const at::Tensor& projected) {
+        return projected.view({t.size(0), heads, head_dim}).permute({1, 0, 2});
+      };
+      scores = scores + relative->bias(q, k, table_heads(query(t)), table_heads(key(t)), layout);
+    }
+    if (tp) scores = tp->head_sum(scores);
+    scores = scores / std::sqrt(static_cast<double>(score_dim) * relative->scale_factor) + layout.additive_mask;
+    return merge_heads(at::matmul(drop(dropout, at::softmax(scores, -1)), v), layout);
   }
 };
 
@@ -227,8 +282,11 @@ struct AttentionImpl : torch::nn::Module {
     output = register_module("output", std::make_shared<ResidualOutputImpl>(c, c.hidden_size));
   }
   std::shared_ptr<const TensorParallelOps> tp;  // column-parallel input: f
-  at::Tensor forward(const at::Tensor& x, const TokenLayout& layout) {
-    return output->forward(self->forward(tp ? tp->enter(x) : x, layout), x);
+  at::Tensor forward(const at::Tensor& x, const TokenLayout& layout, const at::Tensor& table = {}) {
+    // DeBERTa's table is projected by this rank's query and key rows too: f
+    // sums its gradient over the group.
+    const at::Tensor t = tp && table.defined() ? tp->enter(table) : table;
+    return output->forward(self->forward(tp ? tp->enter(x) : x, layout, t), x);
   }
 };
 
@@ -245,15 +303,20 @@ struct LayerImpl : torch::nn::Module {
   std::shared_ptr<AttentionImpl> attention;
   std::shared_ptr<IntermediateImpl> intermediate;
   std::shared_ptr<ResidualOutputImpl> output;
-  explicit LayerImpl(const BertConfig& c) {
+  explicit LayerImpl(const BertConfig& c) : carried_rows(c.carried_rows()) {
     attention = register_module("attention", std::make_shared<AttentionImpl>(c));
     intermediate = register_module("intermediate", std::make_shared<IntermediateImpl>(c));
     output = register_module("output", std::make_shared<ResidualOutputImpl>(c, c.intermediate_size));
   }
   std::shared_ptr<const TensorParallelOps> tp;
-  at::Tensor forward(const at::Tensor& x, const TokenLayout& layout) {
-    auto a = attention->forward(x, layout);
-    return output->forward(intermediate->forward(tp ? tp->enter(a) : a), a);
+  int64_t carried_rows = 0;  // DeBERTa's table below the tokens: read, and passed on unchanged
+  at::Tensor forward(const at::Tensor& in, const TokenLayout& layout) {
+    const int64_t tokens = in.size(0) - carried_rows;
+    const at::Tensor x = carried_rows ? in.narrow(0, 0, tokens) : in;
+    const at::Tensor table = carried_rows ? in.narrow(0, tokens, carried_rows) : at::Tensor();
+    auto a = attention->forward(x, layout, table);
+    at::Tensor out = output->forward(intermediate->forward(tp ? tp->enter(a) : a), a);
+    return carried_rows ? at::cat({out, table.to(out.scalar_type())}, 0) : out;
   }
 };
 
@@ -325,6 +388,25 @@ struct PreClassifierHead : ClassificationHead {
   at::Tensor features(const at::Tensor& first) override { return at::relu(pre_classifier(first)); }
 };
 
+// DeBERTa's head (ContextPooler, then DebertaV2ForSequenceClassification's
+// dropout and classifier). The model registers its parts under the HF names
+// ("pooler.dense", "classifier.*"); this module only groups them.
+struct ContextPoolerHead : ClassificationHead {
+  Linear dense, classifier;
+  Dropout pooler_dropout, dropout;
+  ContextPoolerHead(Linear pooler_dense, Dropout pooler_drop, Dropout d, Linear c)
+      : dense(std::move(pooler_dense)), classifier(std::move(c)), pooler_dropout(std::move(pooler_drop)), dropout(std::move(d)) {
+    register_module("dense", dense);
+    register_module("pooler_dropout", pooler_dropout);
+    register_module("dropout", dropout);
+    register_module("classifier", classifier);
+  }
+  at::Tensor forward(const at::Tensor& first) override {
+    return classifier(drop(dropout, at::gelu(dense(drop(pooler_dropout, first)))));
+  }
+  at::Tensor features(const at::Tensor& first) override { return at::gelu(dense(first)); }
+};
+
 // Registers `module` at a dotted path below `root` ("cls.predictions",
 // "transformer.layer"), making the holder modules between them, or reusing
 // those already there: HF's names nest modules that hold no parameters.
@@ -368,10 +450,16 @@ struct MaskedLmHeadImpl : torch::nn::Module {
   // is whatever tensor the embeddings hold then (a gathered shard, a replica's).
   std::shared_ptr<EmbeddingsImpl> embeddings;
 
-  // BERT nests the transform (cls.predictions.transform.{dense,LayerNorm});
-  // RoBERTa's lm_head holds dense and layer_norm itself.
+  // BERT (and DeBERTa's legacy head) nest the transform
+  // (cls.predictions.transform.{dense,LayerNorm}); RoBERTa's lm_head holds
+  // dense and layer_norm itself; DistilBERT's are the model's own top-level
+  // vocab_transform and vocab_layer_norm (registered there by the model),
+  // and this module, at vocab_projector, holds only the bias.
   MaskedLmHeadImpl(const BertConfig& c, std::shared_ptr<EmbeddingsImpl> e) : embeddings(std::move(e)) {
-    if (c.family().classifier == ClassifierStyle::kPooler) {
+    if (c.family().mlm_top_level()) {
+      dense = Linear(c.hidden_size, c.hidden_size);
+      norm = make_layer_norm(c);
+    } else if (c.family().mlm_head == "cls.predictions") {
       auto transform = register_module("transform", std::make_shared<torch::nn::Module>());
       dense = transform->register_module("dense", Linear(c.hidden_size, c.hidden_size));
       norm = transform->register_module("LayerNorm", make_layer_norm(c));
@@ -408,6 +496,11 @@ struct BertModelImpl : torch::nn::Module {
     }
     const EncoderFamily& family = c.family();
     layer = torch::nn::ModuleList(register_at(*this, family.layers, std::make_shared<torch::nn::ModuleListImpl>()));
+    if (c.deberta.relative_attention) {
+      embeddings->relative_table =
+          register_at(*this, "encoder.rel_embeddings", Embedding(2 * c.relative_span(), c.hidden_size).ptr());
+      if (c.deberta.norm_rel) embeddings->relative_norm = register_at(*this, "encoder.LayerNorm", make_layer_norm(c).ptr());
+    }
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
       layers.push_back(std::make_shared<LayerImpl>(c));
       if (family.layer_names.empty()) {

@@ -23,9 +23,10 @@ const std::vector<EncoderFamily>& families() {
     xlmr.model_type = "xlm-roberta", xlmr.class_prefix = "XLMRoberta";
     camembert.model_type = "camembert", camembert.class_prefix = "Camembert";
     // DistilBERT: BERT's post-norm layer under its own names, no token types
-    // and no pooler; its masked LM (vocab_transform, ...) is not built.
-    EncoderFamily distilbert{"distilbert", "DistilBert", "distilbert", false, ClassifierStyle::kPreClassifier, "",
-                             {"vocab_transform.", "vocab_layer_norm.", "vocab_projector."}, false};
+    // and no pooler; its masked LM is top-level modules.
+    EncoderFamily distilbert{"distilbert", "DistilBert", "distilbert", false, ClassifierStyle::kPreClassifier,
+                             "vocab_projector", {"vocab_transform.", "vocab_layer_norm.", "vocab_projector.", "pre_classifier."},
+                             false};
     distilbert.token_types = false;
     distilbert.layers = "transformer.layer";
     distilbert.layer_names = {{"attention.self.query", "attention.q_lin"},     {"attention.self.key", "attention.k_lin"},
@@ -40,7 +41,26 @@ const std::vector<EncoderFamily>& families() {
                               {"attention_probs_dropout_prob", "attention_dropout"},
                               {"hidden_act", "activation"},
                               {"classifier_dropout", "seq_classif_dropout"}};
-    return std::vector<EncoderFamily>{bert, roberta, xlmr, camembert, electra, distilbert};
+    electra.embedding_unit_modules = {"embeddings_project."};
+    // DeBERTa-v2 and v3: BERT's post-norm layer with disentangled attention
+    // (its own q/k/v names), a ContextPooler head, and the legacy masked LM
+    // (cls.predictions, BERT's layout). Pretrained files may carry the
+    // replaced-token-detection head and unused absolute positions.
+    EncoderFamily deberta{"deberta-v2", "DebertaV2", "deberta", false, ClassifierStyle::kContextPooler,
+                          "cls.predictions",
+                          {"cls.", "pooler.", "lm_predictions.", "mask_predictions.", "deberta.embeddings.position_embeddings."},
+                          false};
+    deberta.disentangled_attention = true;
+    deberta.embedding_unit_modules = {"encoder.rel_embeddings.", "encoder.LayerNorm."};
+    deberta.layer_names = {{"attention.self.query", "attention.self.query_proj"},
+                           {"attention.self.key", "attention.self.key_proj"},
+                           {"attention.self.value", "attention.self.value_proj"},
+                           {"attention.output.dense", "attention.output.dense"},
+                           {"attention.output.LayerNorm", "attention.output.LayerNorm"},
+                           {"intermediate.dense", "intermediate.dense"},
+                           {"output.dense", "output.dense"},
+                           {"output.LayerNorm", "output.LayerNorm"}};
+    return std::vector<EncoderFamily>{bert, roberta, xlmr, camembert, electra, distilbert, deberta};
   }();
   return all;
 }

@@ -216,7 +216,7 @@ void save_adapter(const fsys::path& dir, const TensorList& weights, const LoraCo
   }
   j["lora_dropout"] = lora.dropout;
   j["target_modules"] = lora.targets;
-  j["modules_to_save"] = lora.train_head ? json(std::vector<std::string>{"classifier"}) : json(nullptr);
+  j["modules_to_save"] = lora.train_head ? json(peft_head_modules(weights)) : json(nullptr);
   j["base_model_name_or_path"] = base_model;
   j["bias"] = "none";
   j["fan_in_fan_out"] = false;

@@ -53,17 +53,28 @@ BertForSequenceClassification::BertForSequenceClassification(const BertConfig& c
   const EncoderFamily& family = config_.family();
   parts_->bert = register_module(family.base, std::make_shared<BertModelImpl>(config_));
   if (config_.head == BertHead::kMaskedLM && !family.has_masked_lm()) {
-    fail("model config: ft builds no masked-LM head for {} ({}); fine-tune it as a classifier, or pretrain a bert or "
-         "roberta model",
+    fail("model config: ft builds no masked-LM head for {} ({}); fine-tune it as a classifier, or pretrain a bert, "
+         "roberta, distilbert or deberta-v2 model",
          config_.model_type, family.architecture(true));
   }
   if (config_.head == BertHead::kMaskedLM) {
     auto mlm = std::make_shared<MaskedLmHeadImpl>(config_, parts_->bert->embeddings);
+    if (family.mlm_top_level()) {  // DistilBERT, in DistilBertForMaskedLM's order
+      register_module("vocab_transform", mlm->dense);
+      register_module("vocab_layer_norm", mlm->norm);
+    }
     parts_->mlm = register_at(*this, family.mlm_head, mlm);  // "cls.predictions": a holder, then the head
   } else if (family.classifier == ClassifierStyle::kPooler) {
     auto dropout = register_module("dropout", Dropout(config_.head_dropout()));
     auto classifier = register_module("classifier", Linear(config_.hidden_size, config_.num_labels));
     parts_->head = std::make_shared<HeadUnit>(parts_->bert->pooler, dropout, classifier);
+  } else if (family.classifier == ClassifierStyle::kContextPooler) {
+    auto pooler = register_module("pooler", std::make_shared<torch::nn::Module>());
+    auto dense = pooler->register_module("dense", Linear(config_.hidden_size, config_.hidden_size));
+    auto pooler_dropout = pooler->register_module("dropout", Dropout(config_.deberta.pooler_dropout));
+    auto dropout = register_module("dropout", Dropout(config_.head_dropout()));
+    auto classifier = register_module("classifier", Linear(config_.hidden_size, config_.num_labels));
+    parts_->head = std::make_shared<ContextPoolerHead>(dense, pooler_dropout, dropout, classifier);
   } else if (family.classifier == ClassifierStyle::kPreClassifier) {
     auto pre = register_module("pre_classifier", Linear(config_.hidden_size, config_.hidden_size));
     auto dropout = register_module("dropout", Dropout(config_.head_dropout()));
@@ -108,7 +119,9 @@ std::string BertForSequenceClassification::unit_prefix(int index) const {
 
 int BertForSequenceClassification::unit_of(const std::string& name) const {
   const std::string base = config_.family().prefix();
-  if (name.rfind(base + "embeddings.", 0) == 0 || name.rfind(base + "embeddings_project.", 0) == 0) return 0;
+  if (name.rfind(base + "embeddings.", 0) == 0) return 0;
+  for (const auto& module : config_.family().embedding_unit_modules)
+    if (name.rfind(base + module, 0) == 0) return 0;
   const std::string layer_prefix = base + config_.family().layers + ".";
   if (name.rfind(layer_prefix, 0) == 0) {
     return 1 + std::stoi(name.substr(layer_prefix.size()));
@@ -131,7 +144,7 @@ at::Tensor BertForSequenceClassification::pooled_output(const Batch& input) {
   at::Tensor x = bert.embeddings->forward(layout->gather_tokens(batch.input_ids),
                                           layout->gather_tokens(batch.token_type_ids), *layout);
   for (auto& layer : bert.layers) x = layer->forward(x, *layout);
-  return parts_->head->features(layout->first_tokens(x)).to(at::kFloat);
+  return parts_->head->features(layout->first_tokens(x.narrow(0, 0, layout->tokens))).to(at::kFloat);
 }
 
 at::Tensor BertForSequenceClassification::forward(const Batch& input) {
@@ -160,8 +173,9 @@ at::Tensor BertForSequenceClassification::forward(const Batch& input) {
     logits = run.run(num_units() - 1, RunPass::kPlain, x,
                      [&](const at::Tensor& h) { return parts_->mlm->forward(h.index_select(0, masked)); });
   } else {
-    logits = run.run(num_units() - 1, RunPass::kPlain, x,
-                     [&](const at::Tensor& h) { return parts_->head->forward(layout->first_tokens(h)); });
+    logits = run.run(num_units() - 1, RunPass::kPlain, x, [&](const at::Tensor& h) {
+      return parts_->head->forward(layout->first_tokens(h.narrow(0, 0, layout->tokens)));  // without carried rows
+    });
   }
   return logits.to(at::kFloat);
 }
@@ -237,6 +251,7 @@ void BertForSequenceClassification::init_weights() {
   }
   // Every embedding with a padding row starts it at zero, as transformers does.
   for (const auto* table : {&parts_->bert->embeddings->word_embeddings, &parts_->bert->embeddings->position_embeddings}) {
+    if (!*table) continue;  // DeBERTa-v3 has no absolute positions
     const auto& pad = (*table)->options.padding_idx();
     if (pad && *pad >= 0 && *pad < (*table)->weight.size(0)) (*table)->weight[*pad].zero_();
   }

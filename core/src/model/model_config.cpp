@@ -1,4 +1,5 @@
 // BertConfig <-> HF config.json.
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -55,6 +56,64 @@ void refuse_unsupported(const json& j, const std::string& source) {
   }
 }
 
+// DebertaV2Config's attention keys (BertConfig::Disentangled). Variants
+// that build modules ft does not have are refused by name.
+void read_disentangled(const json& j, BertConfig& c, const std::string& source) {
+  auto& d = c.deberta;
+  read_key(j, "relative_attention", d.relative_attention, source);
+  read_key(j, "max_relative_positions", d.max_relative_positions, source);
+  read_key(j, "position_buckets", d.position_buckets, source);
+  read_key(j, "position_biased_input", d.position_biased_input, source);
+  read_key(j, "pooler_dropout", d.pooler_dropout, source);
+  std::vector<std::string> types;
+  if (auto it = j.find("pos_att_type"); it != j.end() && !it->is_null()) {
+    if (it->is_string()) {  // "p2c|c2p", as older configs write it
+      const std::string text = it->get<std::string>();
+      for (size_t start = 0; start <= text.size();) {
+        const size_t bar = std::min(text.find('|', start), text.size());
+        types.push_back(text.substr(start, bar - start));
+        start = bar + 1;
+      }
+    } else {
+      read_key(j, "pos_att_type", types, source);
+    }
+  }
+  for (auto& t : types) {
+    t.erase(0, t.find_first_not_of(' '));
+    t.erase(t.find_last_not_of(' ') + 1);
+    if (t == "c2p") d.c2p = true;
+    else if (t == "p2c") d.p2c = true;
+    else fail("{}: pos_att_type '{}' is not supported; ft builds c2p and p2c", source, t);
+  }
+  std::string norm = "none";
+  read_key(j, "norm_rel_ebd", norm, source);
+  d.norm_rel = norm.find("layer_norm") != std::string::npos;
+  if (!d.norm_rel && norm != "none") fail("{}: norm_rel_ebd '{}' is not supported; use layer_norm or none", source, norm);
+  bool share_att_key = false;  // DebertaV2Config has no default: getattr(config, "share_att_key", False)
+  read_key(j, "share_att_key", share_att_key, source);
+  if (d.relative_attention && (d.c2p || d.p2c) && !share_att_key) {
+    fail("{}: share_att_key is false, which needs separate pos_key_proj/pos_query_proj layers; ft builds "
+         "DeBERTa-v2/v3's shared form (share_att_key true)",
+         source);
+  }
+  int64_t conv = 0;
+  read_key(j, "conv_kernel_size", conv, source);
+  if (conv > 0) fail("{}: conv_kernel_size {} adds a convolution layer ft does not build; use 0", source, conv);
+  for (const char* key : {"embedding_size", "pooler_hidden_size"}) {
+    int64_t width = 0;
+    read_key(j, key, width, source);
+    int64_t hidden = 1536;
+    read_key(j, "hidden_size", hidden, source);
+    if (width > 0 && width != hidden) {
+      fail("{}: {} {} differs from hidden_size {}; ft builds DeBERTa with both equal", source, key, width, hidden);
+    }
+  }
+  std::string act = "gelu";
+  read_key(j, "pooler_hidden_act", act, source);
+  if (act != "gelu") fail("{}: pooler_hidden_act '{}' is not supported; use 'gelu'", source, act);
+  if (d.pooler_dropout < 0.0 || d.pooler_dropout >= 1.0) fail("{}: pooler_dropout must be in [0, 1)", source);
+}
+
 }  // namespace
 
 BertConfig BertConfig::from_json_string(const std::string& text, const std::string& source) {
@@ -87,6 +146,12 @@ BertConfig BertConfig::from_json_string(const std::string& text, const std::stri
     if (auto it = j.find("sinusoidal_pos_embds"); it != j.end() && it->is_boolean() && it->get<bool>()) {
       fail("{}: sinusoidal_pos_embds is true; ft builds learned position embeddings (DistilBERT's default)", source);
     }
+  }
+  if (family.disentangled_attention) {  // DebertaV2Config's defaults (deberta-v2-xlarge)
+    c.vocab_size = 128100, c.hidden_size = 1536, c.num_hidden_layers = 24, c.num_attention_heads = 24;
+    c.intermediate_size = 6144, c.type_vocab_size = 0, c.layer_norm_eps = 1e-7;
+    read_disentangled(j, c, source);
+    read_key(j, "cls_dropout", c.classifier_dropout, source);
   }
   refuse_unsupported(j, source);
   read_key(j, "vocab_size", c.vocab_size, source);
@@ -168,7 +233,17 @@ void BertConfig::validate(const std::string& source) const {
   positive("num_attention_heads", num_attention_heads);
   positive("intermediate_size", intermediate_size);
   positive("max_position_embeddings", max_position_embeddings);
-  positive("type_vocab_size", type_vocab_size);
+  if (f.disentangled_attention) {  // DeBERTa-v3 has no token types: type_vocab_size 0
+    if (type_vocab_size < 0) fail("{}: type_vocab_size must be 0 or more, got {}", source, type_vocab_size);
+    if (deberta.position_buckets > 0 && deberta.position_buckets < 2) {
+      fail("{}: position_buckets must be at least 2, got {}", source, deberta.position_buckets);
+    }
+    if (deberta.relative_attention && deberta.position_buckets > 0 && deberta.max_relative(max_position_embeddings) <= deberta.position_buckets / 2 + 1) {
+      fail("{}: max_relative_positions must exceed half the position_buckets plus one", source);
+    }
+  } else {
+    positive("type_vocab_size", type_vocab_size);
+  }
   positive("num_labels", num_labels);
   if (f.positions_after_padding && max_position_embeddings <= pad_token_id + 1) {
     fail("{}: max_position_embeddings {} leaves no position for a token: {} positions start after pad_token_id {}",

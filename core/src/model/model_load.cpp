@@ -41,7 +41,7 @@ std::map<std::string, const at::Tensor*> canonical_names(const TensorList& weigh
     has_base_keys |= is_base_model_key(key);
     given[key] = &t;
   }
-  const std::string tied_bias = family.mlm_head + ".decoder.bias";
+  const std::string tied_bias = family.mlm_decoder() + ".bias";
   if (given.count(tied_bias) && !given.count(family.mlm_bias())) given[family.mlm_bias()] = given[tied_bias];
   base_model_names = !has_prefix && has_base_keys;
   if (!base_model_names) return given;
@@ -149,7 +149,7 @@ BertForSequenceClassification::LoadReport BertForSequenceClassification::load_we
     if (!ignorable) fail("{}: unexpected tensor '{}' (not part of this {} model)", source, key, family.model_type);
     const bool buffer = ends_with(key, "embeddings.position_ids") || ends_with(key, "embeddings.token_type_ids");
     // The tied decoder's copies are this model's tensors under another name, not unused ones.
-    const bool tied = key == family.mlm_head + ".decoder.bias" || key == family.mlm_head + ".decoder.weight";
+    const bool tied = key == family.mlm_decoder() + ".bias" || key == family.mlm_decoder() + ".weight";
     if (!buffer && !tied) report.ignored.push_back(key);
   }
   return report;

@@ -261,7 +261,7 @@ void save_prompt_learning(const fsys::path& dir, const TensorList& weights, cons
   j["inference_mode"] = true;
   // PEFT adds the classifier to a SEQ_CLS model's modules_to_save by itself;
   // an empty list records that ft kept the base model's classifier.
-  j["modules_to_save"] = p.train_head ? json::array({"classifier"}) : json::array();
+  j["modules_to_save"] = p.train_head ? json(peft_head_modules(weights)) : json::array();
   if (p.method == PromptMethod::kPrompt) {
     static const std::map<std::string, std::string> kInit = {{"random", "RANDOM"}, {"vocab", "SAMPLE_VOCAB"},
                                                              {"text", "TEXT"}};

@@ -1,0 +1,102 @@
+// DeBERTa-v2/v3's disentangled attention terms, private to core/src/model:
+// the relative-position part that SelfAttentionImpl adds to its scores when
+// the family is deberta-v2 (bert_modules.h).
+//
+// Every layer reads one table of relative-position embeddings, [2 span,
+// hidden] (normalised once by unit 0 and carried with the activations). A
+// pair of tokens i, j at positions p_i, p_j reads the table at row
+// bucket(p_i - p_j) + span, clamped to the table: with position_buckets,
+// distances up to half of them keep their own row and longer ones share
+// log-spaced rows up to max_relative_positions. Two terms join the
+// content-to-content score q_i . k_j:
+//   c2p  q_i . K_row   (the query against the table's keys, key_proj(table))
+//   p2c  k_j . Q_row'  (the key against the table's queries, query_proj(table)),
+//        at the row of the reversed distance;
+// and all three are divided by sqrt(head_dim * (1 + number of terms)).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include <ATen/ATen.h>
+#include <torch/nn/modules/dropout.h>
+
+#include "ft/model.h"
+#include "ft/token_layout.h"
+
+namespace ft {
+namespace model_detail {
+
+struct RelativeAttention {
+  bool c2p, p2c;
+  int64_t span;          // the table has 2 span rows
+  int64_t buckets;       // position_buckets; <= 0: every distance its own row
+  int64_t max_relative;  // max_relative_positions (resolved)
+  double scale_factor;   // 1 + the number of relative terms
+  torch::nn::Dropout dropout;  // pos_dropout: on the table, in each layer
+
+  explicit RelativeAttention(const BertConfig& c)
+      : c2p(c.deberta.c2p),
+        p2c(c.deberta.p2c),
+        span(c.relative_span()),
+        buckets(c.deberta.position_buckets),
+        max_relative(c.deberta.max_relative(c.max_position_embeddings)),
+        scale_factor(1.0 + (c.deberta.c2p ? 1 : 0) + (c.deberta.p2c ? 1 : 0)),
+        dropout(torch::nn::Dropout(c.hidden_dropout_prob)) {}
+
+  // The bucket of each distance in `distance` (long), as transformers'
+  // make_log_bucket_position computes it: in float32, so that the rows at
+  // the edges of the log-spaced buckets are the same.
+  at::Tensor bucket(const at::Tensor& distance) const {
+    if (buckets <= 0 || max_relative <= 0) return distance;
+    const int64_t mid = buckets / 2;
+    const at::Tensor sign = at::sign(distance);
+    const at::Tensor near = distance.lt(mid).logical_and(distance.gt(-mid));
+    const at::Tensor abs_pos = at::where(near, at::full({}, mid - 1, distance.options()), distance.abs());
+    const at::Tensor log_base = at::log(at::scalar_tensor(static_cast<double>(max_relative - 1) / mid, at::kFloat));
+    const at::Tensor log_pos =
+        at::ceil(at::log(abs_pos.to(at::kFloat) / static_cast<double>(mid)) / log_base * static_cast<double>(mid - 1)) + mid;
+    return at::where(abs_pos.le(mid), distance.to(at::kFloat), log_pos * sign).to(at::kLong);
+  }
+
+  // [rows or 1, width, width] table rows: clamp(sign * bucket(p_i - p_j) + span).
+  // Positions are the tokens' columns, as in the padded model, where slot j
+  // is column j in every row and one matrix serves them all.
+  std::pair<at::Tensor, at::Tensor> rows_read(const TokenLayout& layout, const c10::Device& device) const {
+    const auto longs = at::TensorOptions().dtype(at::kLong).device(device);
+    at::Tensor pos = layout.is_packed()
+                         ? layout.to_attention(layout.positions(longs).unsqueeze(1)).view({layout.rows, layout.width})
+                         : at::arange(layout.width, longs).unsqueeze(0);
+    const int64_t reach = layout.seq;  // |p_i - p_j| < seq
+    const at::Tensor distances = at::arange(-(reach - 1), reach, longs);
+    const at::Tensor b = bucket(distances);
+    const at::Tensor forward_rows = (b + span).clamp(0, 2 * span - 1);
+    const at::Tensor reverse_rows = (-b + span).clamp(0, 2 * span - 1);
+    const at::Tensor index = (pos.unsqueeze(2) - pos.unsqueeze(1)) + (reach - 1);
+    return {forward_rows.index({index}), reverse_rows.index({index})};
+  }
+
+  // The c2p and p2c terms for q, k [rows, heads, width, d] and the table
+  // projected into this rank's heads, pos_query and pos_key [heads, 2 span, d]:
+  // [rows, heads, width, width], unscaled.
+  at::Tensor bias(const at::Tensor& q, const at::Tensor& k, const at::Tensor& pos_query, const at::Tensor& pos_key,
+                  const TokenLayout& layout) const {
+    const auto [c2p_rows, p2c_rows] = rows_read(layout, q.device());
+    const std::vector<int64_t> shape = {q.size(0), q.size(1), q.size(2), q.size(2)};
+    at::Tensor out = at::zeros({}, q.options());
+    if (c2p) {
+      const at::Tensor by_row = at::matmul(q, pos_key.transpose(-1, -2));  // [rows, heads, width, 2 span]
+      out = out + at::gather(by_row, -1, c2p_rows.unsqueeze(1).expand(shape));
+    }
+    if (p2c) {
+      // Key j against the table's query at the reversed distance, gathered
+      // per key and turned to [query, key].
+      const at::Tensor by_row = at::matmul(k, pos_query.transpose(-1, -2));
+      out = out + at::gather(by_row, -1, p2c_rows.unsqueeze(1).expand(shape)).transpose(-1, -2);
+    }
+    return out;
+  }
+};
+
+}  // namespace model_detail
+}  // namespace ft
