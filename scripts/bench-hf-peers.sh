@@ -30,8 +30,13 @@
 #   mini    ../shared/fixtures/bench-mini (random-init mini BERT), padding longest
 #   weibo   ../shared/fixtures/bench-weibo, padded to 128 as the seeds did
 #           (the gbl row: padding longest + group_by_length, shuffled)
+#   deberta a random-init DeBERTa-v3-shaped classifier (xsmall: 12 x 384, 256
+#           position buckets; transformers runs it eager, it has no SDPA) on
+#           2 048 IMDB reviews tokenized with the committed deberta-unigram
+#           tokenizer.json (256 tokens), padding longest. Not in "all"; rows
+#           single and ddp are the ones it is meant for (ROWS="single ddp").
 #
-# Usage: scripts/bench-hf-peers.sh [minilm|mini|weibo|all]
+# Usage: scripts/bench-hf-peers.sh [minilm|mini|weibo|deberta|all]
 #   env: STEPS=20 WARMUP=2 ROUNDS=3 ROWS="single ddp ..." BUILD=build
 #        QUIET_BUSY=0.1 QUIET_TIMEOUT=1800 (seconds to wait until under a tenth of the cores is busy)
 #        FT2=build-torch2 (also time the ft of that build: scripts/build-torch2.sh) FT2_ROWS="single ..." (default: all rows)
@@ -249,6 +254,14 @@ if [[ "$which_workloads" == minilm || "$which_workloads" == all ]] && [[ ! -f "$
     --rows 2048 --max-len 256 --out "$minilm_data" >&2
 fi
 
+deberta_model="$out_dir/deberta-xsmall"
+deberta_data="$out_dir/imdb-deberta.safetensors"
+if [[ "$which_workloads" == deberta ]] && [[ ! -f "$deberta_data" ]]; then
+  "$py" scripts/hf_peer_bench.py --make-deberta "$deberta_model" >&2
+  "$py" scripts/hf_peer_bench.py --tokenize data/imdb/train.jsonl --model "$deberta_model" \
+    --rows 2048 --max-len 256 --out "$deberta_data" >&2
+fi
+
 ft2="${FT2:+$FT2/bin/ft}"
 ft2_version=""
 if [[ -n "$ft2" ]]; then
@@ -267,5 +280,8 @@ wait_quiet
   fi
   if [[ "$which_workloads" == weibo || "$which_workloads" == all ]]; then
     bench_workload weibo ../shared/fixtures/bench-weibo/data.safetensors ../shared/fixtures/bench-weibo/config.json max_length 3e-5 128
+  fi
+  if [[ "$which_workloads" == deberta ]]; then
+    bench_workload deberta "$deberta_data" "$deberta_model" longest 2e-5 256
   fi
 } | tee "${OUT:-/dev/null}"

@@ -85,6 +85,33 @@ def tokenize(args):
     return 0
 
 
+def make_deberta(out):
+    """The deberta workload's model: DeBERTa-v3's settings at xsmall's shape, on the committed Unigram vocabulary."""
+    import shutil
+
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tok_file = os.path.join(repo, "tests", "data", "hf", "tokenizers", "deberta-unigram.tokenizer.json")
+    tok = Tokenizer.from_file(tok_file)
+    cfg = AutoConfig.for_model(
+        "deberta-v2", vocab_size=tok.get_vocab_size(), hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
+        intermediate_size=1536, max_position_embeddings=512, relative_attention=True, position_buckets=256,
+        max_relative_positions=-1, pos_att_type="p2c|c2p", share_att_key=True, norm_rel_ebd="layer_norm",
+        position_biased_input=False, type_vocab_size=0, layer_norm_eps=1e-7, pad_token_id=tok.token_to_id("<pad>"),
+        num_labels=2)
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_config(cfg, attn_implementation="eager")
+    os.makedirs(out, exist_ok=True)
+    model.save_pretrained(out)
+    shutil.copy(tok_file, os.path.join(out, "tokenizer.json"))
+    print(f"hf-peer: wrote {out}: DeBERTa-v3 settings, 12 x 384, "
+          f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters")
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--row", choices=["single", "ddp", "ddp_amp", "fsdp_full", "fsdp_grad_op", "ds_zero1", "ds_zero2",
@@ -107,9 +134,14 @@ def main():
     p.add_argument("--rows", type=int, default=2048)
     p.add_argument("--max-len", type=int, default=256)
     p.add_argument("--out", help="--tokenize: the safetensors file to write")
+    p.add_argument("--make-deberta", metavar="DIR",
+                   help="write a random-init DeBERTa-v3-xsmall-shaped classifier (12 x 384, 6 heads, 256 position "
+                        "buckets) with the committed deberta-unigram tokenizer to DIR, and exit")
     args = p.parse_args()
     if args.collect:
         return collect(args.collect)
+    if args.make_deberta:
+        return make_deberta(args.make_deberta)
     if args.tokenize:
         return tokenize(args)
     for need in ("row", "data", "model", "out-dir"):
@@ -168,8 +200,14 @@ def train(args):
     model_dir = args.model if os.path.isdir(args.model) else os.path.dirname(args.model)
     has_weights = any(os.path.exists(os.path.join(model_dir, f)) for f in ("model.safetensors", "pytorch_model.bin"))
     if has_weights:
-        model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=n_labels,
-                                                                   attn_implementation=args.attn)
+        try:
+            model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=n_labels,
+                                                                       attn_implementation=args.attn)
+        except ValueError as e:  # a family without SDPA (DeBERTa-v2): its own, eager, attention
+            if "attn_implementation" not in str(e) and "does not support" not in str(e):
+                raise
+            model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=n_labels,
+                                                                       attn_implementation="eager")
     else:
         cfg_path = args.model if args.model.endswith(".json") else os.path.join(model_dir, "config.json")
         cfg = BertConfig.from_json_file(cfg_path)
