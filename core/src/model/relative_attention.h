@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include <ATen/ATen.h>
+#include <torch/autograd.h>
 #include <torch/nn/modules/dropout.h>
 
 #include "ft/model.h"
@@ -26,6 +27,24 @@
 
 namespace ft {
 namespace model_detail {
+
+// at::gather along the last dimension that keeps only the index for
+// backward. LibTorch's own GatherBackward saves its whole input: here that is
+// a [rows, heads, width, 2 span] product per term and layer, twice the size
+// of the attention scores, held until backward for nothing but its shape.
+struct GatherLast : torch::autograd::Function<GatherLast> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input, const at::Tensor& index) {
+    ctx->saved_data["sizes"] = input.sizes().vec();
+    ctx->save_for_backward({index});
+    return at::gather(input, -1, index);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const at::Tensor index = ctx->get_saved_variables()[0];
+    const auto sizes = ctx->saved_data["sizes"].toIntVector();
+    return {at::zeros(sizes, grads[0].options()).scatter_add_(-1, index, grads[0]), at::Tensor()};
+  }
+};
 
 struct RelativeAttention {
   bool c2p, p2c;
@@ -86,13 +105,13 @@ struct RelativeAttention {
     at::Tensor out = at::zeros({}, q.options());
     if (c2p) {
       const at::Tensor by_row = at::matmul(q, pos_key.transpose(-1, -2));  // [rows, heads, width, 2 span]
-      out = out + at::gather(by_row, -1, c2p_rows.unsqueeze(1).expand(shape));
+      out = out + GatherLast::apply(by_row, c2p_rows.unsqueeze(1).expand(shape));
     }
     if (p2c) {
       // Key j against the table's query at the reversed distance, gathered
       // per key and turned to [query, key].
       const at::Tensor by_row = at::matmul(k, pos_query.transpose(-1, -2));
-      out = out + at::gather(by_row, -1, p2c_rows.unsqueeze(1).expand(shape)).transpose(-1, -2);
+      out = out + GatherLast::apply(by_row, p2c_rows.unsqueeze(1).expand(shape)).transpose(-1, -2);
     }
     return out;
   }
