@@ -111,10 +111,9 @@ inline bool is_classifier_parameter(const std::string& name) {
 // "pooler" when the model has a top-level one (DeBERTa).
 template <typename Named>
 std::vector<std::string> peft_head_modules(const Named& weights) {
-  std::vector<std::string> out = {"classifier"};
   for (const auto& named : weights)
     if (named.first.rfind("pooler.", 0) == 0) return {"classifier", "pooler"};
-  return out;
+  return {"classifier"};
 }
 
 // The family of a config.json model_type; anything else fails with one line

@@ -210,13 +210,21 @@ struct SelfAttentionImpl : torch::nn::Module {
     if (sdpa) {
       context = sdpa_attention(q, k, v, mask, dropping ? dropout->options.p() : 0.0);
     } else {
-      auto scores = at::matmul(q, k.transpose(-1, -2));
-      if (tp) scores = tp->head_sum(scores);
-      scores = scores / std::sqrt(static_cast<double>(score_dim));
-      scores = scores + mask;
-      context = at::matmul(drop(dropout, at::softmax(scores, -1)), v);
+      context = eager_context(q, k, v, mask);
     }
     return merge_heads(context, layout);
+  }
+
+  // matmul, softmax, dropout, matmul ("eager"), with DeBERTa's relative
+  // terms added to the raw scores and their scale widened by scale_factor.
+  at::Tensor eager_context(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                           const at::Tensor& bias = {}, double scale_factor = 1.0) {
+    auto scores = at::matmul(q, k.transpose(-1, -2));
+    if (bias.defined()) scores = scores + bias;
+    if (tp) scores = tp->head_sum(scores);
+    scores = scores / std::sqrt(static_cast<double>(score_dim) * scale_factor);
+    scores = scores + mask;
+    return at::matmul(drop(dropout, at::softmax(scores, -1)), v);
   }
 
   // [rows, heads, width, d] -> [T, heads * d].
@@ -232,18 +240,16 @@ struct SelfAttentionImpl : torch::nn::Module {
     auto q = split_heads(query(x), layout);
     auto k = split_heads(key(x), layout);
     auto v = split_heads(value(x), layout);
-    at::Tensor scores = at::matmul(q, k.transpose(-1, -2));
+    at::Tensor bias;
     if (table.defined()) {
       const at::Tensor t = drop(relative->dropout, table);
       // [2 span, heads * d] -> [heads, 2 span, d], this rank's heads.
       auto table_heads = [&](const at::Tensor& projected) {
         return projected.view({t.size(0), heads, head_dim}).permute({1, 0, 2});
       };
-      scores = scores + relative->bias(q, k, table_heads(query(t)), table_heads(key(t)), layout);
+      bias = relative->bias(q, k, table_heads(query(t)), table_heads(key(t)), layout);
     }
-    if (tp) scores = tp->head_sum(scores);
-    scores = scores / std::sqrt(static_cast<double>(score_dim) * relative->scale_factor) + layout.additive_mask;
-    return merge_heads(at::matmul(drop(dropout, at::softmax(scores, -1)), v), layout);
+    return merge_heads(eager_context(q, k, v, layout.additive_mask, bias, relative->scale_factor), layout);
   }
 };
 
@@ -498,7 +504,7 @@ struct BertModelImpl : torch::nn::Module {
     layer = torch::nn::ModuleList(register_at(*this, family.layers, std::make_shared<torch::nn::ModuleListImpl>()));
     if (c.deberta.relative_attention) {
       embeddings->relative_table =
-          register_at(*this, "encoder.rel_embeddings", Embedding(2 * c.relative_span(), c.hidden_size).ptr());
+          register_at(*this, "encoder.rel_embeddings", Embedding(c.carried_rows(), c.hidden_size).ptr());
       if (c.deberta.norm_rel) embeddings->relative_norm = register_at(*this, "encoder.LayerNorm", make_layer_norm(c).ptr());
     }
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {

@@ -56,8 +56,8 @@ void refuse_unsupported(const json& j, const std::string& source) {
   }
 }
 
-// DebertaV2Config's attention keys (BertConfig::Disentangled). Variants
-// that build modules ft does not have are refused by name.
+// DebertaV2Config's attention keys (BertConfig::Disentangled), read after
+// the BERT keys. Variants that build modules ft does not have are refused by name.
 void read_disentangled(const json& j, BertConfig& c, const std::string& source) {
   auto& d = c.deberta;
   read_key(j, "relative_attention", d.relative_attention, source);
@@ -102,10 +102,9 @@ void read_disentangled(const json& j, BertConfig& c, const std::string& source) 
   for (const char* key : {"embedding_size", "pooler_hidden_size"}) {
     int64_t width = 0;
     read_key(j, key, width, source);
-    int64_t hidden = 1536;
-    read_key(j, "hidden_size", hidden, source);
-    if (width > 0 && width != hidden) {
-      fail("{}: {} {} differs from hidden_size {}; ft builds DeBERTa with both equal", source, key, width, hidden);
+    if (width > 0 && width != c.hidden_size) {
+      fail("{}: {} {} differs from hidden_size {}; ft builds DeBERTa with both equal", source, key, width,
+           c.hidden_size);
     }
   }
   std::string act = "gelu";
@@ -150,8 +149,7 @@ BertConfig BertConfig::from_json_string(const std::string& text, const std::stri
   if (family.disentangled_attention) {  // DebertaV2Config's defaults (deberta-v2-xlarge)
     c.vocab_size = 128100, c.hidden_size = 1536, c.num_hidden_layers = 24, c.num_attention_heads = 24;
     c.intermediate_size = 6144, c.type_vocab_size = 0, c.layer_norm_eps = 1e-7;
-    read_disentangled(j, c, source);
-    read_key(j, "cls_dropout", c.classifier_dropout, source);
+    read_key(j, "cls_dropout", c.classifier_dropout, source);  // classifier_dropout, when given, comes after
   }
   refuse_unsupported(j, source);
   read_key(j, "vocab_size", c.vocab_size, source);
@@ -168,6 +166,7 @@ BertConfig BertConfig::from_json_string(const std::string& text, const std::stri
   read_key(j, "layer_norm_eps", c.layer_norm_eps, source);
   read_key(j, "pad_token_id", c.pad_token_id, source);
   read_key(j, "classifier_dropout", c.classifier_dropout, source);
+  if (family.disentangled_attention) read_disentangled(j, c, source);
   c.num_labels = 0;
   read_key(j, "num_labels", c.num_labels, source);
   if (auto it = j.find("id2label"); it != j.end() && it->is_object()) {
@@ -238,7 +237,8 @@ void BertConfig::validate(const std::string& source) const {
     if (deberta.position_buckets > 0 && deberta.position_buckets < 2) {
       fail("{}: position_buckets must be at least 2, got {}", source, deberta.position_buckets);
     }
-    if (deberta.relative_attention && deberta.position_buckets > 0 && deberta.max_relative(max_position_embeddings) <= deberta.position_buckets / 2 + 1) {
+    if (deberta.relative_attention && deberta.position_buckets > 0 &&
+        deberta.max_relative(max_position_embeddings) <= deberta.position_buckets / 2 + 1) {
       fail("{}: max_relative_positions must exceed half the position_buckets plus one", source);
     }
   } else {
