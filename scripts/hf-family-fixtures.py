@@ -83,6 +83,15 @@ FAMILIES = {
                    "position_biased_input": False, "type_vocab_size": 0, "layer_norm_eps": 1e-7,
                    "pooler_dropout": 0.0, "pooler_hidden_size": 32},
     },
+    # ModernBERT as ModernBERT-base ships it (no biases, mean pooling, layer 0
+    # global and layer 1 local), with a 16-token window: 8 tokens each way,
+    # so the 64-token rows reach past it.
+    "modernbert": {
+        "model_type": "modernbert", "tokenizer": "modern-bpe", "mlm_bias": "decoder.bias",
+        "config": {"local_attention": 16, "global_attn_every_n_layers": 3, "classifier_pooling": "mean",
+                   "embedding_dropout": 0.0, "mlp_dropout": 0.0, "attention_dropout": 0.0,
+                   "classifier_dropout": 0.0},
+    },
 }
 # initializer_range 0.2 (not 0.02): at hidden 32 the default gives logits near
 # zero and a loss that stays at ln 2, and a flat trajectory checks nothing.
@@ -229,7 +238,7 @@ def main():
     imdb, weibo = read_imdb(), read_weibo()
     for name in args.only or sorted(FAMILIES):
         make_family(name, args.out, imdb, weibo)
-        if name in ("roberta", "distilbert", "deberta-v2"):  # XLM-R's lm_head is RoBERTa's under another class name
+        if name in ("roberta", "distilbert", "deberta-v2", "modernbert"):  # XLM-R's lm_head is RoBERTa's under another class name
             make_masked_lm(name, args.out, imdb)
 
 

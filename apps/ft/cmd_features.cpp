@@ -41,6 +41,7 @@ const char* pooling_of(ClassifierStyle style) {
     case ClassifierStyle::kDenseGelu: return "classifier.dense (gelu(dense(h_[CLS])))";
     case ClassifierStyle::kPreClassifier: return "pre_classifier (relu(pre_classifier(h_[CLS])))";
     case ClassifierStyle::kContextPooler: return "pooler.dense (gelu(dense(h_[CLS])))";
+    case ClassifierStyle::kPredictionHead: return "head (norm(gelu(dense(final_norm(h))))) on [CLS] or the mean";
   }
   return "";
 }

@@ -200,7 +200,7 @@ at::Tensor TensorStrategy::gather_full(const std::string& param, const at::Tenso
   if (it == split_.end()) return mine.clone();
   std::vector<at::Tensor> parts;
   tp().all_gather(parts, mine);
-  return at::cat(parts, it->second);
+  return join_parts(parts, it->second);
 }
 
 TensorList TensorStrategy::model_state() {
@@ -229,7 +229,7 @@ void TensorStrategy::load_state(const TensorList& model, const OptimizerState* o
   // This rank's slice of a full tensor for `param` shaped like `local`.
   auto slice = [&](const std::string& param, const at::Tensor& full, const at::Tensor& local, const std::string& what) {
     auto it = split_.find(param);
-    at::Tensor part = it == split_.end() ? full : full.narrow(it->second, r * local.size(it->second), local.size(it->second));
+    at::Tensor part = it == split_.end() ? full : take_part(full, it->second, r, tp().world_size());
     if (part.sizes() != local.sizes()) {
       fail("{}: '{}' has shape [{}], the model needs [{}]", what, param, fmt::join(full.sizes(), ", "),
            fmt::join(local.sizes(), ", "));

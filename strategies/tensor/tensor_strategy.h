@@ -35,6 +35,7 @@
 #include "ft/abilities.h"
 #include "ft/comm.h"
 #include "ft/device_mesh.h"
+#include "ft/model.h"
 #include "ft/optim.h"
 #include "ft/strategy.h"
 
@@ -66,7 +67,7 @@ class TensorStrategy final : public Strategy, public DataParallelGroup {
 
   std::unique_ptr<DeviceMesh> mesh_;
   std::unique_ptr<Comm> head_comm_;  // ranks sharing an attention head, when tp_size > heads
-  std::map<std::string, int> split_;  // sliced parameter -> dimension
+  std::map<std::string, TensorCut> split_;  // sliced parameter -> how it is cut
   std::set<std::string> partial_;     // whole parameters whose gradients are summed over the group
   std::vector<at::Tensor> partial_grads_;
   std::unique_ptr<TensorOptimizer> optimizer_;

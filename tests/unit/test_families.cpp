@@ -1,5 +1,5 @@
 // The encoder families beside BERT (RoBERTa, XLM-RoBERTa, ELECTRA, DistilBERT,
-// DeBERTa-v2/v3) against
+// DeBERTa-v2/v3, ModernBERT) against
 // transformers itself: tiny random-init models that transformers built,
 // saved, ran and trained (scripts/hf-family-fixtures.py; files and versions
 // in tests/data/hf/README.md). No Python runs here.
@@ -21,7 +21,7 @@ namespace fsys = std::filesystem;
 
 namespace {
 
-const char* const kFamilies[] = {"roberta", "xlm-roberta", "electra", "distilbert", "deberta-v2"};
+const char* const kFamilies[] = {"roberta", "xlm-roberta", "electra", "distilbert", "deberta-v2", "modernbert"};
 
 fsys::path family_dir(const std::string& name) { return ft_test::source_dir() / "tests/data/hf/families" / name; }
 
@@ -77,7 +77,7 @@ TEST_CASE("RoBERTa-family config.json: the family, its defaults and its names") 
 TEST_CASE("unknown model_type and unsupported keys: one line naming them") {
   CHECK(ft_test::error_of([] { ft::BertConfig::from_json_string(R"({"model_type": "gpt2"})", "x/config.json"); }) ==
         "x/config.json: model_type 'gpt2' is not supported; ft builds bert, roberta, xlm-roberta, camembert, electra, distilbert, "
-        "deberta-v2");
+        "deberta-v2, modernbert");
   CHECK(ft_test::error_of([] {
           ft::BertConfig::from_json_string(R"({"model_type": "roberta", "position_embedding_type": "relative_key"})",
                                            "x/config.json");
@@ -88,7 +88,7 @@ TEST_CASE("unknown model_type and unsupported keys: one line naming them") {
         }) == "x/config.json: is_decoder is true; ft fine-tunes encoders only (set it false or drop it)");
 }
 
-TEST_CASE("RoBERTa, XLM-R, ELECTRA, DistilBERT and DeBERTa-v3 logits match transformers within 1e-5, padded and padding-free") {
+TEST_CASE("RoBERTa, XLM-R, ELECTRA, DistilBERT, DeBERTa-v3 and ModernBERT logits match transformers within 1e-5, padded and padding-free") {
   for (const std::string name : kFamilies) {
     INFO(name);
     auto model = load_family(name);
@@ -110,7 +110,7 @@ TEST_CASE("RoBERTa, XLM-R, ELECTRA, DistilBERT and DeBERTa-v3 logits match trans
   }
 }
 
-TEST_CASE("RoBERTa, XLM-R, ELECTRA, DistilBERT and DeBERTa-v3: one step's loss and every parameter's gradient match transformers (1e-4 relative)") {
+TEST_CASE("RoBERTa, XLM-R, ELECTRA, DistilBERT, DeBERTa-v3 and ModernBERT: one step's loss and every parameter's gradient match transformers (1e-4 relative)") {
   for (const std::string name : kFamilies) {
     INFO(name);
     auto model = load_family(name);
@@ -189,8 +189,8 @@ TEST_CASE("8 steps of transformers.Trainer on XLM-R: ft matches within 1e-4 unde
   for (const char* flags : kStrategies) check_trainer_trajectory("xlm-roberta", flags);
 }
 
-TEST_CASE("RobertaForMaskedLM, DistilBertForMaskedLM and DebertaV2ForMaskedLM: ft reads the head (tied decoder, own bias) and gives transformers' logits within 1e-5") {
-  for (const std::string name : {"roberta-mlm", "distilbert-mlm", "deberta-v2-mlm"}) {
+TEST_CASE("RobertaForMaskedLM, DistilBertForMaskedLM, DebertaV2ForMaskedLM and ModernBertForMaskedLM: ft reads the head (tied decoder, own bias) and gives transformers' logits within 1e-5") {
+  for (const std::string name : {"roberta-mlm", "distilbert-mlm", "deberta-v2-mlm", "modernbert-mlm"}) {
   INFO(name);
   const fsys::path d = family_dir(name);
   const auto config = ft::BertConfig::from_json_file((d / "config.json").string());
@@ -243,7 +243,7 @@ TEST_CASE("ELECTRA: embeddings_project belongs to unit 0; the generator's masked
   mlm.head = ft::BertHead::kMaskedLM;
   CHECK(ft_test::error_of([&] { ft::BertForSequenceClassification g(mlm); }) ==
         "model config: ft builds no masked-LM head for electra (ElectraForMaskedLM); fine-tune it as a classifier, or "
-        "pretrain a bert, roberta, distilbert or deberta-v2 model");
+        "pretrain a bert, roberta, distilbert, deberta-v2 or modernbert model");
 }
 
 TEST_CASE("8 steps of transformers.Trainer on DistilBERT: ft matches within 1e-4 under every fp32 strategy") {
@@ -350,4 +350,11 @@ TEST_CASE("DeBERTa-v2 config.json: DebertaV2Config's defaults, its names, the sh
   CHECK(defaults.layer_norm_eps == doctest::Approx(1e-7));
   CHECK_FALSE(defaults.deberta.relative_attention);
   CHECK(defaults.carried_rows() == 0);
+}
+
+TEST_CASE("8 steps of transformers.Trainer on ModernBERT: ft matches within 1e-4 under every fp32 strategy") {
+  // tensor cuts the fused Wqkv and Wi by blocks (each rank's q, k, v of its
+  // heads; its share of GeGLU's input and gate); the final norm is the head
+  // unit's under zero3, fsdp and pipeline.
+  for (const char* flags : kStrategies) check_trainer_trajectory("modernbert", flags);
 }

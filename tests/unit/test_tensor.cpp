@@ -28,13 +28,13 @@ TEST_CASE("shard_tensor_parallel keeps this rank's heads and FFN slice, named by
   ops.enter = ops.reduce = [](const at::Tensor& x) { return x; };
   const auto split = full.shard_tensor_parallel(ops).sliced;
   const std::string l0 = "bert.encoder.layer.0.";
-  CHECK(split.at(l0 + "attention.self.query.weight") == 0);
-  CHECK(split.at(l0 + "attention.self.value.bias") == 0);
-  CHECK(split.at(l0 + "intermediate.dense.weight") == 0);
-  CHECK(split.at(l0 + "attention.output.dense.weight") == 1);
-  CHECK(split.at(l0 + "output.dense.weight") == 1);
+  CHECK(split.at(l0 + "attention.self.query.weight").dim == 0);
+  CHECK(split.at(l0 + "attention.self.value.bias").dim == 0);
+  CHECK(split.at(l0 + "intermediate.dense.weight").dim == 0);
+  CHECK(split.at(l0 + "attention.output.dense.weight").dim == 1);
+  CHECK(split.at(l0 + "output.dense.weight").dim == 1);
   CHECK(split.count(l0 + "output.dense.bias") == 0);  // added once, after the sum
-  CHECK(split.at("bert.embeddings.word_embeddings.weight") == 0);  // vocab-parallel: 100 rows divide by 2
+  CHECK(split.at("bert.embeddings.word_embeddings.weight").dim == 0);  // vocab-parallel: 100 rows divide by 2
   CHECK(split.size() == 2 * 10 + 1);
   std::map<std::string, at::Tensor> now;
   for (const auto& [name, t] : full.weights()) now[name] = t;
@@ -96,15 +96,15 @@ TEST_CASE("shard_tensor_parallel: 4 ranks on 2 heads split each head's dimension
   // Rank 3 of 4: the second half of head 1's 64 dimensions, i.e. rows 96..127.
   CHECK(at::equal(now[l1 + "attention.self.query.weight"], whole[l1 + "attention.self.query.weight"].narrow(0, 96, 32)));
   CHECK(at::equal(now[l1 + "attention.self.prefix_key"], whole[l1 + "attention.self.prefix_key"].narrow(1, 96, 32)));
-  CHECK(split.sliced.at(l1 + "attention.self.prefix_value") == 1);
+  CHECK(split.sliced.at(l1 + "attention.self.prefix_value").dim == 1);
   // Column-parallel query: LoRA's B by rows, A whole with a partial gradient.
-  CHECK(split.sliced.at(l1 + "attention.self.query.lora_B.weight") == 0);
+  CHECK(split.sliced.at(l1 + "attention.self.query.lora_B.weight").dim == 0);
   CHECK(now[l1 + "attention.self.query.lora_B.weight"].sizes() == at::IntArrayRef({32, 4}));
   CHECK(split.partial_grads.count(l1 + "attention.self.query.lora_A.weight") == 1);
   // Row-parallel output.dense: A by columns, B whole with a partial gradient.
   CHECK(at::equal(now[l1 + "output.dense.lora_A.weight"], whole[l1 + "output.dense.lora_A.weight"].narrow(1, 384, 128)));
   CHECK(split.partial_grads.count(l1 + "output.dense.lora_B.weight") == 1);
-  CHECK(split.sliced.at(l1 + "intermediate.dense.lora_B.weight") == 0);
+  CHECK(split.sliced.at(l1 + "intermediate.dense.lora_B.weight").dim == 0);
   // The head is replicated: its LoRA is neither sliced nor partial.
   CHECK(split.sliced.count("bert.pooler.dense.lora_A.weight") == 0);
   CHECK(split.partial_grads.size() == 2 * 4);  // per layer: query, attention.output, intermediate, output
@@ -121,8 +121,8 @@ TEST_CASE("shard_tensor_parallel: 4 ranks on 2 heads split each head's dimension
   CHECK(mlm_without.shard_tensor_parallel(pair).sliced.count("bert.embeddings.word_embeddings.weight") == 0);
   pair.gather_columns = pair.enter;  // without a gather the table stays whole
   const auto m = mlm.shard_tensor_parallel(pair);
-  CHECK(m.sliced.at("cls.predictions.bias") == 0);
-  CHECK(m.sliced.at("bert.embeddings.word_embeddings.weight") == 0);
+  CHECK(m.sliced.at("cls.predictions.bias").dim == 0);
+  CHECK(m.sliced.at("bert.embeddings.word_embeddings.weight").dim == 0);
   std::map<std::string, at::Tensor> mlm_now;
   for (const auto& [name, t] : mlm.weights()) mlm_now[name] = t;
   CHECK(mlm_now["cls.predictions.bias"].numel() == 50);

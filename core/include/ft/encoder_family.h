@@ -1,10 +1,12 @@
-// Encoder families that share BERT's layer: BERT itself, the RoBERTa line
-// (RoBERTa, XLM-RoBERTa, CamemBERT), ELECTRA, DistilBERT and DeBERTa-v2
-// (whose attention adds relative-position terms to the same layer). One implementation serves
-// them all; what differs (config.json's model_type, HF's parameter names,
-// where positions start, the embedding width, the classification head) is
-// this descriptor, looked up once from config.json and read by the model,
-// the methods and the strategies instead of spelling "bert." themselves.
+// The encoder families ft builds. Most share BERT's post-norm layer: BERT
+// itself, the RoBERTa line (RoBERTa, XLM-RoBERTa, CamemBERT), ELECTRA,
+// DistilBERT and DeBERTa-v2 (whose attention adds relative-position terms to
+// the same layer). ModernBERT has a layer of its own (pre-norm, rotary,
+// GeGLU, sliding-window layers), behind the same units. What differs
+// (config.json's model_type, HF's parameter names, where positions start,
+// the embedding width, the layer, the classification head) is this
+// descriptor, looked up once from config.json and read by the model, the
+// methods and the strategies instead of spelling "bert." themselves.
 #pragma once
 
 #include <string>
@@ -19,6 +21,7 @@ enum class ClassifierStyle {
   kDenseGelu,   // ELECTRA: the same with gelu
   kPreClassifier,  // DistilBERT: pre_classifier -> ReLU -> dropout -> classifier on [CLS]
   kContextPooler,  // DeBERTa: pooler.dense (dropout before, gelu after) -> dropout -> classifier on [CLS]
+  kPredictionHead,  // ModernBERT: final_norm, then [CLS] or the mean -> head.dense -> gelu -> head.norm -> drop -> classifier
 };
 
 struct EncoderFamily {
@@ -44,16 +47,22 @@ struct EncoderFamily {
   // relative to the base): ELECTRA's embeddings_project, DeBERTa's
   // relative-position table and its LayerNorm.
   std::vector<std::string> embedding_unit_modules;
+  // ModernBERT's layer (modern_modules.h) instead of BERT's: no position or
+  // type tables, the words at embeddings.tok_embeddings, a final_norm.
+  bool modern_layer = false;
   std::string layers = "encoder.layer";  // where the layers sit under the base model
   // The family's names for the modules of BERT's layer, relative to a layer
   // ("attention.self.query" -> "attention.q_lin"); empty: BERT's own.
+  // ModernBERT lists only its two output projections, where adapters sit.
   std::vector<std::pair<std::string, std::string>> layer_names;
   // config.json keys the family spells otherwise (BertConfig's -> its own:
   // "hidden_size" -> "dim"); read and written under the family's name.
   std::vector<std::pair<std::string, std::string>> config_keys;
 
   std::string prefix() const { return base + "."; }
-  std::string word_embeddings() const { return prefix() + "embeddings.word_embeddings.weight"; }
+  std::string word_embeddings() const {
+    return prefix() + (modern_layer ? "embeddings.tok_embeddings.weight" : "embeddings.word_embeddings.weight");
+  }
   std::string layer_prefix(int64_t layer) const { return prefix() + layers + "." + std::to_string(layer) + "."; }
   // A name relative to a layer, from BERT's spelling to the family's
   // ("attention.self.query.lora_A.weight" -> "attention.q_lin.lora_A.weight").
@@ -75,9 +84,10 @@ struct EncoderFamily {
   }
   bool has_masked_lm() const { return !mlm_head.empty(); }
   // DistilBERT's masked LM is top-level modules (vocab_transform,
-  // vocab_layer_norm, vocab_projector), its decoder the head module itself;
-  // the others nest a decoder (tied to the word embeddings) in the head.
-  bool mlm_top_level() const { return mlm_head == "vocab_projector"; }
+  // vocab_layer_norm, vocab_projector), its decoder the head module itself,
+  // and so is ModernBERT's (head.dense, head.norm, decoder); the others nest
+  // a decoder (tied to the word embeddings) in the head.
+  bool mlm_top_level() const { return mlm_head == "vocab_projector" || mlm_head == "decoder"; }
   std::string mlm_decoder() const { return mlm_top_level() ? mlm_head : mlm_head + ".decoder"; }
   std::string classifier_bias() const { return classifier_has_out_proj() ? "classifier.out_proj.bias" : "classifier.bias"; }
   std::string mlm_bias() const { return mlm_head + ".bias"; }
@@ -87,10 +97,17 @@ struct EncoderFamily {
 };
 
 // A LayerNorm's weight or bias, by its HF name: BERT spells the module
-// "LayerNorm", RoBERTa's lm_head "layer_norm". (Initialisation and the
-// Trainer's no-decay rule both single them out.)
+// "LayerNorm", RoBERTa's lm_head "layer_norm", ModernBERT "norm",
+// "attn_norm", "final_norm". (Initialisation and the Trainer's no-decay rule
+// both single them out; transformers' Trainer matches the same spellings.)
 inline bool is_layer_norm_parameter(const std::string& name) {
-  return name.find("LayerNorm") != std::string::npos || name.find("layer_norm") != std::string::npos;
+  if (name.find("LayerNorm") != std::string::npos || name.find("layer_norm") != std::string::npos) return true;
+  const auto end = name.rfind('.');
+  if (end == std::string::npos || end == 0) return false;
+  const auto dot = name.rfind('.', end - 1);
+  const auto begin = dot == std::string::npos ? 0 : dot + 1;
+  const std::string module = name.substr(begin, end - begin);  // the parameter's own module
+  return module == "norm" || (module.size() > 5 && module.compare(module.size() - 5, 5, "_norm") == 0);
 }
 
 // A parameter of the classification head as PEFT's modules_to_save

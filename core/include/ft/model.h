@@ -32,7 +32,8 @@ namespace ft {
 // module tree the HF names come from.
 class AdaptableLinearImpl : public torch::nn::LinearImpl {
  public:
-  AdaptableLinearImpl(int64_t in, int64_t out) : torch::nn::LinearImpl(torch::nn::LinearOptions(in, out)) {}
+  AdaptableLinearImpl(int64_t in, int64_t out, bool bias = true)
+      : torch::nn::LinearImpl(torch::nn::LinearOptions(in, out).bias(bias)) {}
   at::Tensor forward(const at::Tensor& x) {
     at::Tensor y = torch::nn::LinearImpl::forward(x);
     if (adapter) y = y + adapter(x);
@@ -91,6 +92,23 @@ struct BertConfig {
       return max_relative_positions < 1 ? max_positions : max_relative_positions;
     }
   } deberta;
+
+  // ModernBERT (model_type modernbert): the keys of ModernBertConfig that
+  // BertConfig has no field for. They stay in extra_json too.
+  struct Modern {
+    double embedding_dropout = 0.0;
+    bool norm_bias = false, attention_bias = false, mlp_bias = false;
+    bool classifier_bias = false;  // head.dense's; the classifier itself always has one
+    bool decoder_bias = true;      // the masked LM's decoder.bias
+    int64_t local_attention = 128;  // sliding layers see local_attention / 2 tokens each way
+    std::vector<bool> global;       // per layer: full attention (layer_types), else the sliding window
+    // Empty `global` (a config not read from config.json): every third layer
+    // from layer 0, ModernBertConfig's default.
+    bool is_global(int64_t layer) const { return global.empty() ? layer % 3 == 0 : global.at(layer); }
+    double global_theta = 160000.0, local_theta = 10000.0;  // RoPE bases of the two kinds of layer
+    bool mean_pooling = false;      // classifier_pooling "mean": the attended tokens' mean, else column 0
+    double cutoff_factor = 2.0;     // initializer_cutoff_factor: init truncates at +-cutoff std
+  } modern;
 
   // Reads an HF config.json; errors name the file and key.
   static BertConfig from_json_file(const std::string& path);
@@ -157,9 +175,22 @@ struct TensorParallelOps {
 // ranks (heads or FFN units that do not divide), as one line; empty when it can.
 std::string tensor_parallel_refusal(const BertConfig& c, int ranks);
 
+// How a tensor is cut over a tensor-parallel group along `dim`: into
+// `blocks` equal blocks (ModernBERT's fused Wqkv holds q, k and v; its Wi the
+// input and the gate), each cut into `size` parts; rank r holds part r of
+// every block, so its slice is again q, k and v of its own heads.
+struct TensorCut {
+  int dim = 0;
+  int blocks = 1;
+};
+// Rank `rank`'s part of `full` (a view), and the full tensor from every
+// rank's part in rank order.
+at::Tensor take_part(const at::Tensor& full, const TensorCut& cut, int rank, int size);
+at::Tensor join_parts(const std::vector<at::Tensor>& parts, const TensorCut& cut);
+
 // What shard_tensor_parallel did to the parameters, by HF name.
 struct TensorParallelSplit {
-  std::map<std::string, int> sliced;  // -> the dimension it was cut along (rank r holds part r)
+  std::map<std::string, TensorCut> sliced;  // -> how it was cut (rank r holds part r)
   // Whole on every rank, but each rank's gradient is only its slice's share
   // of the sum: LoRA's A on a column-parallel Linear (B is sliced by rows),
   // and LoRA's B on a row-parallel one (A is sliced by columns). The strategy
@@ -304,6 +335,13 @@ class BertForSequenceClassification : public torch::nn::Module {
   UnitRunner* runner_ = nullptr;
   bool checkpointing_ = false;
   std::shared_ptr<const TokenLayout> layout_of(const Batch& batch) const;
+  // [T, hidden] token states (no carried rows) -> [rows, hidden], what the
+  // classification head reads: column 0's state, or (ModernBERT) the final
+  // norm and then column 0's or the attended tokens' mean.
+  at::Tensor pooled_tokens(const at::Tensor& tokens, const Batch& batch, const TokenLayout& layout) const;
+  // shard_tensor_parallel's part for ModernBERT's layers (tensor_parallel.cpp).
+  void shard_modern_layers(const TensorParallelOps& ops, const std::shared_ptr<const TensorParallelOps>& shared,
+                           TensorParallelSplit& out);
   bool padding_free_ = true;
   AttentionKernel attention_ = AttentionKernel::kAuto;
 };

@@ -16,32 +16,22 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
-#include "ft/dropout.h"
 #include "ft/error.h"
 #include "ft/model.h"
 #include "ft/packed_attention.h"
 #include "ft/token_layout.h"
+#include "modern_modules.h"
+#include "module_parts.h"
 #include "relative_attention.h"
 
 namespace ft {
 namespace model_detail {
 
-using torch::nn::Dropout;
 using torch::nn::Embedding;
-using torch::nn::LayerNorm;
-using Linear = AdaptableLinear;  // LoRA can wrap any of them
-
-// Every dropout of the model goes through ft's counter-based kernel.
-inline at::Tensor drop(const Dropout& d, const at::Tensor& x) { return fast_dropout(x, d->options.p(), d->is_training()); }
-
-inline LayerNorm make_layer_norm(const BertConfig& c, int64_t width) {
-  return LayerNorm(torch::nn::LayerNormOptions({width}).eps(c.layer_norm_eps));
-}
-inline LayerNorm make_layer_norm(const BertConfig& c) { return make_layer_norm(c, c.hidden_size); }
 
 struct EmbeddingsImpl : torch::nn::Module {
   Embedding word_embeddings{nullptr}, position_embeddings{nullptr}, token_type_embeddings{nullptr};
-  LayerNorm norm{nullptr};
+  Norm norm{nullptr};
   Dropout dropout{nullptr};
   int64_t vocab_size;
   // Prompt tuning: [P, hidden], the rows of ids vocab_size + p (the virtual
@@ -62,22 +52,26 @@ struct EmbeddingsImpl : torch::nn::Module {
 
   explicit EmbeddingsImpl(const BertConfig& c) : vocab_size(c.vocab_size), pad_token_id(c.pad_token_id) {
     const int64_t width = c.embedding_width();
+    const bool modern = c.family().modern_layer;  // ModernBERT: words only, its own names
     word_embeddings = register_module(
-        "word_embeddings", Embedding(torch::nn::EmbeddingOptions(c.vocab_size, width).padding_idx(c.pad_token_id)));
+        modern ? "tok_embeddings" : "word_embeddings",
+        Embedding(torch::nn::EmbeddingOptions(c.vocab_size, width).padding_idx(c.pad_token_id)));
     auto positions = torch::nn::EmbeddingOptions(c.max_position_embeddings, width);
     if (c.family().positions_after_padding) {
       first_position = c.pad_token_id + 1;
       positions.padding_idx(c.pad_token_id);  // as transformers builds it: that row is padding's, never trained
     }
-    // DeBERTa-v3 (position_biased_input false) has no absolute positions.
-    if (!c.family().disentangled_attention || c.deberta.position_biased_input) {
+    // DeBERTa-v3 (position_biased_input false) has no absolute positions,
+    // ModernBERT rotates queries and keys instead.
+    if (!modern && (!c.family().disentangled_attention || c.deberta.position_biased_input)) {
       position_embeddings = register_module("position_embeddings", Embedding(positions));
     }
     if (c.family().token_types && c.type_vocab_size > 0) {
       token_type_embeddings = register_module("token_type_embeddings", Embedding(c.type_vocab_size, width));
     }
-    norm = register_module("LayerNorm", make_layer_norm(c, width));
-    dropout = register_module("dropout", Dropout(c.hidden_dropout_prob));
+    norm = register_module(modern ? "norm" : "LayerNorm", make_layer_norm(c, width, !modern || c.modern.norm_bias));
+    dropout = register_module(modern ? "drop" : "dropout",
+                              Dropout(modern ? c.modern.embedding_dropout : c.hidden_dropout_prob));
   }
 
   // ids and types: [T] per token (TokenLayout); returns [T, hidden].
@@ -108,7 +102,7 @@ struct EmbeddingsImpl : torch::nn::Module {
   // DeBERTa: <base>.encoder.rel_embeddings and <base>.encoder.LayerNorm,
   // registered by the base model at those names and computed here, in unit 0.
   Embedding relative_table{nullptr};
-  LayerNorm relative_norm{nullptr};
+  Norm relative_norm{nullptr};
 
   // Vocab-parallel under tensor parallelism: this rank holds rows
   // vocab_begin.., looks up only those ids and the group sums the results.
@@ -256,7 +250,7 @@ struct SelfAttentionImpl : torch::nn::Module {
 // dense -> dropout -> residual -> LayerNorm (BertSelfOutput and BertOutput).
 struct ResidualOutputImpl : torch::nn::Module {
   Linear dense{nullptr};
-  LayerNorm norm{nullptr};
+  Norm norm{nullptr};
   Dropout dropout{nullptr};
 
   ResidualOutputImpl(const BertConfig& c, int64_t in_features) {
@@ -264,19 +258,9 @@ struct ResidualOutputImpl : torch::nn::Module {
     norm = register_module("LayerNorm", make_layer_norm(c));
     dropout = register_module("dropout", Dropout(c.hidden_dropout_prob));
   }
-  // Row-parallel under tensor parallelism: partial products summed, then the
-  // bias once. LoRA's term is a partial product too (its A holds this rank's
-  // input columns), so it joins the same sum; a bottleneck adapter reads the
-  // summed output.
-  std::shared_ptr<const TensorParallelOps> tp;
+  std::shared_ptr<const TensorParallelOps> tp;  // row-parallel dense (module_parts.h)
   at::Tensor forward(const at::Tensor& x, const at::Tensor& residual) {
-    return norm(drop(dropout, tp ? row_parallel(x) : dense(x)) + residual);
-  }
-  at::Tensor row_parallel(const at::Tensor& x) {
-    at::Tensor part = at::linear(x, dense->weight);
-    if (dense->adapter) part = part + dense->adapter(x);
-    at::Tensor y = tp->reduce(part) + dense->bias;
-    return dense->output_adapter ? y + dense->output_adapter(y) : y;
+    return norm(drop(dropout, tp ? row_parallel(*dense, *tp, x) : dense(x)) + residual);
   }
 };
 
@@ -305,7 +289,7 @@ struct IntermediateImpl : torch::nn::Module {
   at::Tensor forward(const at::Tensor& x) { return at::gelu(dense(x)); }
 };
 
-struct LayerImpl : torch::nn::Module {
+struct LayerImpl : EncoderLayer {
   std::shared_ptr<AttentionImpl> attention;
   std::shared_ptr<IntermediateImpl> intermediate;
   std::shared_ptr<ResidualOutputImpl> output;
@@ -316,7 +300,7 @@ struct LayerImpl : torch::nn::Module {
   }
   std::shared_ptr<const TensorParallelOps> tp;
   int64_t carried_rows = 0;  // DeBERTa's table below the tokens: read, and passed on unchanged
-  at::Tensor forward(const at::Tensor& in, const TokenLayout& layout) {
+  at::Tensor forward(const at::Tensor& in, const TokenLayout& layout) override {
     const int64_t tokens = in.size(0) - carried_rows;
     const at::Tensor x = carried_rows ? in.narrow(0, 0, tokens) : in;
     const at::Tensor table = carried_rows ? in.narrow(0, tokens, carried_rows) : at::Tensor();
@@ -333,14 +317,6 @@ struct PoolerImpl : torch::nn::Module {
   }
   // first: [rows, hidden], each row's column-0 ([CLS]) state.
   at::Tensor forward(const at::Tensor& first) { return at::tanh(dense(first)); }
-};
-
-// The classification head as one unit, whichever the family's style.
-struct ClassificationHead : torch::nn::Module {
-  // first: [rows, hidden], each row's column-0 ([CLS], <s>) state -> logits.
-  virtual at::Tensor forward(const at::Tensor& first) = 0;
-  // What the final projection reads, without dropout: `ft features`' vectors.
-  virtual at::Tensor features(const at::Tensor& first) = 0;
 };
 
 // BERT's head. The model registers its parts under the HF names
@@ -413,23 +389,6 @@ struct ContextPoolerHead : ClassificationHead {
   at::Tensor features(const at::Tensor& first) override { return at::gelu(dense(first)); }
 };
 
-// Registers `module` at a dotted path below `root` ("cls.predictions",
-// "transformer.layer"), making the holder modules between them, or reusing
-// those already there: HF's names nest modules that hold no parameters.
-template <typename M>
-std::shared_ptr<M> register_at(torch::nn::Module& root, const std::string& path, std::shared_ptr<M> module) {
-  torch::nn::Module* parent = &root;
-  std::string rest = path;
-  for (auto dot = rest.find('.'); dot != std::string::npos; dot = rest.find('.')) {
-    const std::string part = rest.substr(0, dot);
-    const auto children = parent->named_children();
-    const auto* child = children.find(part);
-    parent = child ? child->get() : parent->register_module(part, std::make_shared<torch::nn::Module>()).get();
-    rest = rest.substr(dot + 1);
-  }
-  return parent->register_module(rest, std::move(module));
-}
-
 // A layer's modules under a family's own names (EncoderFamily::layer_names):
 // the same module objects as the LayerImpl that computes, registered at the
 // family's paths, so HF names come out of named_parameters() unchanged.
@@ -450,8 +409,11 @@ inline std::shared_ptr<torch::nn::Module> renamed_layer(const std::shared_ptr<to
 // and whose bias is cls.predictions.bias.
 struct MaskedLmHeadImpl : torch::nn::Module {
   Linear dense{nullptr};
-  LayerNorm norm{nullptr};
+  Norm norm{nullptr};
   at::Tensor bias;
+  // ModernBERT: model.final_norm, the base model's, which this unit owns
+  // and applies first; registered by the model (the base model's name).
+  Norm final_norm{nullptr};
   // Not registered: the weight belongs to unit 0. Read at call time, so it
   // is whatever tensor the embeddings hold then (a gathered shard, a replica's).
   std::shared_ptr<EmbeddingsImpl> embeddings;
@@ -460,9 +422,13 @@ struct MaskedLmHeadImpl : torch::nn::Module {
   // (cls.predictions.transform.{dense,LayerNorm}); RoBERTa's lm_head holds
   // dense and layer_norm itself; DistilBERT's are the model's own top-level
   // vocab_transform and vocab_layer_norm (registered there by the model),
-  // and this module, at vocab_projector, holds only the bias.
+  // and this module, at vocab_projector, holds only the bias. ModernBERT's
+  // are head.dense and head.norm, and this module is at decoder.
   MaskedLmHeadImpl(const BertConfig& c, std::shared_ptr<EmbeddingsImpl> e) : embeddings(std::move(e)) {
-    if (c.family().mlm_top_level()) {
+    if (c.family().modern_layer) {
+      dense = Linear(c.hidden_size, c.hidden_size, c.modern.classifier_bias);
+      norm = make_layer_norm(c, c.hidden_size, c.modern.norm_bias);
+    } else if (c.family().mlm_top_level()) {
       dense = Linear(c.hidden_size, c.hidden_size);
       norm = make_layer_norm(c);
     } else if (c.family().mlm_head == "cls.predictions") {
@@ -473,14 +439,15 @@ struct MaskedLmHeadImpl : torch::nn::Module {
       dense = register_module("dense", Linear(c.hidden_size, c.hidden_size));
       norm = register_module("layer_norm", make_layer_norm(c));
     }
-    bias = register_parameter("bias", at::zeros({c.vocab_size}));
+    if (!c.family().modern_layer || c.modern.decoder_bias) bias = register_parameter("bias", at::zeros({c.vocab_size}));
   }
   // Vocab-parallel under tensor parallelism: this rank's rows of the tied
   // table (and of the bias) score its slice of the vocabulary; f sums the
   // transform's partial input gradients, and the slices are gathered.
   std::shared_ptr<const TensorParallelOps> tp;
   // hidden: [M, hidden] states of the masked tokens -> [M, vocab].
-  at::Tensor forward(const at::Tensor& hidden) {
+  at::Tensor forward(const at::Tensor& tokens) {
+    const at::Tensor hidden = final_norm ? final_norm(tokens) : tokens;
     // LayerNorm in fp32, as autocast runs it: under bf16 the dense output is
     // bf16 and, with no fp32 residual to promote it, LibTorch's CPU kernel
     // refuses mixed input/weight dtypes. A no-op in fp32.
@@ -492,9 +459,10 @@ struct MaskedLmHeadImpl : torch::nn::Module {
 
 struct BertModelImpl : torch::nn::Module {
   std::shared_ptr<EmbeddingsImpl> embeddings;
-  torch::nn::ModuleList layer;  // at "encoder.layer", DistilBERT's "transformer.layer"
-  std::vector<std::shared_ptr<LayerImpl>> layers;
+  torch::nn::ModuleList layer;  // at "encoder.layer", DistilBERT's "transformer.layer", ModernBERT's "layers"
+  std::vector<std::shared_ptr<EncoderLayer>> layers;
   std::shared_ptr<PoolerImpl> pooler;
+  Norm final_norm{nullptr};  // ModernBERT's, after the last layer (owned by the head's unit)
   explicit BertModelImpl(const BertConfig& c) {
     embeddings = register_module("embeddings", std::make_shared<EmbeddingsImpl>(c));
     if (c.embedding_width() != c.hidden_size) {
@@ -508,8 +476,12 @@ struct BertModelImpl : torch::nn::Module {
       if (c.deberta.norm_rel) embeddings->relative_norm = register_at(*this, "encoder.LayerNorm", make_layer_norm(c).ptr());
     }
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-      layers.push_back(std::make_shared<LayerImpl>(c));
-      if (family.layer_names.empty()) {
+      if (family.modern_layer) {
+        layers.push_back(std::make_shared<ModernLayerImpl>(c, i));
+      } else {
+        layers.push_back(std::make_shared<LayerImpl>(c));
+      }
+      if (family.layer_names.empty() || family.modern_layer) {
         layer->push_back(layers.back());
       } else {
         layer->push_back(renamed_layer(layers.back(), family));
@@ -519,6 +491,7 @@ struct BertModelImpl : torch::nn::Module {
     if (c.head == BertHead::kSequenceClassification && family.classifier == ClassifierStyle::kPooler) {
       pooler = register_module("pooler", std::make_shared<PoolerImpl>(c));
     }
+    if (family.modern_layer) final_norm = register_module("final_norm", make_layer_norm(c, c.hidden_size, c.modern.norm_bias));
   }
   // A renamed layer registers only the modules with parameters; its dropouts
   // hear train()/eval() through the LayerImpl itself.
@@ -544,6 +517,9 @@ struct BertForSequenceClassification::Parts {
   model_detail::Linear classifier{nullptr};
   std::shared_ptr<model_detail::ClassificationHead> head;  // sequence classification
   std::shared_ptr<model_detail::MaskedLmHeadImpl> mlm;   // masked LM
+  // The last unit's module: the head, or a group holding the masked LM
+  // with the final norm it applies (ModernBERT).
+  std::shared_ptr<torch::nn::Module> head_unit;
   model_detail::DirectRunner direct;
 };
 

@@ -60,7 +60,22 @@ const std::vector<EncoderFamily>& families() {
                            {"intermediate.dense", "intermediate.dense"},
                            {"output.dense", "output.dense"},
                            {"output.LayerNorm", "output.LayerNorm"}};
-    return std::vector<EncoderFamily>{bert, roberta, xlmr, camembert, electra, distilbert, deberta};
+    // ModernBERT: its own layer and names, no token types; the masked LM's
+    // head.dense and head.norm are the classifier's too, so a masked-LM
+    // checkpoint leaves only the classifier new (and the reverse only the decoder).
+    EncoderFamily modernbert{"modernbert", "ModernBert", "model", false, ClassifierStyle::kPredictionHead, "decoder",
+                             {"decoder."}, false};
+    modernbert.token_types = false;
+    modernbert.modern_layer = true;
+    modernbert.layers = "layers";
+    // Only where bottleneck adapters sit (the two output projections); the
+    // layer itself is ModernBERT's own, registered under its own names.
+    modernbert.layer_names = {{"attention.output.dense", "attn.Wo"}, {"output.dense", "mlp.Wo"}};
+    modernbert.config_keys = {{"hidden_act", "hidden_activation"},
+                              {"layer_norm_eps", "norm_eps"},
+                              {"hidden_dropout_prob", "mlp_dropout"},
+                              {"attention_probs_dropout_prob", "attention_dropout"}};
+    return std::vector<EncoderFamily>{bert, roberta, xlmr, camembert, electra, distilbert, deberta, modernbert};
   }();
   return all;
 }

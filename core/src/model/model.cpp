@@ -13,6 +13,7 @@
 #include "bert_modules.h"
 #include "ft/activation_checkpoint.h"
 #include "ft/error.h"
+#include "text_affix.h"
 
 namespace ft {
 namespace {
@@ -43,6 +44,30 @@ Batch encoder_input(const Batch& batch, const BertConfig& config, int64_t prompt
   return out;
 }
 
+// Normal(0, std) truncated at +-cutoff std, by the inverse CDF of a uniform
+// draw (as torch.nn.init.trunc_normal_ samples it).
+void truncated_normal(at::Tensor& t, double std, double cutoff) {
+  const double edge = std::erf(cutoff / std::sqrt(2.0));  // 2 Phi(cutoff) - 1
+  t.uniform_(-edge, edge).erfinv_().mul_(std * std::sqrt(2.0)).clamp_(-cutoff * std, cutoff * std);
+}
+
+// ModernBERT's initialisation, over the generic one: every weight matrix
+// truncated normal, the layers' output projections scaled down by
+// sqrt(2 layers), the classifier by sqrt(hidden). transformers overwrites the
+// whole word table here, padding row included, and so does ft.
+void init_modern(const torch::OrderedDict<std::string, at::Tensor>& params, const BertConfig& c) {
+  const double in = c.initializer_range, out = in / std::sqrt(2.0 * static_cast<double>(c.num_hidden_layers));
+  for (const auto& item : params) {
+    const std::string& name = item.key();
+    at::Tensor p = item.value();
+    if (p.dim() != 2) continue;  // norms and biases keep the generic start
+    double std = in;
+    if (ends_with(name, ".Wo.weight") || name == "head.dense.weight") std = out;
+    if (name == "classifier.weight") std = 1.0 / std::sqrt(static_cast<double>(c.hidden_size));
+    truncated_normal(p, std, c.modern.cutoff_factor);
+  }
+}
+
 }  // namespace
 
 using namespace model_detail;
@@ -54,16 +79,32 @@ BertForSequenceClassification::BertForSequenceClassification(const BertConfig& c
   parts_->bert = register_module(family.base, std::make_shared<BertModelImpl>(config_));
   if (config_.head == BertHead::kMaskedLM && !family.has_masked_lm()) {
     fail("model config: ft builds no masked-LM head for {} ({}); fine-tune it as a classifier, or pretrain a bert, "
-         "roberta, distilbert or deberta-v2 model",
+         "roberta, distilbert, deberta-v2 or modernbert model",
          config_.model_type, family.architecture(true));
   }
   if (config_.head == BertHead::kMaskedLM) {
     auto mlm = std::make_shared<MaskedLmHeadImpl>(config_, parts_->bert->embeddings);
-    if (family.mlm_top_level()) {  // DistilBERT, in DistilBertForMaskedLM's order
+    if (family.modern_layer) {  // ModernBertForMaskedLM's order: head, then decoder
+      register_at(*this, "head.dense", mlm->dense.ptr());
+      register_at(*this, "head.norm", mlm->norm.ptr());
+      mlm->final_norm = parts_->bert->final_norm;
+    } else if (family.mlm_top_level()) {  // DistilBERT, in DistilBertForMaskedLM's order
       register_module("vocab_transform", mlm->dense);
       register_module("vocab_layer_norm", mlm->norm);
     }
     parts_->mlm = register_at(*this, family.mlm_head, mlm);  // "cls.predictions": a holder, then the head
+    parts_->head_unit = parts_->mlm;
+    if (family.modern_layer) {  // the unit also owns the base model's final norm, which the head applies
+      parts_->head_unit = std::make_shared<torch::nn::Module>();
+      parts_->head_unit->register_module("final_norm", mlm->final_norm);
+      parts_->head_unit->register_module("mlm", parts_->mlm);
+    }
+  } else if (family.classifier == ClassifierStyle::kPredictionHead) {
+    auto dense = register_at(*this, "head.dense", Linear(config_.hidden_size, config_.hidden_size, config_.modern.classifier_bias).ptr());
+    auto norm = register_at(*this, "head.norm", make_layer_norm(config_, config_.hidden_size, config_.modern.norm_bias).ptr());
+    auto dropout = register_module("drop", Dropout(config_.head_dropout()));
+    auto classifier = register_module("classifier", Linear(config_.hidden_size, config_.num_labels));
+    parts_->head = std::make_shared<PredictionHead>(parts_->bert->final_norm, Linear(dense), Norm(norm), dropout, classifier);
   } else if (family.classifier == ClassifierStyle::kPooler) {
     auto dropout = register_module("dropout", Dropout(config_.head_dropout()));
     auto classifier = register_module("classifier", Linear(config_.hidden_size, config_.num_labels));
@@ -83,6 +124,7 @@ BertForSequenceClassification::BertForSequenceClassification(const BertConfig& c
   } else {
     parts_->head = register_module("classifier", std::make_shared<DenseHeadImpl>(config_));
   }
+  if (!parts_->head_unit) parts_->head_unit = parts_->head;
   init_weights();
 }
 
@@ -94,10 +136,7 @@ int BertForSequenceClassification::num_units() const {
 
 std::shared_ptr<torch::nn::Module> BertForSequenceClassification::unit(int index) const {
   if (index == 0) return parts_->bert->embeddings;
-  if (index == num_units() - 1) {
-    if (parts_->mlm) return parts_->mlm;
-    return parts_->head;
-  }
+  if (index == num_units() - 1) return parts_->head_unit;
   return parts_->bert->layers.at(index - 1);
 }
 
@@ -136,6 +175,22 @@ std::shared_ptr<const TokenLayout> BertForSequenceClassification::layout_of(cons
   return layout;
 }
 
+at::Tensor BertForSequenceClassification::pooled_tokens(const at::Tensor& tokens, const Batch& batch,
+                                                        const TokenLayout& layout) const {
+  const auto& final_norm = parts_->bert->final_norm;
+  if (!final_norm) return layout.first_tokens(tokens);
+  const at::Tensor h = final_norm->forward(tokens);
+  if (!config_.modern.mean_pooling) return layout.first_tokens(h);
+  // The mean over each row's attended tokens, as transformers weights the
+  // padded states by the mask; column 0 is kept even when unattended, and
+  // counts only if attended.
+  const at::Tensor mask = batch.attention_mask;
+  const at::Tensor row_of = at::arange(layout.rows, mask.options().dtype(at::kLong)).unsqueeze(1).expand(mask.sizes());
+  const at::Tensor weight = layout.gather_tokens(mask).to(h.scalar_type()).unsqueeze(1);
+  const at::Tensor sums = at::zeros({layout.rows, h.size(1)}, h.options()).index_add(0, layout.gather_tokens(row_of), h * weight);
+  return sums / mask.sum(1, /*keepdim=*/true).to(h.scalar_type());
+}
+
 at::Tensor BertForSequenceClassification::pooled_output(const Batch& input) {
   if (!parts_->head) fail("a masked-LM model has no classification head; fine-tune it first (ft run --set model.weights=DIR)");
   const Batch batch = encoder_input(input, config_, prompt_length(), prefix_length());
@@ -144,7 +199,7 @@ at::Tensor BertForSequenceClassification::pooled_output(const Batch& input) {
   at::Tensor x = bert.embeddings->forward(layout->gather_tokens(batch.input_ids),
                                           layout->gather_tokens(batch.token_type_ids), *layout);
   for (auto& layer : bert.layers) x = layer->forward(x, *layout);
-  return parts_->head->features(layout->first_tokens(x.narrow(0, 0, layout->tokens))).to(at::kFloat);
+  return parts_->head->features(pooled_tokens(x.narrow(0, 0, layout->tokens), batch, *layout)).to(at::kFloat);
 }
 
 at::Tensor BertForSequenceClassification::forward(const Batch& input) {
@@ -174,7 +229,7 @@ at::Tensor BertForSequenceClassification::forward(const Batch& input) {
                      [&](const at::Tensor& h) { return parts_->mlm->forward(h.index_select(0, masked)); });
   } else {
     logits = run.run(num_units() - 1, RunPass::kPlain, x, [&](const at::Tensor& h) {
-      return parts_->head->forward(layout->first_tokens(h.narrow(0, 0, layout->tokens)));  // without carried rows
+      return parts_->head->forward(pooled_tokens(h.narrow(0, 0, layout->tokens), batch, *layout));  // without carried rows
     });
   }
   return logits.to(at::kFloat);
@@ -200,7 +255,7 @@ void BertForSequenceClassification::add_attention_prefix(const std::vector<at::T
                                                          const std::vector<at::Tensor>& values) {
   auto& bert = *parts_->bert;
   if (prompt_length() > 0 || prefix_length() > 0) fail("model: prompt learning is applied already (applied twice?)");
-  if (!config_.family().layer_names.empty()) {
+  if (!config_.family().layer_names.empty() || config_.family().modern_layer) {
     // The prefix lives in BERT's attention module, which this family's names do not reach.
     fail("prefix tuning: {} takes no past key values in transformers, so PEFT cannot prefix-tune it, and ft does not "
          "either (prompt tuning and LoRA work)",
@@ -218,7 +273,7 @@ void BertForSequenceClassification::add_attention_prefix(const std::vector<at::T
              fmt::join(t->sizes(), "x"));
       }
     }
-    auto& self = *bert.layers[i]->attention->self;
+    auto& self = *std::dynamic_pointer_cast<LayerImpl>(bert.layers[i])->attention->self;  // BERT's layer, checked above
     const auto opts = self.key->weight.options();
     self.prefix_key = self.register_parameter("prefix_key", keys[i].detach().to(opts, false, /*copy=*/true));
     self.prefix_value = self.register_parameter("prefix_value", values[i].detach().to(opts, false, /*copy=*/true));
@@ -255,6 +310,7 @@ void BertForSequenceClassification::init_weights() {
     const auto& pad = (*table)->options.padding_idx();
     if (pad && *pad >= 0 && *pad < (*table)->weight.size(0)) (*table)->weight[*pad].zero_();
   }
+  if (config_.family().modern_layer) init_modern(named_parameters(), config_);
 }
 
 std::vector<TensorList> BertForSequenceClassification::unit_parameters() const {

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "ft/error.h"
@@ -113,6 +114,65 @@ void read_disentangled(const json& j, BertConfig& c, const std::string& source) 
   if (d.pooler_dropout < 0.0 || d.pooler_dropout >= 1.0) fail("{}: pooler_dropout must be in [0, 1)", source);
 }
 
+// ModernBertConfig's keys beyond BERT's (BertConfig::Modern), read after
+// them: the layer kinds, RoPE bases, biases and pooling.
+void read_modern(const json& j, BertConfig& c, const std::string& source) {
+  auto& m = c.modern;
+  read_key(j, "embedding_dropout", m.embedding_dropout, source);
+  read_key(j, "norm_bias", m.norm_bias, source);
+  read_key(j, "attention_bias", m.attention_bias, source);
+  read_key(j, "mlp_bias", m.mlp_bias, source);
+  read_key(j, "classifier_bias", m.classifier_bias, source);
+  read_key(j, "decoder_bias", m.decoder_bias, source);
+  read_key(j, "local_attention", m.local_attention, source);
+  read_key(j, "initializer_cutoff_factor", m.cutoff_factor, source);
+  if (c.hidden_act != "gelu") fail("{}: hidden_activation '{}' is not supported; use 'gelu'", source, c.hidden_act);
+  std::string act = "gelu", pooling = "cls";
+  read_key(j, "classifier_activation", act, source);
+  if (act != "gelu") fail("{}: classifier_activation '{}' is not supported; use 'gelu'", source, act);
+  read_key(j, "classifier_pooling", pooling, source);
+  if (pooling != "cls" && pooling != "mean") fail("{}: classifier_pooling '{}' is not supported; use cls or mean", source, pooling);
+  m.mean_pooling = pooling == "mean";
+  // layer_types (transformers 5), else every n-th layer global from layer 0.
+  std::vector<std::string> types;
+  read_key(j, "layer_types", types, source);
+  if (types.empty()) {
+    int64_t every = 3;
+    read_key(j, "global_attn_every_n_layers", every, source);
+    if (every < 1) fail("{}: global_attn_every_n_layers must be positive, got {}", source, every);
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) types.push_back(i % every ? "sliding_attention" : "full_attention");
+  }
+  m.global.clear();
+  for (const auto& t : types) {
+    if (t != "full_attention" && t != "sliding_attention") {
+      fail("{}: layer_types entry '{}' is not supported; use full_attention or sliding_attention", source, t);
+    }
+    m.global.push_back(t == "full_attention");
+  }
+  // RoPE: rope_parameters per layer kind (transformers 5), else the older
+  // global_rope_theta / local_rope_theta; only the default (unscaled) kind.
+  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
+    fail("{}: rope_scaling is set; ft builds ModernBERT's default (unscaled) rotary positions", source);
+  }
+  read_key(j, "global_rope_theta", m.global_theta, source);
+  read_key(j, "local_rope_theta", m.local_theta, source);
+  if (auto it = j.find("rope_parameters"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) fail("{}: rope_parameters must be an object", source);
+    for (const auto& [kind, theta] : {std::pair<const char*, double*>{"full_attention", &m.global_theta},
+                                      std::pair<const char*, double*>{"sliding_attention", &m.local_theta}}) {
+      const auto p = it->find(kind);
+      if (p == it->end() || p->is_null()) continue;
+      const std::string where = fmt::format("rope_parameters.{}", kind);
+      if (!p->is_object()) fail("{}: {} must be an object", source, where);
+      if (p->value("rope_type", std::string("default")) != "default") {
+        fail("{}: {}.rope_type '{}' is not supported; ft builds the default rotary positions", source, where,
+             p->value("rope_type", std::string()));
+      }
+      read_key(*p, "rope_theta", *theta, source);
+    }
+  }
+}
+
 }  // namespace
 
 BertConfig BertConfig::from_json_string(const std::string& text, const std::string& source) {
@@ -136,12 +196,12 @@ BertConfig BertConfig::from_json_string(const std::string& text, const std::stri
     c.embedding_size = 128, c.hidden_size = 256, c.num_attention_heads = 4, c.intermediate_size = 1024;
     read_key(j, "embedding_size", c.embedding_size, source);
   }
-  if (!family.config_keys.empty()) {  // DistilBertConfig's defaults, then its names read as BertConfig's
+  for (const auto& [bert, own] : family.config_keys) {  // the family's names read as BertConfig's
+    if (j.contains(own)) j[bert] = j[own];
+    j.erase(own);
+  }
+  if (c.model_type == "distilbert") {  // DistilBertConfig's defaults
     c.num_hidden_layers = 6, c.classifier_dropout = 0.2;
-    for (const auto& [bert, own] : family.config_keys) {
-      if (j.contains(own)) j[bert] = j[own];
-      j.erase(own);
-    }
     if (auto it = j.find("sinusoidal_pos_embds"); it != j.end() && it->is_boolean() && it->get<bool>()) {
       fail("{}: sinusoidal_pos_embds is true; ft builds learned position embeddings (DistilBERT's default)", source);
     }
@@ -150,6 +210,11 @@ BertConfig BertConfig::from_json_string(const std::string& text, const std::stri
     c.vocab_size = 128100, c.hidden_size = 1536, c.num_hidden_layers = 24, c.num_attention_heads = 24;
     c.intermediate_size = 6144, c.type_vocab_size = 0, c.layer_norm_eps = 1e-7;
     read_key(j, "cls_dropout", c.classifier_dropout, source);  // classifier_dropout, when given, comes after
+  }
+  if (family.modern_layer) {  // ModernBertConfig's defaults (ModernBERT-base)
+    c.vocab_size = 50368, c.intermediate_size = 1152, c.num_hidden_layers = 22, c.max_position_embeddings = 8192;
+    c.layer_norm_eps = 1e-5, c.pad_token_id = 50283, c.type_vocab_size = 0, c.classifier_dropout = 0.0;
+    c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0.0;
   }
   refuse_unsupported(j, source);
   read_key(j, "vocab_size", c.vocab_size, source);
@@ -167,6 +232,7 @@ BertConfig BertConfig::from_json_string(const std::string& text, const std::stri
   read_key(j, "pad_token_id", c.pad_token_id, source);
   read_key(j, "classifier_dropout", c.classifier_dropout, source);
   if (family.disentangled_attention) read_disentangled(j, c, source);
+  if (family.modern_layer) read_modern(j, c, source);
   c.num_labels = 0;
   read_key(j, "num_labels", c.num_labels, source);
   if (auto it = j.find("id2label"); it != j.end() && it->is_object()) {
@@ -232,7 +298,7 @@ void BertConfig::validate(const std::string& source) const {
   positive("num_attention_heads", num_attention_heads);
   positive("intermediate_size", intermediate_size);
   positive("max_position_embeddings", max_position_embeddings);
-  if (f.disentangled_attention) {  // DeBERTa-v3 has no token types: type_vocab_size 0
+  if (f.disentangled_attention || f.modern_layer) {  // DeBERTa-v3 and ModernBERT have no token types: type_vocab_size 0
     if (type_vocab_size < 0) fail("{}: type_vocab_size must be 0 or more, got {}", source, type_vocab_size);
     if (deberta.position_buckets > 0 && deberta.position_buckets < 2) {
       fail("{}: position_buckets must be at least 2, got {}", source, deberta.position_buckets);
@@ -252,6 +318,19 @@ void BertConfig::validate(const std::string& source) const {
   if (hidden_size % num_attention_heads != 0) {
     fail("{}: hidden_size {} is not divisible by num_attention_heads {}", source, hidden_size,
          num_attention_heads);
+  }
+  if (f.modern_layer) {
+    if ((hidden_size / num_attention_heads) % 2 != 0) {
+      fail("{}: the head dimension {} is odd; rotary positions rotate pairs of dimensions", source,
+           hidden_size / num_attention_heads);
+    }
+    if (modern.local_attention < 2) fail("{}: local_attention must be at least 2, got {}", source, modern.local_attention);
+    if (modern.embedding_dropout < 0.0 || modern.embedding_dropout >= 1.0) {
+      fail("{}: embedding_dropout must be in [0, 1), got {}", source, modern.embedding_dropout);
+    }
+    if (!modern.global.empty() && static_cast<int64_t>(modern.global.size()) != num_hidden_layers) {
+      fail("{}: layer_types has {} entries for {} layers", source, modern.global.size(), num_hidden_layers);
+    }
   }
   for (double p : {hidden_dropout_prob, attention_probs_dropout_prob}) {
     if (p < 0.0 || p >= 1.0) fail("{}: dropout probabilities must be in [0, 1), got {}", source, p);

@@ -21,7 +21,8 @@ std::string module_of(const std::string& name) { return name.substr(0, name.rfin
 
 std::string shape_of(const at::Tensor& t) { return fmt::format("{}", fmt::join(t.sizes(), "x")); }
 
-bool is_base_model_key(const std::string& key) {
+bool is_base_model_key(const std::string& key, const EncoderFamily& family) {
+  if (family.modern_layer) return starts_with(key, "embeddings.") || starts_with(key, "layers.") || starts_with(key, "final_norm.");
   return starts_with(key, "embeddings.") || starts_with(key, "embeddings_project.") || starts_with(key, "encoder.") ||
          starts_with(key, "pooler.");
 }
@@ -38,7 +39,7 @@ std::map<std::string, const at::Tensor*> canonical_names(const TensorList& weigh
   for (const auto& [name, t] : weights) {
     std::string key = hf_name(name);  // checkpoints of a DDP-wrapped model carry "module." prefixes
     has_prefix |= starts_with(key, family.prefix());
-    has_base_keys |= is_base_model_key(key);
+    has_base_keys |= is_base_model_key(key, family);
     given[key] = &t;
   }
   const std::string tied_bias = family.mlm_decoder() + ".bias";
@@ -46,7 +47,7 @@ std::map<std::string, const at::Tensor*> canonical_names(const TensorList& weigh
   base_model_names = !has_prefix && has_base_keys;
   if (!base_model_names) return given;
   std::map<std::string, const at::Tensor*> renamed;
-  for (const auto& [key, t] : given) renamed[is_base_model_key(key) ? family.prefix() + key : key] = t;
+  for (const auto& [key, t] : given) renamed[is_base_model_key(key, family) ? family.prefix() + key : key] = t;
   return renamed;
 }
 

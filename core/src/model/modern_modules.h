@@ -1,0 +1,180 @@
+// ModernBERT's layer and classification head, private to core/src/model:
+// the family whose layer is not BERT's. Names registered are transformers'
+// (attn_norm, attn.Wqkv, attn.Wo, mlp_norm, mlp.Wi, mlp.Wo), so weights move
+// both ways unchanged.
+//
+// The layer is pre-norm: x + attn(attn_norm(x)), then h + mlp(mlp_norm(h)),
+// with no attn_norm in layer 0 (the embeddings were just normalised). Queries
+// and keys are rotated by their positions (RoPE), with one base for global
+// layers and another for local ones; local layers see only the tokens within
+// local_attention / 2 positions either way. The MLP is GeGLU: Wi makes the
+// input and the gate in one product.
+#pragma once
+
+#include <cmath>
+#include <memory>
+
+#include <ATen/ATen.h>
+
+#include "ft/packed_attention.h"
+#include "module_parts.h"
+
+namespace ft {
+namespace model_detail {
+
+// Rotary position embedding of q or k [T, heads, d] at positions [T] (each
+// token's column), computed as transformers does: inverse frequencies
+// 1 / base^(2i/d) in float32, the angles position x frequency in float32,
+// pairs (j, j + d/2) rotated, in float32, back to the input's dtype.
+struct Rotary {
+  at::Tensor inv_freq;  // [d / 2], float32
+  Rotary(double base, int64_t head_dim) {
+    const at::Tensor exponent = at::arange(0, head_dim, 2, at::kFloat) / static_cast<double>(head_dim);
+    inv_freq = at::pow(base, exponent).reciprocal();
+  }
+  // cos and sin [T, 1, d] for the tokens' positions.
+  std::pair<at::Tensor, at::Tensor> angles(const at::Tensor& positions) const {
+    const at::Tensor freqs = positions.to(at::kFloat).unsqueeze(1) * inv_freq.to(positions.device()).unsqueeze(0);
+    const at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);
+    return {emb.cos(), emb.sin()};
+  }
+  static at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+    const at::Tensor f = x.to(at::kFloat);
+    const int64_t half = f.size(-1) / 2;
+    const at::Tensor rotated = at::cat({-f.narrow(-1, half, half), f.narrow(-1, 0, half)}, -1);
+    return (f * cos + rotated * sin).to(x.scalar_type());
+  }
+};
+
+struct ModernAttentionImpl : torch::nn::Module {
+  Linear Wqkv{nullptr}, Wo{nullptr};
+  Dropout dropout{nullptr}, out_drop{nullptr};  // both attention_dropout: the probabilities, Wo's output
+  int64_t heads, head_dim;                      // this rank's heads, under tensor parallelism
+  int64_t window;                               // tokens seen either way; < 0: every token (global)
+  Rotary rotary;
+  std::shared_ptr<const TensorParallelOps> tp;  // set by shard_tensor_parallel: Wo is row-parallel
+
+  ModernAttentionImpl(const BertConfig& c, bool global)
+      : heads(c.num_attention_heads),
+        head_dim(c.hidden_size / c.num_attention_heads),
+        window(global ? -1 : c.modern.local_attention / 2),
+        rotary(global ? c.modern.global_theta : c.modern.local_theta, c.hidden_size / c.num_attention_heads) {
+    Wqkv = register_module("Wqkv", Linear(c.hidden_size, 3 * c.hidden_size, c.modern.attention_bias));
+    Wo = register_module("Wo", Linear(c.hidden_size, c.hidden_size, c.modern.attention_bias));
+    dropout = register_module("dropout", Dropout(c.attention_probs_dropout_prob));
+    out_drop = register_module("out_drop", Dropout(c.attention_probs_dropout_prob));
+  }
+
+  // [rows, 1, width, width] additive mask of a local layer: the key mask, and
+  // every key further than `window` positions from the query masked too.
+  // Positions are the tokens' columns, so padded and packed layouts agree.
+  at::Tensor local_mask(const TokenLayout& layout, const at::Tensor& positions, const at::Tensor& key_mask) const {
+    const at::Tensor p = layout.to_attention(positions.to(at::kFloat).unsqueeze(1)).view({layout.rows, layout.width});
+    const at::Tensor near = (p.unsqueeze(2) - p.unsqueeze(1)).abs().le(static_cast<double>(window)).unsqueeze(1);
+    // The lowest value, never -inf: a padded query with no key in reach gets
+    // a uniform softmax rather than NaNs that its zero gradient would spread.
+    return at::where(near, key_mask, at::full({}, std::numeric_limits<float>::lowest(), key_mask.options()));
+  }
+
+  // Whether the window reaches every key of every row anyway (rows no longer
+  // than window + 1): then a local layer computes what a global one does.
+  bool window_covers(const TokenLayout& layout) const { return window < 0 || layout.width <= window + 1; }
+
+  // x: [T, hidden] -> [T, hidden].
+  at::Tensor forward(const at::Tensor& x, const TokenLayout& layout) {
+    const int64_t t = x.size(0);
+    const at::Tensor qkv = Wqkv(x).view({t, 3, heads, head_dim});
+    const at::Tensor positions = layout.positions(x.options().dtype(at::kLong));
+    const auto [cos, sin] = rotary.angles(positions);
+    const at::Tensor q = Rotary::rotate(qkv.select(1, 0), cos, sin);
+    const at::Tensor k = Rotary::rotate(qkv.select(1, 1), cos, sin);
+    const at::Tensor v = qkv.select(1, 2);
+    at::Tensor context;  // [T, heads * d]
+    const bool whole = window_covers(layout);
+    const AttentionKernel kind = layout.attention;
+    const bool packable = whole && !tp && !layout.sequence_lengths.empty() && packed_attention_available();
+    if (packable && (kind == AttentionKernel::kAuto || kind == AttentionKernel::kPacked)) {
+      context = packed_attention(q.reshape({t, heads * head_dim}), k.reshape({t, heads * head_dim}),
+                                 v.reshape({t, heads * head_dim}), layout.sequence_lengths, heads,
+                                 dropout->options.p(), dropout->is_training());
+    } else {
+      auto split = [&](const at::Tensor& y) {  // [T, heads, d] -> [rows, heads, width, d]
+        return layout.to_attention(y.reshape({t, heads * head_dim}))
+            .view({layout.rows, layout.width, heads, head_dim})
+            .permute({0, 2, 1, 3});
+      };
+      const at::Tensor mask = whole ? layout.additive_mask : local_mask(layout, positions, layout.additive_mask);
+      const bool dropping = dropout->is_training() && dropout->options.p() > 0.0;
+      const bool sdpa = sdpa_available() && (kind == AttentionKernel::kSdpa ||
+                                             (kind == AttentionKernel::kAuto && (!dropping || !x.device().is_cpu())));
+      at::Tensor c;  // [rows, heads, width, d]
+      if (sdpa) {
+        c = sdpa_attention(split(q), split(k), split(v), mask, dropping ? dropout->options.p() : 0.0);
+      } else {
+        const at::Tensor scores = at::matmul(split(q), split(k).transpose(-1, -2)) / std::sqrt(static_cast<double>(head_dim));
+        c = at::matmul(drop(dropout, at::softmax(scores + mask, -1)), split(v));
+      }
+      context = layout.from_attention(c.permute({0, 2, 1, 3}).reshape({layout.rows * layout.width, heads * head_dim}));
+    }
+    return drop(out_drop, tp ? row_parallel(*Wo, *tp, context) : Wo(context));
+  }
+};
+
+// GeGLU: Wi's first half is the input, its second the gate.
+struct ModernMlpImpl : torch::nn::Module {
+  Linear Wi{nullptr}, Wo{nullptr};
+  Dropout dropout{nullptr};
+  std::shared_ptr<const TensorParallelOps> tp;  // Wo is row-parallel
+  explicit ModernMlpImpl(const BertConfig& c) {
+    Wi = register_module("Wi", Linear(c.hidden_size, 2 * c.intermediate_size, c.modern.mlp_bias));
+    dropout = register_module("drop", Dropout(c.hidden_dropout_prob));
+    Wo = register_module("Wo", Linear(c.intermediate_size, c.hidden_size, c.modern.mlp_bias));
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    const auto halves = Wi(x).chunk(2, -1);
+    const at::Tensor h = drop(dropout, at::gelu(halves[0]) * halves[1]);
+    return tp ? row_parallel(*Wo, *tp, h) : Wo(h);
+  }
+};
+
+struct ModernLayerImpl : EncoderLayer {
+  Norm attn_norm{nullptr}, mlp_norm{nullptr};
+  std::shared_ptr<ModernAttentionImpl> attn;
+  std::shared_ptr<ModernMlpImpl> mlp;
+  std::shared_ptr<const TensorParallelOps> tp;  // column-parallel inputs: f
+  ModernLayerImpl(const BertConfig& c, int64_t index) {
+    if (index > 0) attn_norm = register_module("attn_norm", make_layer_norm(c, c.hidden_size, c.modern.norm_bias));
+    attn = register_module("attn", std::make_shared<ModernAttentionImpl>(c, c.modern.is_global(index)));
+    mlp_norm = register_module("mlp_norm", make_layer_norm(c, c.hidden_size, c.modern.norm_bias));
+    mlp = register_module("mlp", std::make_shared<ModernMlpImpl>(c));
+  }
+  at::Tensor forward(const at::Tensor& x, const TokenLayout& layout) override {
+    const at::Tensor a = attn_norm ? attn_norm(x) : x;
+    const at::Tensor h = x + attn->forward(tp ? tp->enter(a) : a, layout);
+    const at::Tensor m = mlp_norm(h);
+    return h + mlp->forward(tp ? tp->enter(m) : m);
+  }
+};
+
+// ModernBertForSequenceClassification's head over pooled states (the final
+// norm came first, in pooled_tokens). The model registers its parts under
+// the HF names ("head.dense", "head.norm", "drop", "classifier"); this module
+// groups them with the final norm, which its unit owns.
+struct PredictionHead : ClassificationHead {
+  Linear dense, classifier;
+  Norm norm, final_norm;
+  Dropout dropout;
+  PredictionHead(Norm final, Linear d, Norm n, Dropout drop_, Linear c)
+      : dense(std::move(d)), classifier(std::move(c)), norm(std::move(n)), final_norm(std::move(final)), dropout(std::move(drop_)) {
+    register_module("final_norm", final_norm);
+    register_module("dense", dense);
+    register_module("norm", norm);
+    register_module("drop", dropout);
+    register_module("classifier", classifier);
+  }
+  at::Tensor forward(const at::Tensor& pooled) override { return classifier(drop(dropout, features(pooled))); }
+  at::Tensor features(const at::Tensor& pooled) override { return norm(at::gelu(dense(pooled))); }
+};
+
+}  // namespace model_detail
+}  // namespace ft

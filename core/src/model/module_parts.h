@@ -1,0 +1,89 @@
+// What every family's modules are made of, private to core/src/model:
+// bert_modules.h (BERT's post-norm layer and the families that share it) and
+// modern_modules.h (ModernBERT's pre-norm rotary layer) both build on these.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include <ATen/ATen.h>
+#include <torch/nn/modules/dropout.h>
+
+#include "ft/dropout.h"
+#include "ft/model.h"
+#include "ft/token_layout.h"
+
+namespace ft {
+namespace model_detail {
+
+using torch::nn::Dropout;
+using Linear = AdaptableLinear;  // LoRA can wrap any of them
+
+// Every dropout of the model goes through ft's counter-based kernel.
+inline at::Tensor drop(const Dropout& d, const at::Tensor& x) { return fast_dropout(x, d->options.p(), d->is_training()); }
+
+// LayerNorm over the last dimension, with or without its bias: ModernBERT's
+// norms have none (norm_bias false), which LibTorch 1.13's LayerNorm cannot
+// express. Registered as "weight" and "bias", as torch's LayerNorm is.
+struct NormImpl : torch::nn::Module {
+  at::Tensor weight, bias;
+  double eps;
+  NormImpl(int64_t width, double eps_, bool with_bias) : eps(eps_) {
+    weight = register_parameter("weight", at::ones({width}));
+    if (with_bias) bias = register_parameter("bias", at::zeros({width}));
+  }
+  at::Tensor forward(const at::Tensor& x) const { return at::layer_norm(x, {weight.size(0)}, weight, bias, eps); }
+};
+TORCH_MODULE(Norm);
+
+inline Norm make_layer_norm(const BertConfig& c, int64_t width, bool with_bias = true) {
+  return Norm(width, c.layer_norm_eps, with_bias);
+}
+inline Norm make_layer_norm(const BertConfig& c) { return make_layer_norm(c, c.hidden_size); }
+
+// One encoder layer (units 1..L): [T + carried rows, hidden] in and out.
+struct EncoderLayer : torch::nn::Module {
+  virtual at::Tensor forward(const at::Tensor& in, const TokenLayout& layout) = 0;
+};
+
+// A row-parallel Linear under tensor parallelism: partial products summed,
+// then the bias once. LoRA's term is a partial product too (its A holds this
+// rank's input columns), so it joins the same sum; a bottleneck adapter reads
+// the summed output.
+inline at::Tensor row_parallel(AdaptableLinearImpl& dense, const TensorParallelOps& tp, const at::Tensor& x) {
+  at::Tensor part = at::linear(x, dense.weight);
+  if (dense.adapter) part = part + dense.adapter(x);
+  at::Tensor y = tp.reduce(part);
+  if (dense.bias.defined()) y = y + dense.bias;
+  return dense.output_adapter ? y + dense.output_adapter(y) : y;
+}
+
+// The classification head as one unit, whichever the family's style.
+struct ClassificationHead : torch::nn::Module {
+  // pooled: [rows, hidden], what the family pools each row into (column 0's
+  // state, [CLS] / <s>, or ModernBERT's mean) -> logits.
+  virtual at::Tensor forward(const at::Tensor& pooled) = 0;
+  // What the final projection reads, without dropout: `ft features`' vectors.
+  virtual at::Tensor features(const at::Tensor& pooled) = 0;
+};
+
+// Registers `module` at a dotted path below `root` ("cls.predictions",
+// "transformer.layer"), making the holder modules between them, or reusing
+// those already there: HF's names nest modules that hold no parameters.
+template <typename M>
+std::shared_ptr<M> register_at(torch::nn::Module& root, const std::string& path, std::shared_ptr<M> module) {
+  torch::nn::Module* parent = &root;
+  std::string rest = path;
+  for (auto dot = rest.find('.'); dot != std::string::npos; dot = rest.find('.')) {
+    const std::string part = rest.substr(0, dot);
+    const auto children = parent->named_children();
+    const auto* child = children.find(part);
+    parent = child ? child->get() : parent->register_module(part, std::make_shared<torch::nn::Module>()).get();
+    rest = rest.substr(dot + 1);
+  }
+  return parent->register_module(rest, std::move(module));
+}
+
+}  // namespace model_detail
+}  // namespace ft
