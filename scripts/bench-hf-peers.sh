@@ -35,8 +35,13 @@
 #           2 048 IMDB reviews tokenized with the committed deberta-unigram
 #           tokenizer.json (256 tokens), padding longest. Not in "all"; rows
 #           single and ddp are the ones it is meant for (ROWS="single ddp").
+#   modernbert  a random-init classifier with ModernBERT-base's settings
+#           (12 x 384, 6 heads, 128-token windows, every third layer global,
+#           mean pooling) on the same 2 048 reviews tokenized with the
+#           committed modern-bpe tokenizer.json (256 tokens), padding
+#           longest. Not in "all"; ROWS="single ddp" as for deberta.
 #
-# Usage: scripts/bench-hf-peers.sh [minilm|mini|weibo|deberta|all]
+# Usage: scripts/bench-hf-peers.sh [minilm|mini|weibo|deberta|modernbert|all]
 #   env: STEPS=20 WARMUP=2 ROUNDS=3 ROWS="single ddp ..." BUILD=build
 #        QUIET_BUSY=0.1 QUIET_TIMEOUT=1800 (seconds to wait until under a tenth of the cores is busy)
 #        FT2=build-torch2 (also time the ft of that build: scripts/build-torch2.sh) FT2_ROWS="single ..." (default: all rows)
@@ -254,12 +259,16 @@ if [[ "$which_workloads" == minilm || "$which_workloads" == all ]] && [[ ! -f "$
     --rows 2048 --max-len 256 --out "$minilm_data" >&2
 fi
 
-deberta_model="$out_dir/deberta-xsmall"
-deberta_data="$out_dir/imdb-deberta.safetensors"
-if [[ "$which_workloads" == deberta ]] && [[ ! -f "$deberta_data" ]]; then
-  "$py" scripts/hf_peer_bench.py --make-deberta "$deberta_model" >&2
-  "$py" scripts/hf_peer_bench.py --tokenize data/imdb/train.jsonl --model "$deberta_model" \
-    --rows 2048 --max-len 256 --out "$deberta_data" >&2
+# The generated workloads: a random-init model of the family, and IMDB rows
+# tokenized with its tokenizer.
+if [[ "$which_workloads" == deberta || "$which_workloads" == modernbert ]]; then
+  made_model="$out_dir/$which_workloads-model"
+  made_data="$out_dir/imdb-$which_workloads.safetensors"
+  if [[ ! -f "$made_data" ]]; then
+    "$py" scripts/hf_peer_bench.py --make "$which_workloads" "$made_model" >&2
+    "$py" scripts/hf_peer_bench.py --tokenize data/imdb/train.jsonl --model "$made_model" \
+      --rows 2048 --max-len 256 --out "$made_data" >&2
+  fi
 fi
 
 ft2="${FT2:+$FT2/bin/ft}"
@@ -281,7 +290,7 @@ wait_quiet
   if [[ "$which_workloads" == weibo || "$which_workloads" == all ]]; then
     bench_workload weibo ../shared/fixtures/bench-weibo/data.safetensors ../shared/fixtures/bench-weibo/config.json max_length 3e-5 128
   fi
-  if [[ "$which_workloads" == deberta ]]; then
-    bench_workload deberta "$deberta_data" "$deberta_model" longest 2e-5 256
+  if [[ "$which_workloads" == deberta || "$which_workloads" == modernbert ]]; then
+    bench_workload "$which_workloads" "$made_data" "$made_model" longest 2e-5 256
   fi
 } | tee "${OUT:-/dev/null}"

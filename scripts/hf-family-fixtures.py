@@ -89,6 +89,7 @@ FAMILIES = {
     "modernbert": {
         "model_type": "modernbert", "tokenizer": "modern-bpe", "mlm_bias": "decoder.bias",
         "config": {"local_attention": 16, "global_attn_every_n_layers": 3, "classifier_pooling": "mean",
+                   "bos_token_id": 0, "cls_token_id": 0, "eos_token_id": 2, "sep_token_id": 2,
                    "embedding_dropout": 0.0, "mlp_dropout": 0.0, "attention_dropout": 0.0,
                    "classifier_dropout": 0.0},
     },
@@ -148,12 +149,17 @@ def make_family(name, out, imdb, weibo):
     model.eval()
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=mask).logits
+        extra = {}
+        if getattr(model.config, "classifier_pooling", None) == "mean":  # ModernBERT: the other pooling too
+            model.config.classifier_pooling = "cls"
+            extra["logits_cls"] = model(input_ids=ids, attention_mask=mask).logits.contiguous()
+            model.config.classifier_pooling = "mean"
     model.train()  # dropout is 0: train mode changes nothing but the mode
     model.zero_grad()
     out_ = model(input_ids=ids, attention_mask=mask, labels=labels)
     out_.loss.backward()
     tensors = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types, "labels": labels,
-               "logits": logits.contiguous(), "loss": out_.loss.detach().reshape(1)}
+               "logits": logits.contiguous(), "loss": out_.loss.detach().reshape(1), **extra}
     for pname, p in model.named_parameters():
         tensors["grad." + pname] = p.grad.detach().clone().contiguous()
     save_file(tensors, os.path.join(d, "reference.safetensors"), metadata=one_key({

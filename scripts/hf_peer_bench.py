@@ -85,8 +85,25 @@ def tokenize(args):
     return 0
 
 
-def make_deberta(out):
-    """The deberta workload's model: DeBERTa-v3's settings at xsmall's shape, on the committed Unigram vocabulary."""
+# The generated workloads' models: (committed tokenizer, config keys).
+MADE_MODELS = {
+    # DeBERTa-v3's settings at xsmall's shape (12 x 384, 256 position buckets).
+    "deberta": ("deberta-unigram", dict(
+        model_type="deberta-v2", hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
+        intermediate_size=1536, max_position_embeddings=512, relative_attention=True, position_buckets=256,
+        max_relative_positions=-1, pos_att_type="p2c|c2p", share_att_key=True, norm_rel_ebd="layer_norm",
+        position_biased_input=False, type_vocab_size=0, layer_norm_eps=1e-7)),
+    # ModernBERT-base's settings (no biases, 128-token windows, every third
+    # layer global, mean pooling) at 12 x 384: 256-token rows reach past the windows.
+    "modernbert": ("modern-bpe", dict(
+        model_type="modernbert", hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
+        intermediate_size=576, max_position_embeddings=8192, local_attention=128, global_attn_every_n_layers=3,
+        classifier_pooling="mean")),
+}
+
+
+def make_model(kind, out):
+    """A generated workload's random-init classifier, with its committed tokenizer, saved to `out`."""
     import shutil
 
     import torch
@@ -94,20 +111,18 @@ def make_deberta(out):
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    tok_file = os.path.join(repo, "tests", "data", "hf", "tokenizers", "deberta-unigram.tokenizer.json")
+    tokenizer, keys = MADE_MODELS[kind]
+    tok_file = os.path.join(repo, "tests", "data", "hf", "tokenizers", tokenizer + ".tokenizer.json")
     tok = Tokenizer.from_file(tok_file)
-    cfg = AutoConfig.for_model(
-        "deberta-v2", vocab_size=tok.get_vocab_size(), hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
-        intermediate_size=1536, max_position_embeddings=512, relative_attention=True, position_buckets=256,
-        max_relative_positions=-1, pos_att_type="p2c|c2p", share_att_key=True, norm_rel_ebd="layer_norm",
-        position_biased_input=False, type_vocab_size=0, layer_norm_eps=1e-7, pad_token_id=tok.token_to_id("<pad>"),
-        num_labels=2)
+    keys = dict(keys)
+    cfg = AutoConfig.for_model(keys.pop("model_type"), vocab_size=tok.get_vocab_size(),
+                               pad_token_id=tok.token_to_id("<pad>"), num_labels=2, **keys)
     torch.manual_seed(0)
     model = AutoModelForSequenceClassification.from_config(cfg, attn_implementation="eager")
     os.makedirs(out, exist_ok=True)
     model.save_pretrained(out)
     shutil.copy(tok_file, os.path.join(out, "tokenizer.json"))
-    print(f"hf-peer: wrote {out}: DeBERTa-v3 settings, 12 x 384, "
+    print(f"hf-peer: wrote {out}: {kind}, {cfg.num_hidden_layers} x {cfg.hidden_size}, "
           f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters")
     return 0
 
@@ -134,14 +149,15 @@ def main():
     p.add_argument("--rows", type=int, default=2048)
     p.add_argument("--max-len", type=int, default=256)
     p.add_argument("--out", help="--tokenize: the safetensors file to write")
-    p.add_argument("--make-deberta", metavar="DIR",
-                   help="write a random-init DeBERTa-v3-xsmall-shaped classifier (12 x 384, 6 heads, 256 position "
-                        "buckets) with the committed deberta-unigram tokenizer to DIR, and exit")
+    p.add_argument("--make", nargs=2, metavar=("KIND", "DIR"),
+                   help="write a generated workload's random-init classifier (KIND: deberta, a DeBERTa-v3-xsmall "
+                        "shape; modernbert, ModernBERT's settings at 12 x 384) with its committed tokenizer to DIR, "
+                        "and exit")
     args = p.parse_args()
     if args.collect:
         return collect(args.collect)
-    if args.make_deberta:
-        return make_deberta(args.make_deberta)
+    if args.make:
+        return make_model(*args.make)
     if args.tokenize:
         return tokenize(args)
     for need in ("row", "data", "model", "out-dir"):

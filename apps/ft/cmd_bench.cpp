@@ -387,8 +387,7 @@ BenchRow run_row(const RowDef& def, const BenchFlags& flags, const Workload& wl,
     }
   } else {
     // Full fine-tuning: every parameter trains, so the cut ones follow from the shape.
-    row.sliced_params = tensor_sliced_params(shape.hidden_size, shape.intermediate_size, shape.num_hidden_layers,
-                                             shape.vocab_size, shape.embedding_width(), shape.vocab_size % ranks == 0);
+    row.sliced_params = tensor_sliced_params(shape, ranks);
   }
   return row;
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# ctest entry: fine-tunes the pretrained all-MiniLM-L6-v2, and the tiny RoBERTa, ELECTRA, DistilBERT
-# and XLM-R of tests/data/hf/families, on IMDB with ft for a few steps, fully
+# ctest entry: fine-tunes the pretrained all-MiniLM-L6-v2, and the tiny RoBERTa, ELECTRA, DistilBERT,
+# XLM-R, DeBERTa-v3 and ModernBERT of tests/data/hf/families, on IMDB with ft for a few steps, fully
 # and with LoRA, then cross-checks each checkpoint against
 # Hugging Face transformers/PEFT (scripts/check-hf.sh: probabilities, logits,
 # tokenizer ids, the LoRA adapter through PeftModel).
@@ -93,7 +93,7 @@ check_model minilm data/all-minilm-l6-v2 --set data.vocab=data/all-minilm-l6-v2/
 # The other families: the tiny transformers-built models of tests/data/hf/families
 # with the tokenizer.json each was tokenized with (tests/data/hf/tokenizers).
 for fam in roberta:roberta-bpe xlm-roberta:xlmr-unigram electra:wordend-bpe distilbert:wordend-bpe \
-  deberta-v2:deberta-unigram; do
+  deberta-v2:deberta-unigram modernbert:modern-bpe; do
   name="${fam%%:*}"
   mkdir -p "$tmp/$name-base"
   cp "$repo/tests/data/hf/families/$name/config.json" "$repo/tests/data/hf/families/$name/model.safetensors" \
@@ -103,6 +103,7 @@ for fam in roberta:roberta-bpe xlm-roberta:xlmr-unigram electra:wordend-bpe dist
   lora_targets="[query, value]"
   [[ "$name" == distilbert ]] && lora_targets="[q_lin, v_lin]"
   [[ "$name" == deberta-v2 ]] && lora_targets="[query_proj, value_proj]"
+  [[ "$name" == modernbert ]] && lora_targets="[Wqkv]"  # q, k and v in one Linear
   check_model "$name" "$tmp/$name-base" --set data.vocab=
 done
 exit "$rc"

@@ -286,7 +286,7 @@ TEST_CASE("ft bench runs on every encoder family, its theory column equal to wha
   // The committed tiny models of tests/data/hf/families with their own
   // pre-tokenized rows; ELECTRA's word table is narrower than its layers.
   const auto root = ft_test::source_dir() / "tests" / "data" / "hf" / "families";
-  for (const std::string family : {"roberta", "xlm-roberta", "electra", "distilbert", "deberta-v2"}) {
+  for (const std::string family : {"roberta", "xlm-roberta", "electra", "distilbert", "deberta-v2", "modernbert"}) {
     CAPTURE(family);
     ft_test::TempDir dir("bench-" + family);
     const auto out = ft_test::run_ft(fmt::format(

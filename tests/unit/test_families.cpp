@@ -358,3 +358,92 @@ TEST_CASE("8 steps of transformers.Trainer on ModernBERT: ft matches within 1e-4
   // unit's under zero3, fsdp and pipeline.
   for (const char* flags : kStrategies) check_trainer_trajectory("modernbert", flags);
 }
+
+TEST_CASE("ModernBERT config.json: ModernBertConfig's defaults and names, the layer kinds, the units, refusals by key") {
+  const auto c = ft::BertConfig::from_json_file((family_dir("modernbert") / "config.json").string());
+  CHECK(c.type_vocab_size == 0);
+  CHECK(c.modern.global == std::vector<bool>{true, false});  // layer_types
+  CHECK(c.modern.local_attention == 16);
+  CHECK(c.modern.mean_pooling);
+  CHECK(c.modern.global_theta == 160000.0);
+  CHECK(c.modern.local_theta == 10000.0);
+  CHECK_FALSE(c.modern.norm_bias);
+  const auto written = nlohmann::json::parse(c.to_json());
+  CHECK(written.at("architectures") == nlohmann::json::array({"ModernBertForSequenceClassification"}));
+  CHECK(written.at("norm_eps") == 1e-5);
+  CHECK(written.at("hidden_activation") == "gelu");
+  CHECK(written.at("layer_types") == nlohmann::json::array({"full_attention", "sliding_attention"}));  // kept as read
+  CHECK_FALSE(written.contains("layer_norm_eps"));
+  CHECK_FALSE(written.contains("type_vocab_size"));
+  ft::BertForSequenceClassification m(c);
+  std::map<std::string, int> unit;
+  for (const auto& [n, t] : m.weights()) unit[n] = m.unit_of(n);
+  CHECK(unit.at("model.embeddings.tok_embeddings.weight") == 0);
+  CHECK(unit.count("model.embeddings.norm.bias") == 0);  // norm_bias false: no biases anywhere
+  CHECK(unit.count("model.layers.0.attn_norm.weight") == 0);  // layer 0 reads the normalised embeddings
+  CHECK(unit.at("model.layers.1.attn_norm.weight") == 2);
+  CHECK(unit.at("model.layers.1.attn.Wqkv.weight") == 2);
+  CHECK(unit.count("model.layers.1.attn.Wqkv.bias") == 0);
+  CHECK(unit.at("model.final_norm.weight") == 3);  // the head's unit applies it
+  CHECK(unit.at("head.dense.weight") == 3);
+  CHECK(unit.at("classifier.bias") == 3);
+  CHECK(m.unit(3)->parameters().size() == 5);  // final_norm, head.dense, head.norm, classifier weight and bias
+  CHECK(ft_test::error_of([&] { m.add_attention_prefix({at::zeros({2, 32}), at::zeros({2, 32})},
+                                                       {at::zeros({2, 32}), at::zeros({2, 32})}); }) ==
+        "prefix tuning: modernbert takes no past key values in transformers, so PEFT cannot prefix-tune it, and ft "
+        "does not either (prompt tuning and LoRA work)");
+  CHECK(ft::tensor_parallel_refusal(c, 2).empty());
+  CHECK(ft::tensor_parallel_refusal(c, 8) ==
+        "tensor parallelism over 8 ranks: ModernBERT's 4 attention heads must divide by 8 (rotary positions keep each "
+        "head whole); pick another strategy.options.tp_size");
+  const auto refusal = [](const std::string& json) {
+    return ft_test::error_of([&] { ft::BertConfig::from_json_string(json, "m/config.json"); });
+  };
+  CHECK(refusal(R"({"model_type": "modernbert", "hidden_activation": "silu"})") ==
+        "m/config.json: hidden_activation 'silu' is not supported; use 'gelu'");
+  CHECK(refusal(R"({"model_type": "modernbert", "classifier_pooling": "max"})") ==
+        "m/config.json: classifier_pooling 'max' is not supported; use cls or mean");
+  CHECK(refusal(R"({"model_type": "modernbert", "rope_scaling": {"rope_type": "linear", "factor": 2.0}})") ==
+        "m/config.json: rope_scaling is set; ft builds ModernBERT's default (unscaled) rotary positions");
+  CHECK(refusal(R"({"model_type": "modernbert", "rope_parameters": {"full_attention": {"rope_type": "yarn"}}})") ==
+        "m/config.json: rope_parameters.full_attention.rope_type 'yarn' is not supported; ft builds the default "
+        "rotary positions");
+  CHECK(refusal(R"({"model_type": "modernbert", "num_hidden_layers": 2, "layer_types": ["full_attention"]})") ==
+        "m/config.json: layer_types has 1 entries for 2 layers");
+  // ModernBertConfig's defaults where BertConfig's differ, and the older keys.
+  const auto defaults = ft::BertConfig::from_json_string(
+      R"({"model_type": "modernbert", "global_rope_theta": 80000.0, "global_attn_every_n_layers": 2})", "m/config.json");
+  CHECK(defaults.vocab_size == 50368);
+  CHECK(defaults.intermediate_size == 1152);
+  CHECK(defaults.num_hidden_layers == 22);
+  CHECK(defaults.pad_token_id == 50283);
+  CHECK(defaults.modern.global_theta == 80000.0);
+  CHECK(defaults.modern.global.size() == 22);
+  CHECK(defaults.modern.global[2]);
+  CHECK_FALSE(defaults.modern.global[3]);
+}
+
+TEST_CASE("ModernBERT: classifier_pooling cls matches transformers too; the fused Wqkv is cut by blocks") {
+  auto model = load_family("modernbert");  // mean pooling, as the fixture's config
+  auto ref = reference("modernbert");
+  const ft::Batch b = batch_of(ref);
+  ft::BertConfig cls_config = model->config();
+  cls_config.modern.mean_pooling = false;
+  ft::BertForSequenceClassification cls(cls_config);
+  cls.load_weights(model->weights(), "modernbert");
+  cls.eval();
+  torch::NoGradGuard no_grad;
+  const at::Tensor want = ref.at("logits_cls");  // transformers with classifier_pooling "cls"
+  REQUIRE(max_diff(want, ref.at("logits")) > 1e-2);  // the two poolings differ well beyond the tolerance
+  for (bool padding_free : {true, false}) {
+    INFO("padding_free=" << padding_free);
+    cls.set_padding_free(padding_free);
+    CHECK(max_diff(cls.forward(b), want) < 1e-5);
+  }
+  // Rank 1 of 2 holds q, k and v rows of heads 2..3: block b's second half.
+  const at::Tensor full = at::arange(12).view({6, 2});
+  const ft::TensorCut qkv{0, 3};
+  const at::Tensor part = ft::take_part(full, qkv, 1, 2);
+  CHECK(at::equal(part, at::cat({full.narrow(0, 1, 1), full.narrow(0, 3, 1), full.narrow(0, 5, 1)})));
+  CHECK(at::equal(ft::join_parts({ft::take_part(full, qkv, 0, 2), part}, qkv), full));
+}

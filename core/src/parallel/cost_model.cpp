@@ -7,6 +7,7 @@
 
 #include "ft/cost_model.h"
 #include "ft/error.h"
+#include "ft/model.h"
 
 namespace ft {
 namespace {
@@ -181,6 +182,19 @@ int64_t tensor_sliced_params(int64_t hidden, int64_t intermediate, int64_t layer
   const int64_t h = hidden, i = intermediate;
   const int64_t per_layer = 3 * (h * h + h) + (h * i + i) + h * h + i * h;
   return layers * per_layer + (vocab_parallel ? vocab * embedding_width : 0);
+}
+
+int64_t tensor_sliced_params(const BertConfig& c, int ranks) {
+  const bool vocab_parallel = c.vocab_size % ranks == 0;
+  if (!c.family().modern_layer) {
+    return tensor_sliced_params(c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.vocab_size,
+                                c.embedding_width(), vocab_parallel);
+  }
+  const int64_t h = c.hidden_size, i = c.intermediate_size;
+  // Wqkv and Wi by rows, with their biases; both Wo by columns (their biases stay whole).
+  const int64_t per_layer = 3 * h * h + (c.modern.attention_bias ? 3 * h : 0) + 2 * i * h +
+                            (c.modern.mlp_bias ? 2 * i : 0) + h * h + i * h;
+  return c.num_hidden_layers * per_layer + (vocab_parallel ? c.vocab_size * h : 0);
 }
 
 double zero_state_bytes(int stage, double params, int world_size, const StateAccounting& a) {
