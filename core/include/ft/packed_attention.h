@@ -32,9 +32,13 @@ bool packed_attention_available();
 // With prefix_k / prefix_v [P, heads * d] (prefix tuning), every sequence's
 // queries also attend to those P keys and values, placed before its own
 // (scores [heads, len_b, P + len_b]); their gradients sum over the sequences.
+//
+// window >= 0 (ModernBERT's local layers): query i attends only to keys j of
+// its own sequence with |i - j| <= window; the others get probability 0.
+// Not with a prefix.
 at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const std::vector<int64_t>& lengths, int64_t heads, double dropout_p, bool train,
-                            const at::Tensor& prefix_k = {}, const at::Tensor& prefix_v = {});
+                            const at::Tensor& prefix_k = {}, const at::Tensor& prefix_v = {}, int64_t window = -1);
 
 // LibTorch's scaled_dot_product_attention (2.0 and newer; false on 1.13):
 // q, k, v [rows, heads, L|S, d], additive_mask broadcastable to

@@ -92,11 +92,13 @@ struct ModernAttentionImpl : torch::nn::Module {
     at::Tensor context;  // [T, heads * d]
     const bool whole = window_covers(layout);
     const AttentionKernel kind = layout.attention;
-    const bool packable = whole && !tp && !layout.sequence_lengths.empty() && packed_attention_available();
+    // Packed sequences are whole rows from column 0, so a token's index in
+    // its sequence is its position and the kernel can apply the window itself.
+    const bool packable = !tp && !layout.sequence_lengths.empty() && packed_attention_available();
     if (packable && (kind == AttentionKernel::kAuto || kind == AttentionKernel::kPacked)) {
       context = packed_attention(q.reshape({t, heads * head_dim}), k.reshape({t, heads * head_dim}),
                                  v.reshape({t, heads * head_dim}), layout.sequence_lengths, heads,
-                                 dropout->options.p(), dropout->is_training());
+                                 dropout->options.p(), dropout->is_training(), {}, {}, whole ? -1 : window);
     } else {
       auto split = [&](const at::Tensor& y) {  // [T, heads, d] -> [rows, heads, width, d]
         return layout.to_attention(y.reshape({t, heads * head_dim}))

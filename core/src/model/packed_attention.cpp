@@ -25,8 +25,10 @@ namespace {
 struct Plan {
   std::vector<int64_t> lengths, offsets, key_offsets, prob_offsets;
   int64_t heads = 1, extra = 0, tokens = 0, prob_elems = 0;
+  int64_t window = -1;  // >= 0: keys further than this from the query are masked (no prefix then)
 
-  Plan(std::vector<int64_t> lens, int64_t h, int64_t prefix) : lengths(std::move(lens)), heads(h), extra(prefix) {
+  Plan(std::vector<int64_t> lens, int64_t h, int64_t prefix, int64_t window_)
+      : lengths(std::move(lens)), heads(h), extra(prefix), window(window_) {
     for (int64_t len : lengths) {
       offsets.push_back(tokens);
       key_offsets.push_back(tokens + extra * static_cast<int64_t>(key_offsets.size()));
@@ -81,9 +83,19 @@ void gemm_rm(Sgemm sgemm, bool ta, bool tb, int64_t m, int64_t n, int64_t k, flo
   sgemm(&opa, &opb, &M, &N, &K, &alpha, b, &LDA, a, &LDB, &beta, c, &LDC);
 }
 
-// In-place softmax of each of `rows` rows of `cols` floats.
-void softmax_rows(float* s, int64_t rows, int64_t cols) {
+// In-place softmax of each of `rows` rows of `cols` floats. window >= 0:
+// only columns within `window` of the row are kept (the others become 0),
+// which also skips their exp().
+void softmax_rows(float* s, int64_t rows, int64_t cols, int64_t window) {
   for (int64_t r = 0; r < rows; ++r) {
+    if (window >= 0) {
+      const int64_t lo = std::max<int64_t>(0, r - window), hi = std::min(cols, r + window + 1);
+      float* x = s + r * cols;
+      std::fill(x, x + lo, 0.0f);
+      std::fill(x + hi, x + cols, 0.0f);
+      softmax_rows(x + lo, 1, hi - lo, -1);
+      continue;
+    }
     float* x = s + r * cols;
     float mx = x[0];
     for (int64_t j = 1; j < cols; ++j) mx = std::max(mx, x[j]);
@@ -123,7 +135,7 @@ struct RawKernel {
       const int64_t col = row0 + h * d, kcol = key0 + h * d, poff = plan.prob_offsets[b] + h * len * keys;
       float* p = probs + poff;
       gemm_rm(sgemm, false, true, len, keys, d, scale, q + col, width, k + kcol, width, p, keys);  // S = s Q K^T
-      softmax_rows(p, len, keys);
+      softmax_rows(p, len, keys, plan.window);
       const float* pd = dropped(p, len * keys, poff, scratch);
       gemm_rm(sgemm, false, false, len, d, keys, 1.0f, pd, keys, v + kcol, width, out + col, width);  // O = P' V
     }
@@ -163,8 +175,8 @@ class PackedAttentionFunction : public torch::autograd::Function<PackedAttention
   // inputs are widened once and the results cast back to their dtype.
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
                             const at::Tensor& v, std::vector<int64_t> lengths, int64_t heads, int64_t extra,
-                            double keep) {
-    const Plan plan(std::move(lengths), heads, extra);
+                            double keep, int64_t window) {
+    const Plan plan(std::move(lengths), heads, extra, window);
     const uint64_t seed = keep < 1.0 ? draw_dropout_seed() : 0;
     const at::Tensor qf = q.to(at::kFloat).contiguous(), kf = k.to(at::kFloat).contiguous(),
                      vf = v.to(at::kFloat).contiguous();
@@ -179,6 +191,7 @@ class PackedAttentionFunction : public torch::autograd::Function<PackedAttention
     ctx->saved_data["lengths"] = plan.lengths;
     ctx->saved_data["heads"] = plan.heads;
     ctx->saved_data["extra"] = plan.extra;
+    ctx->saved_data["window"] = plan.window;
     ctx->saved_data["keep"] = keep;
     ctx->saved_data["seed"] = static_cast<int64_t>(seed);
     ctx->saved_data["dtype"] = q.scalar_type();
@@ -190,7 +203,7 @@ class PackedAttentionFunction : public torch::autograd::Function<PackedAttention
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &probs = saved[3];
     const Plan plan(ctx->saved_data["lengths"].toIntVector(), ctx->saved_data["heads"].toInt(),
-                    ctx->saved_data["extra"].toInt());
+                    ctx->saved_data["extra"].toInt(), ctx->saved_data["window"].toInt());
     const RawKernel kernel = make_kernel(plan, q.size(1), ctx->saved_data["keep"].toDouble(),
                                          static_cast<uint64_t>(ctx->saved_data["seed"].toInt()));
     const at::Tensor grad = grads[0].to(at::kFloat).contiguous();
@@ -202,7 +215,7 @@ class PackedAttentionFunction : public torch::autograd::Function<PackedAttention
     });
     // The inputs' dtype (bf16 under autocast): grads match what they flow into.
     const auto dtype = ctx->saved_data["dtype"].toScalarType();
-    return {dq.to(dtype), dk.to(dtype), dv.to(dtype), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dq.to(dtype), dk.to(dtype), dv.to(dtype), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 
  private:
@@ -220,7 +233,7 @@ bool packed_attention_available() { return find_sgemm() != nullptr; }
 
 at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const std::vector<int64_t>& lengths, int64_t heads, double dropout_p, bool train,
-                            const at::Tensor& prefix_k, const at::Tensor& prefix_v) {
+                            const at::Tensor& prefix_k, const at::Tensor& prefix_v, int64_t window) {
   if (!q.device().is_cpu()) fail("packed_attention: CPU tensors only (got {})", q.device().str());
   if (q.sizes() != k.sizes() || q.sizes() != v.sizes() || q.dim() != 2 || q.size(1) % heads != 0)
     fail("packed_attention: q, k, v must be [T, heads * d] alike");
@@ -229,10 +242,11 @@ at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::
   const int64_t extra = prefix_k.defined() ? prefix_k.size(0) : 0;
   if (extra > 0 && (prefix_k.dim() != 2 || prefix_k.size(1) != q.size(1) || prefix_v.sizes() != prefix_k.sizes()))
     fail("packed_attention: the prefix keys and values must be [P, heads * d] alike");
+  if (extra > 0 && window >= 0) fail("packed_attention: a sliding window with a prefix is not supported");
   const double keep = train ? 1.0 - dropout_p : 1.0;
   if (keep <= 0.0) return v * 0;  // p = 1: every probability dropped
   if (extra == 0) {
-    return PackedAttentionFunction::apply(q.contiguous(), k.contiguous(), v.contiguous(), lengths, heads, 0, keep);
+    return PackedAttentionFunction::apply(q.contiguous(), k.contiguous(), v.contiguous(), lengths, heads, 0, keep, window);
   }
   // Each sequence's keys become [prefix; its own], one gather from [prefix; k]
   // whose backward sums the prefix's gradient over the sequences.
@@ -246,7 +260,7 @@ at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::
   const at::Tensor index = at::tensor(rows, at::kLong);
   const at::Tensor keys = at::cat({prefix_k.to(k.scalar_type()), k}).index_select(0, index);
   const at::Tensor values = at::cat({prefix_v.to(v.scalar_type()), v}).index_select(0, index);
-  return PackedAttentionFunction::apply(q.contiguous(), keys, values, lengths, heads, extra, keep);
+  return PackedAttentionFunction::apply(q.contiguous(), keys, values, lengths, heads, extra, keep, -1);
 }
 
 bool sdpa_available() { return compat::kHaveSdpa; }
