@@ -214,7 +214,11 @@ TEST_CASE("dropout mask: element g's fate depends on g alone, across blocks, odd
   CHECK(std::abs(kept - keep) < 0.02);  // 10k draws: sd ~5e-3
 }
 
-TEST_CASE("packed attention equals masked padded attention, values and gradients") {
+TEST_CASE("packed attention equals masked padded attention, values and gradients, with and without a window") {
+  // window -1: every key of the sequence; 0 and 2: ModernBERT's local layers,
+  // keys within that distance of the query only.
+  for (int64_t window : {-1, 0, 2}) {
+  CAPTURE(window);
   at::manual_seed(9);
   const std::vector<int64_t> lengths = {5, 1, 9, 3};
   const int64_t heads = 2, d = 8, hidden = heads * d, rows = 4, width = 9;
@@ -224,27 +228,37 @@ TEST_CASE("packed attention equals masked padded attention, values and gradients
   auto k = at::randn({tokens, hidden}).requires_grad_();
   auto v = at::randn({tokens, hidden}).requires_grad_();
   auto w = at::randn({tokens, hidden});
-  auto out = ft::packed_attention(q, k, v, lengths, heads, 0.0, true);
+  auto out = ft::packed_attention(q, k, v, lengths, heads, 0.0, true, {}, {}, window);
   (out * w).sum().backward();
-  // Reference: scatter into [rows, width], mask the empty keys, gather back.
+  // Reference: scatter into [rows, width], mask the empty keys (and those
+  // outside the window), gather back.
   std::vector<int64_t> slot;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < lengths[static_cast<size_t>(r)]; ++j) slot.push_back(r * width + j);
   const auto idx = at::tensor(slot, at::kLong);
-  auto mask = at::full({rows * width}, std::numeric_limits<float>::lowest());
-  mask.index_fill_(0, idx, 0.0);
+  auto present = at::zeros({rows * width}, at::kBool).index_fill_(0, idx, true).view({rows, 1, 1, width});
+  const auto col = at::arange(width);
+  const auto near = window < 0 ? at::ones({width, width}, at::kBool)
+                               : (col.unsqueeze(1) - col.unsqueeze(0)).abs().le(window);
+  const auto mask = at::where(present.logical_and(near), at::zeros({}), at::full({}, std::numeric_limits<float>::lowest()));
   auto split = [&](const at::Tensor& t) {
     return at::zeros({rows * width, hidden}).index_copy(0, idx, t).view({rows, width, heads, d}).permute({0, 2, 1, 3});
   };
   auto q2 = q.detach().clone().requires_grad_(), k2 = k.detach().clone().requires_grad_(),
        v2 = v.detach().clone().requires_grad_();
-  auto scores = at::matmul(split(q2), split(k2).transpose(-1, -2)) / std::sqrt(double(d)) + mask.view({rows, 1, 1, width});
+  auto scores = at::matmul(split(q2), split(k2).transpose(-1, -2)) / std::sqrt(double(d)) + mask;
   auto ref = at::matmul(at::softmax(scores, -1), split(v2)).permute({0, 2, 1, 3}).reshape({rows * width, hidden}).index_select(0, idx);
   (ref * w).sum().backward();
   CHECK((out - ref).abs().max().item<double>() < 1e-5);
   CHECK((q.grad() - q2.grad()).abs().max().item<double>() < 1e-5);
   CHECK((k.grad() - k2.grad()).abs().max().item<double>() < 1e-5);
   CHECK((v.grad() - v2.grad()).abs().max().item<double>() < 1e-5);
+  }
+  // The window changes the result: the 9-token sequence's first query cannot see key 8 at window 2.
+  at::manual_seed(9);
+  const auto q = at::randn({9, 16}), k = at::randn({9, 16}), v = at::randn({9, 16});
+  CHECK((ft::packed_attention(q, k, v, {9}, 2, 0.0, false) - ft::packed_attention(q, k, v, {9}, 2, 0.0, false, {}, {}, 2))
+            .abs().max().item<double>() > 1e-3);
 }
 
 TEST_CASE("packed attention with dropout: seeded, and backward replays the forward mask") {

@@ -12,7 +12,9 @@
 #pragma once
 
 #include <cmath>
+#include <limits>
 #include <memory>
+#include <utility>
 
 #include <ATen/ATen.h>
 
