@@ -264,8 +264,10 @@ fi
 if [[ "$which_workloads" == deberta || "$which_workloads" == modernbert ]]; then
   made_model="$out_dir/$which_workloads-model"
   made_data="$out_dir/imdb-$which_workloads.safetensors"
-  if [[ ! -f "$made_data" ]]; then
+  if [[ ! -f "$made_model/config.json" ]]; then
     "$py" scripts/hf_peer_bench.py --make "$which_workloads" "$made_model" >&2
+  fi
+  if [[ ! -f "$made_data" ]]; then
     "$py" scripts/hf_peer_bench.py --tokenize data/imdb/train.jsonl --model "$made_model" \
       --rows 2048 --max-len 256 --out "$made_data" >&2
   fi
