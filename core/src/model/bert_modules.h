@@ -194,15 +194,9 @@ struct SelfAttentionImpl : torch::nn::Module {
       v = at::cat({prefix_heads(prefix_value, v), v}, 2);
       mask = at::cat({at::zeros({layout.rows, 1, 1, prefix_key.size(0)}, mask.options()), mask}, -1);
     }
-    // SDPA under auto only where ft's own dropout is not needed: on CPU it
-    // would draw LibTorch's slower per-element Bernoulli mask.
-    const bool dropping = dropout->is_training() && dropout->options.p() > 0.0;
-    const bool sdpa = !tp && sdpa_available() &&
-                      (kind == AttentionKernel::kSdpa ||
-                       (kind == AttentionKernel::kAuto && (!dropping || !x.device().is_cpu())));
     at::Tensor context;  // [rows, heads, width, d]
-    if (sdpa) {
-      context = sdpa_attention(q, k, v, mask, dropping ? dropout->options.p() : 0.0);
+    if (!tp && sdpa_chosen(kind, dropout, x)) {
+      context = sdpa_attention(q, k, v, mask, sdpa_dropout(dropout));
     } else {
       context = eager_context(q, k, v, mask);
     }
@@ -216,9 +210,7 @@ struct SelfAttentionImpl : torch::nn::Module {
     auto scores = at::matmul(q, k.transpose(-1, -2));
     if (bias.defined()) scores = scores + bias;
     if (tp) scores = tp->head_sum(scores);
-    scores = scores / std::sqrt(static_cast<double>(score_dim) * scale_factor);
-    scores = scores + mask;
-    return at::matmul(drop(dropout, at::softmax(scores, -1)), v);
+    return attend(scores, static_cast<double>(score_dim) * scale_factor, mask, dropout, v);
   }
 
   // [rows, heads, width, d] -> [T, heads * d].

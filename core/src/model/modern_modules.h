@@ -108,16 +108,10 @@ struct ModernAttentionImpl : torch::nn::Module {
             .permute({0, 2, 1, 3});
       };
       const at::Tensor mask = whole ? layout.additive_mask : local_mask(layout, positions, layout.additive_mask);
-      const bool dropping = dropout->is_training() && dropout->options.p() > 0.0;
-      const bool sdpa = sdpa_available() && (kind == AttentionKernel::kSdpa ||
-                                             (kind == AttentionKernel::kAuto && (!dropping || !x.device().is_cpu())));
-      at::Tensor c;  // [rows, heads, width, d]
-      if (sdpa) {
-        c = sdpa_attention(split(q), split(k), split(v), mask, dropping ? dropout->options.p() : 0.0);
-      } else {
-        const at::Tensor scores = at::matmul(split(q), split(k).transpose(-1, -2)) / std::sqrt(static_cast<double>(head_dim));
-        c = at::matmul(drop(dropout, at::softmax(scores + mask, -1)), split(v));
-      }
+      const at::Tensor c = sdpa_chosen(kind, dropout, x)  // [rows, heads, width, d]
+                               ? sdpa_attention(split(q), split(k), split(v), mask, sdpa_dropout(dropout))
+                               : attend(at::matmul(split(q), split(k).transpose(-1, -2)), static_cast<double>(head_dim),
+                                        mask, dropout, split(v));
       context = layout.from_attention(c.permute({0, 2, 1, 3}).reshape({layout.rows * layout.width, heads * head_dim}));
     }
     return drop(out_drop, tp ? row_parallel(*Wo, *tp, context) : Wo(context));

@@ -3,6 +3,7 @@
 // modern_modules.h (ModernBERT's pre-norm rotary layer) both build on these.
 #pragma once
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <utility>
@@ -12,6 +13,7 @@
 
 #include "ft/dropout.h"
 #include "ft/model.h"
+#include "ft/packed_attention.h"
 #include "ft/token_layout.h"
 
 namespace ft {
@@ -41,6 +43,25 @@ inline Norm make_layer_norm(const BertConfig& c, int64_t width, bool with_bias =
   return Norm(width, c.layer_norm_eps, with_bias);
 }
 inline Norm make_layer_norm(const BertConfig& c) { return make_layer_norm(c, c.hidden_size); }
+
+// Whether a layer's padded-width attention runs LibTorch's SDPA
+// (AttentionKernel): where it exists, and under auto only where ft's own
+// dropout is not needed (on CPU SDPA would draw LibTorch's slower
+// per-element Bernoulli mask).
+inline bool sdpa_chosen(AttentionKernel kind, const Dropout& dropout, const at::Tensor& x) {
+  const bool dropping = dropout->is_training() && dropout->options.p() > 0.0;
+  return sdpa_available() &&
+         (kind == AttentionKernel::kSdpa || (kind == AttentionKernel::kAuto && (!dropping || !x.device().is_cpu())));
+}
+// The probability SDPA drops with: the module's, in training only.
+inline double sdpa_dropout(const Dropout& dropout) { return dropout->is_training() ? dropout->options.p() : 0.0; }
+
+// Eager attention's tail over raw scores [rows, heads, width, width]:
+// softmax(scores / sqrt(scale_dim) + mask), ft's dropout, times v.
+inline at::Tensor attend(const at::Tensor& scores, double scale_dim, const at::Tensor& mask, const Dropout& dropout,
+                         const at::Tensor& v) {
+  return at::matmul(drop(dropout, at::softmax(scores / std::sqrt(scale_dim) + mask, -1)), v);
+}
 
 // One encoder layer (units 1..L): [T + carried rows, hidden] in and out.
 struct EncoderLayer : torch::nn::Module {
