@@ -22,6 +22,8 @@ pins=(
   safetensors==0.8.0
   tokenizers==0.23.3
   transformers==5.24.0
+  sentencepiece==0.2.3                    # transformers reads spm.model with these (tokenizer fixtures)
+  protobuf==7.36.2
   accelerate==1.15.0
   peft==0.21.2
   deepspeed==0.19.8
@@ -32,7 +34,7 @@ print_versions() {
   "$venv/bin/python" - <<'EOF'
 import importlib
 for name in ("torch", "numpy", "safetensors", "tokenizers", "transformers",
-             "accelerate", "peft", "deepspeed"):
+             "sentencepiece", "google.protobuf", "accelerate", "peft", "deepspeed"):
     try:
         mod = importlib.import_module(name)
         print(f"hf-env: {name} {mod.__version__}")

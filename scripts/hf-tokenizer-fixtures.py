@@ -15,6 +15,12 @@ Outputs (tests/data/hf/README.md, "tokenizers/", describes each):
   NAME.tokenizer.json  a tokenizer.json (written only with --train)
   NAME.ids.json        the ids `tokenizers` gives on IMDB and Weibo texts, singles and
                        pairs, max_length 128 and 32, truncation longest_first, padded
+  dirs/NAME/           a model directory without tokenizer.json (SentencePiece model or
+                       vocab.json + merges.txt; written only with --train or --dirs)
+  dirs/NAME.ids.json   the ids AutoTokenizer.from_pretrained gives for it (transformers
+                       converts it on load), same texts and cases
+
+    .venv-hf/bin/python scripts/hf-tokenizer-fixtures.py --dirs    # first rebuild dirs/ (and deberta-v3-hf5)
 
 No PyPI or npm package ships a small RoBERTa- or XLM-R-style tokenizer.json (the
 real ones are 0.5-17 MB), so the files are trained here with `tokenizers` on
@@ -26,7 +32,9 @@ import argparse
 import base64
 import json
 import os
+import shutil
 import sys
+import tempfile
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -56,8 +64,15 @@ VOCAB = 5000
 GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 
 
-def versions():
-    return {"python": sys.version.split()[0], "tokenizers": tokenizers.__version__}
+def versions(converted=False):
+    out = {"python": sys.version.split()[0], "tokenizers": tokenizers.__version__}
+    if converted:  # transformers reads the directory, with these to parse a SentencePiece model
+        import google.protobuf
+        import sentencepiece
+        import transformers
+        out.update(transformers=transformers.__version__, sentencepiece=sentencepiece.__version__,
+                   protobuf=google.protobuf.__version__)
+    return out
 
 
 def read_imdb():
@@ -183,6 +198,86 @@ def deberta_unigram(xlmr):
     return tok
 
 
+# The model directories (dirs/NAME) and how each is laid out; "camembert-spm"
+# is not committed as files of its own: it is xlmr-spm's model under CamemBERT's
+# config, assembled where it is needed (here and in the C++ test).
+SPM_DIRS = {
+    "deberta-v3-spm": {"file": "spm.model", "config": {"model_type": "deberta-v2"},
+                       "tokenizer_config": {"do_lower_case": False, "vocab_type": "spm"}},
+    "xlmr-spm": {"file": "sentencepiece.bpe.model", "config": {"model_type": "xlm-roberta"},
+                 "tokenizer_config": {"tokenizer_class": "XLMRobertaTokenizer", "model_max_length": 512}},
+}
+CAMEMBERT = ("camembert-spm", "xlmr-spm", {"model_type": "camembert"})
+
+
+def train_spm(text, path, **kw):
+    """A small SentencePiece unigram model with the nmt_nfkc rule (its
+    precompiled character map is most of the file), as the real ones have."""
+    import sentencepiece as spm
+    prefix = path[: -len(".model")] + "-train"
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(text), model_prefix=prefix, vocab_size=2000,
+                                   model_type="unigram", character_coverage=0.995, num_threads=1,
+                                   normalization_rule_name="nmt_nfkc", minloglevel=2, **kw)
+    os.replace(prefix + ".model", path)
+    os.remove(prefix + ".vocab")
+
+
+def write_json(path, obj):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def make_dirs(out, imdb, weibo):
+    """dirs/: DeBERTa-v3's layout ([PAD] [CLS] [SEP] [UNK] first, as its spm.model
+    has them), XLM-R's (SentencePiece's <unk> <s> </s>), RoBERTa's vocab.json +
+    merges.txt from roberta-bpe, and deberta-v3-hf5.tokenizer.json: what
+    transformers 5 saves for the DeBERTa directory."""
+    from transformers import AutoTokenizer
+    text = training_text(imdb, weibo)
+    layouts = {"deberta-v3-spm": dict(pad_id=0, pad_piece="[PAD]", bos_id=1, bos_piece="[CLS]", eos_id=2,
+                                      eos_piece="[SEP]", unk_id=3, unk_piece="[UNK]"),
+               "xlmr-spm": {}}
+    for name, spec in SPM_DIRS.items():
+        d = os.path.join(out, "dirs", name)
+        os.makedirs(d, exist_ok=True)
+        train_spm(text, os.path.join(d, spec["file"]), **layouts[name])
+        write_json(os.path.join(d, "config.json"), spec["config"])
+        write_json(os.path.join(d, "tokenizer_config.json"), spec["tokenizer_config"])
+    state = json.load(open(os.path.join(out, "roberta-bpe.tokenizer.json"), encoding="utf-8"))
+    d = os.path.join(out, "dirs", "roberta-vocab-merges")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(state["model"]["vocab"], f, ensure_ascii=False)
+    with open(os.path.join(d, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n")
+        for m in state["model"]["merges"]:
+            f.write((m if isinstance(m, str) else " ".join(m)) + "\n")
+    write_json(os.path.join(d, "config.json"), {"model_type": "roberta"})
+    write_json(os.path.join(d, "tokenizer_config.json"), {"tokenizer_class": "RobertaTokenizer",
+                                                          "add_prefix_space": False, "trim_offsets": True,
+                                                          "model_max_length": 512})
+    with tempfile.TemporaryDirectory() as tmp:
+        AutoTokenizer.from_pretrained(os.path.join(out, "dirs", "deberta-v3-spm")).save_pretrained(tmp)
+        saved = json.load(open(os.path.join(tmp, "tokenizer.json"), encoding="utf-8"))
+        first = saved["normalizer"]["normalizers"][0]
+        if first != {"type": "Replace", "pattern": {"Regex": r"\s{2,}|[\n\r\t]"}, "content": " "}:
+            raise SystemExit(f"transformers no longer writes the DeBERTa Replace normalizer: {first}")
+        shutil.copy(os.path.join(tmp, "tokenizer.json"), os.path.join(out, "deberta-v3-hf5.tokenizer.json"))
+
+
+def dir_path(out, name, tmp):
+    """The directory of dirs/NAME; CamemBERT's is assembled in `tmp`."""
+    if name != CAMEMBERT[0]:
+        return os.path.join(out, "dirs", name)
+    src = SPM_DIRS[CAMEMBERT[1]]
+    d = os.path.join(tmp, name)
+    os.makedirs(d, exist_ok=True)
+    shutil.copy(os.path.join(out, "dirs", CAMEMBERT[1], src["file"]), os.path.join(d, src["file"]))
+    write_json(os.path.join(d, "config.json"), CAMEMBERT[2])
+    return d
+
+
 def train_all(out, imdb, weibo):
     text = training_text(imdb, weibo)
     save(out, {"roberta-bpe": train_byte_bpe(text), "wordend-bpe": train_char_bpe(text),
@@ -211,10 +306,46 @@ def pad_token(tok):
     raise SystemExit("no padding token")
 
 
-def make_ids(out, name, imdb, weibo):
-    path = os.path.join(out, f"{name}.tokenizer.json")
+def file_encoder(path):
+    """tokenizers.Tokenizer.from_file: (encode(text, pair, max_length), pad token)."""
     tok = Tokenizer.from_file(path)
     pad, pad_id = pad_token(tok)
+
+    def encode(a, b, max_length):
+        tok.enable_truncation(max_length, strategy="longest_first")
+        tok.enable_padding(length=max_length, pad_id=pad_id, pad_token=pad)
+        enc = tok.encode(a, b) if b is not None else tok.encode(a)
+        return list(enc.ids), list(enc.attention_mask), list(enc.type_ids)
+    return encode, pad
+
+
+def auto_encoder(path):
+    """transformers' AutoTokenizer.from_pretrained(directory), called as a
+    Trainer data collator would: truncation longest_first, padded to max_length."""
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(path)
+
+    def encode(a, b, max_length):
+        enc = tok(a, b, max_length=max_length, truncation="longest_first", padding="max_length",
+                  return_token_type_ids=True, return_attention_mask=True)
+        return enc["input_ids"], enc["attention_mask"], enc["token_type_ids"]
+    return encode, tok.pad_token
+
+
+def make_ids(out, name, imdb, weibo, directory=None):
+    if directory is None:
+        path = os.path.join(out, f"{name}.tokenizer.json")
+        encode, pad = file_encoder(path)
+        what = f"ids of tokenizers.Tokenizer.from_file('{name}.tokenizer.json')"
+        fingerprint = {"tokenizer": f"{name}.tokenizer.json", "tokenizer_sha256": sha256_file(path)}
+        ids_path = os.path.join(out, f"{name}.ids.json")
+    else:
+        encode, pad = auto_encoder(directory)
+        what = f"ids of transformers.AutoTokenizer.from_pretrained('dirs/{name}')"
+        files = sorted(os.listdir(directory))
+        fingerprint = {"tokenizer": f"dirs/{name}", "files_sha256": {f: sha256_file(os.path.join(directory, f))
+                                                                    for f in files}}
+        ids_path = os.path.join(out, "dirs", f"{name}.ids.json")
     sources = [
         {"name": "imdb", "file": IMDB_REL, "path": IMDB, "format": "jsonl", "text_field": "text",
          "rows": IMDB_ROWS, "texts": imdb},
@@ -222,13 +353,12 @@ def make_ids(out, name, imdb, weibo):
          "rows": WEIBO_ROWS, "texts": weibo},
     ]
     doc = {
-        "what": f"ids of tokenizers.Tokenizer.from_file('{name}.tokenizer.json'): special tokens added, "
+        "what": f"{what}: special tokens added, "
                 "truncation longest_first to max_length, padded to max_length with the pad token; "
                 "attention_mask and token_type_ids as strings of digits, one per position",
-        "tokenizer": f"{name}.tokenizer.json",
-        "tokenizer_sha256": sha256_file(path),
+        **fingerprint,
         "pad": pad,
-        "versions": versions(),
+        "versions": versions(converted=directory is not None),
         "sources": [],
     }
     for src in sources:
@@ -239,19 +369,16 @@ def make_ids(out, name, imdb, weibo):
         entry["cases"] = []
         for pair in (False, True):
             for max_length in (128, 32):
-                tok.enable_truncation(max_length, strategy="longest_first")
-                tok.enable_padding(length=max_length, pad_id=pad_id, pad_token=pad)
                 case = {"max_length": max_length, "pair": pair, "input_ids": [], "attention_mask": [],
                         "token_type_ids": []}
                 # Pair k is (texts[k], texts[k + 1]): neighbours in `rows`.
                 for k in range(len(texts) - 1 if pair else len(texts)):
-                    enc = tok.encode(texts[k], texts[k + 1]) if pair else tok.encode(texts[k])
-                    case["input_ids"].append(list(enc.ids))
-                    case["attention_mask"].append("".join(str(v) for v in enc.attention_mask))
-                    case["token_type_ids"].append("".join(str(v) for v in enc.type_ids))
+                    ids, mask, types = encode(texts[k], texts[k + 1] if pair else None, max_length)
+                    case["input_ids"].append(list(ids))
+                    case["attention_mask"].append("".join(str(v) for v in mask))
+                    case["token_type_ids"].append("".join(str(v) for v in types))
                 entry["cases"].append(case)
         doc["sources"].append(entry)
-    ids_path = os.path.join(out, f"{name}.ids.json")
     with open(ids_path, "w", encoding="utf-8") as f:
         # One example per line so that diffs stay readable.
         head = {k: v for k, v in doc.items() if k != "sources"}
@@ -279,6 +406,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(REPO, "tests", "data", "hf", "tokenizers"))
     ap.add_argument("--train", action="store_true", help="train the tokenizer.json files anew first")
     ap.add_argument("--derive", action="store_true", help="rebuild the variants from the trained files first")
+    ap.add_argument("--dirs", action="store_true", help="rebuild the model directories under dirs/ first")
     ap.add_argument("--charsmap", help="SentencePiece's nmt_nfkc precompiled_charsmap (raw bytes) for "
                     "xlmr-precompiled; default: the one the committed file carries")
     args = ap.parse_args()
@@ -296,9 +424,15 @@ def main():
         else:
             charsmap = committed_charsmap(args.out)
         derive_all(args.out, charsmap)
+    if args.train or args.dirs:
+        make_dirs(args.out, imdb, weibo)
     names = sorted(f[: -len(".tokenizer.json")] for f in os.listdir(args.out) if f.endswith(".tokenizer.json"))
     for name in names:
         make_ids(args.out, name, imdb, weibo)
+    dirs = sorted(f for f in os.listdir(os.path.join(args.out, "dirs")) if not f.endswith(".json"))
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in dirs + [CAMEMBERT[0]]:
+            make_ids(args.out, name, imdb, weibo, directory=dir_path(args.out, name, tmp))
 
 
 if __name__ == "__main__":

@@ -40,8 +40,10 @@ BertConfig resolve_model_config(const RunConfig& config);
 std::shared_ptr<const Tokenizer> load_tokenizer(const RunConfig& config);
 
 // The tokenizer a model or checkpoint directory ships: tokenizer.json when
-// present (what AutoTokenizer reads first), else vocab.txt; null when it has
-// neither. `options.lowercase` other than Auto overrides the file's.
+// present (what AutoTokenizer reads first), else vocab.txt, else the
+// SentencePiece model or vocab.json + merges.txt converted as transformers
+// does (convert_model_dir_tokenizer); null when it has none of them.
+// `options.lowercase` other than Auto overrides a WordPiece file's.
 std::shared_ptr<const Tokenizer> load_model_dir_tokenizer(const std::string& dir,
                                                                    const TokenizerOptions& options = {});
 

@@ -80,6 +80,17 @@ enum class PairTruncation { kFast, kSlow };
 std::pair<std::size_t, std::size_t> truncated_lengths(std::size_t na, std::size_t nb, bool has_pair,
                                                       std::size_t budget, PairTruncation rule);
 
+/// The keys of a model directory's tokenizer_config.json that say how
+/// transformers builds its tokenizer, kept so that a checkpoint's
+/// tokenizer_config.json says the same (absent: the directory did not say).
+struct TokenizerConfigKeys {
+  std::string tokenizer_class;  ///< empty: PreTrainedTokenizerFast (tokenizer.json as it is)
+  std::optional<bool> add_prefix_space;
+  std::optional<bool> trim_offsets;
+  std::optional<bool> do_lower_case;
+  std::optional<bool> split_by_punct;
+};
+
 /// What the training pipeline needs of any tokenizer: ids for a text or a pair,
 /// the vocabulary and the special ids. WordPieceTokenizer (vocab.txt or a BERT
 /// tokenizer.json) and the general tokenizer.json pipeline (load_tokenizer_json)
@@ -109,6 +120,8 @@ class Tokenizer {
   /// The tokenizer.json text it was read from, for a checkpoint to carry;
   /// empty for WordPiece, which saves vocab.txt.
   virtual std::string tokenizer_json() const { return {}; }
+  /// What its directory's tokenizer_config.json said (load_model_dir_tokenizer).
+  virtual const TokenizerConfigKeys& config_keys() const;
 };
 
 /// A `tokenizers` tokenizer.json of any model ft reads: WordPiece files give a
@@ -116,6 +129,20 @@ class Tokenizer {
 /// pipeline (docs/models.md, "Tokenizers"). A key or value ft does not
 /// implement throws ft::Error naming the file, the key and the value.
 std::shared_ptr<const Tokenizer> load_tokenizer_json(const std::string& path);
+
+/// The tokenizer transformers 5 builds for a model directory without a
+/// tokenizer.json or vocab.txt: a SentencePiece model (spm.model for
+/// DeBERTa-v2/v3, sentencepiece.bpe.model for XLM-R and CamemBERT) or
+/// RoBERTa's vocab.json + merges.txt, converted as the family's tokenizer
+/// class does (the family from tokenizer_config.json's tokenizer_class, else
+/// config.json's model_type; docs/models.md, "Tokenizers"). Null when the
+/// directory has none of those files; ft::Error naming the file and key when
+/// one is there but cannot be converted.
+std::shared_ptr<const Tokenizer> convert_model_dir_tokenizer(const std::string& dir);
+
+/// The tokenizer_config.json keys of `dir` that TokenizerConfigKeys keeps
+/// (none when the file is absent); ft::Error naming the file when it is not JSON.
+TokenizerConfigKeys read_tokenizer_config_keys(const std::string& dir);
 
 class WordPieceTokenizer final : public Tokenizer {
  public:

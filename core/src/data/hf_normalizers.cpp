@@ -1,13 +1,13 @@
 // tokenizer.json normalizers, the Unicode predicates the Rust library uses,
 // and the error helper of the whole pipeline (hf_pipeline.h).
 #include <cstdlib>
-#include <regex>
 
 #include <fmt/format.h>
 #include <utf8proc.h>
 
 #include "ft/error.h"
 #include "hf_pipeline.h"
+#include "onig_regex.h"
 #include "tokenizer_text.h"
 
 namespace ft::hf {
@@ -140,30 +140,31 @@ class Prepend final : public Normalizer {
   std::string prefix_;
 };
 
-// A literal pattern, or a regular expression std::regex reads the same way
-// as Oniguruma, tokenizers' engine (no \p classes, no look-around).
+// A literal pattern or a regular expression; every match, empty ones
+// included (they insert `content`), is replaced as NormalizedString::replace does.
 class Replace final : public Normalizer {
  public:
-  Replace(std::string literal, std::optional<std::regex> re, std::string content)
+  Replace(std::string literal, std::shared_ptr<const OnigRegex> re, std::string content)
       : literal_(std::move(literal)), re_(std::move(re)), content_(std::move(content)) {}
   void apply(std::string& s, bool& start_kept) const override {
+    std::vector<std::pair<std::size_t, std::size_t>> matches;
     if (re_) {
-      std::smatch m;
-      if (content_.empty() && std::regex_search(s, m, *re_) && m.position(0) == 0 && m.length(0) > 0) start_kept = false;
-      // ECMAScript's format string reads '$'; doubled, it stands for itself.
-      std::string literal_content;
-      for (const char c : content_) literal_content += c == '$' ? std::string("$$") : std::string(1, c);
-      s = std::regex_replace(s, *re_, literal_content);
-      return;
+      matches = re_->find_all(s);
+    } else {
+      std::size_t at = 0;
+      while (!literal_.empty() && (at = s.find(literal_, at)) != std::string::npos) {
+        matches.emplace_back(at, at + literal_.size());
+        at += literal_.size();
+      }
     }
-    if (literal_.empty()) return;
-    if (content_.empty() && s.compare(0, literal_.size(), literal_) == 0) start_kept = false;
+    if (matches.empty()) return;
+    if (content_.empty() && matches.front().first == 0 && matches.front().second > 0) start_kept = false;
     std::string out;
-    std::size_t from = 0, at = 0;
-    while ((at = s.find(literal_, from)) != std::string::npos) {
-      out.append(s, from, at - from);
+    std::size_t from = 0;
+    for (const auto& [b, e] : matches) {
+      out.append(s, from, b - from);
       out += content_;
-      from = at + literal_.size();
+      from = e;
     }
     out.append(s, from, std::string::npos);
     s = std::move(out);
@@ -171,7 +172,7 @@ class Replace final : public Normalizer {
 
  private:
   std::string literal_;
-  std::optional<std::regex> re_;
+  std::shared_ptr<const OnigRegex> re_;
   std::string content_;
 };
 
@@ -186,30 +187,13 @@ class NormalizerSequence final : public Normalizer {
   std::vector<std::unique_ptr<Normalizer>> parts_;
 };
 
-// What a regular expression of a Replace or Split must avoid to mean the same
-// under std::regex (ECMAScript) as under Oniguruma, tokenizers' engine.
-bool portable_regex(const std::string& re) {
-  for (const char* rust_only : {"\\p", "\\P", "(?", "\\s", "\\w", "\\d", "\\b", "[[:"}) {
-    if (re.find(rust_only) != std::string::npos) return false;
-  }
-  for (const char c : re) {
-    if (static_cast<unsigned char>(c) >= 0x80) return false;  // std::regex matches bytes, not characters
-  }
-  return true;
-}
-
 }  // namespace
 
-std::regex read_portable_regex(const std::string& pattern, const std::string& key, const Where& w) {
-  if (!portable_regex(pattern)) {
-    w.refuse(key, fmt::format("the regular expression '{}' is not supported (ft reads ASCII patterns without \\p, "
-                              "\\s, \\w, \\d, \\b or groups with '(?')",
-                              pattern));
-  }
+std::shared_ptr<const OnigRegex> read_regex(const std::string& pattern, const std::string& key, const Where& w) {
   try {
-    return std::regex(pattern, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    w.refuse(key, fmt::format("the regular expression '{}' does not compile ({})", pattern, e.what()));
+    return std::make_shared<const OnigRegex>(pattern);
+  } catch (const Error& e) {
+    w.refuse(key, fmt::format("the regular expression '{}' does not compile: {}", pattern, e.what()));
   }
 }
 
@@ -265,11 +249,11 @@ std::unique_ptr<Normalizer> read_normalizer(const json& j, const std::string& ke
     const json pattern = j.value("pattern", json());
     const std::string content = w.str(j, "content", key + ".content");
     if (pattern.is_object() && pattern.contains("String")) {
-      return std::make_unique<Replace>(w.str(pattern, "String", key + ".pattern.String"), std::nullopt, content);
+      return std::make_unique<Replace>(w.str(pattern, "String", key + ".pattern.String"), nullptr, content);
     }
     if (pattern.is_object() && pattern.contains("Regex")) {
       const std::string re = w.str(pattern, "Regex", key + ".pattern.Regex");
-      return std::make_unique<Replace>("", std::optional<std::regex>(read_portable_regex(re, key + ".pattern.Regex", w)), content);
+      return std::make_unique<Replace>("", read_regex(re, key + ".pattern.Regex", w), content);
     }
     w.refuse(key + ".pattern", "expected {\"String\": ...} or {\"Regex\": ...}");
   }

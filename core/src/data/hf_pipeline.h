@@ -8,13 +8,14 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "ft/tokenizer.h"
 
 namespace ft::hf {
 
@@ -53,10 +54,11 @@ bool is_letter(char32_t cp);
 // Code point boundaries of valid UTF-8: the byte offset of every code point, then s.size().
 std::vector<std::size_t> char_starts(std::string_view s);
 
-// A regular expression of a Replace or Split that std::regex reads as
-// Oniguruma (tokenizers' engine) does: ASCII, no \p, \s, \w, \d, \b or
-// "(?" groups. Anything else refuses `key`.
-std::regex read_portable_regex(const std::string& pattern, const std::string& key, const Where& w);
+class OnigRegex;
+// The regular expression of a Replace or Split, compiled as tokenizers
+// compiles it (onig_regex.h); one that does not compile refuses `key` with
+// Oniguruma's reason.
+std::shared_ptr<const OnigRegex> read_regex(const std::string& pattern, const std::string& key, const Where& w);
 
 class Normalizer {
  public:
@@ -119,5 +121,11 @@ struct Template {
 // The post_processor object; null gives "A" and "A B:1" (no special tokens).
 Template read_post_processor(const json& j, const std::string& key, const Where& w,
                              const std::unordered_map<std::string, int64_t>& vocab);
+
+// A BPE, Unigram or WordPiece tokenizer from tokenizer.json `text`; errors
+// name `source`. WordPiece is read from `file` (empty: refused, a converted
+// directory never yields one).
+std::shared_ptr<const Tokenizer> make_json_tokenizer(const std::string& text, const std::string& source,
+                                                     TokenizerConfigKeys keys, const std::string& file);
 
 }  // namespace ft::hf

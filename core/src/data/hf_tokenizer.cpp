@@ -102,7 +102,8 @@ void split_added(const std::string& s, bool at_origin, const std::vector<AddedTo
 
 class JsonTokenizer final : public Tokenizer {
  public:
-  JsonTokenizer(const json& root, std::string source, const hf::Where& w) : source_(std::move(source)) {
+  JsonTokenizer(const json& root, std::string source, TokenizerConfigKeys keys, const hf::Where& w)
+      : source_(std::move(source)), keys_(std::move(keys)) {
     const json& model = root.at("model");
     const std::string type = w.str(model, "type", "model.type");
     model_ = type == "BPE" ? hf::read_bpe(model, w) : hf::read_unigram(model, w);
@@ -162,6 +163,7 @@ class JsonTokenizer final : public Tokenizer {
   int64_t unk_id() const override { return model_->unk_id(); }
   std::optional<int64_t> mask_id() const override { return mask_; }
   std::string tokenizer_json() const override { return source_; }
+  const TokenizerConfigKeys& config_keys() const override { return keys_; }
 
  private:
   void read_added_tokens(const json& added, const hf::Where& w) {
@@ -252,6 +254,7 @@ class JsonTokenizer final : public Tokenizer {
   }
 
   std::string source_;
+  TokenizerConfigKeys keys_;
   std::unique_ptr<hf::Model> model_;
   std::unique_ptr<hf::Normalizer> normalizer_;
   std::unique_ptr<hf::PreTokenizer> pre_tokenizer_;
@@ -266,25 +269,41 @@ class JsonTokenizer final : public Tokenizer {
 
 }  // namespace
 
+const TokenizerConfigKeys& Tokenizer::config_keys() const {
+  static const TokenizerConfigKeys none;
+  return none;
+}
+
 std::shared_ptr<const Tokenizer> load_tokenizer_json(const std::string& path) {
-  const std::string bytes = fs::read_file(path);
+  return hf::make_json_tokenizer(fs::read_file(path), path, {}, path);
+}
+
+namespace hf {
+
+std::shared_ptr<const Tokenizer> make_json_tokenizer(const std::string& text, const std::string& source,
+                                                     TokenizerConfigKeys keys, const std::string& file) {
   json root;
   try {
-    root = json::parse(bytes);
+    root = json::parse(text);
   } catch (const json::exception& e) {
-    fail("{}: not valid JSON ({})", path, e.what());
+    fail("{}: not valid JSON ({})", source, e.what());
   }
-  const hf::Where w(path);
+  const Where w(source);
   try {
     if (!root.is_object()) w.refuse("(top level)", "not a JSON object");
     if (!root.contains("model") || !root.at("model").is_object()) w.refuse("model", "missing or not an object");
     const std::string type = w.str(root.at("model"), "type", "model.type");
-    if (type == "WordPiece") return std::make_shared<const WordPieceTokenizer>(WordPieceTokenizer::from_tokenizer_json(path));
+    if (type == "WordPiece") {
+      if (file.empty()) w.refuse("model.type", "WordPiece is read from a tokenizer.json file");
+      return std::make_shared<const WordPieceTokenizer>(WordPieceTokenizer::from_tokenizer_json(file));
+    }
     if (type != "BPE" && type != "Unigram") w.unsupported("model.type", type, "WordPiece, BPE and Unigram");
-    return std::make_shared<const JsonTokenizer>(root, bytes, w);
+    return std::make_shared<const JsonTokenizer>(root, text, std::move(keys), w);
   } catch (const json::exception& e) {
-    fail("{}: unexpected value ({})", path, e.what());
+    fail("{}: unexpected value ({})", source, e.what());
   }
 }
+
+}  // namespace hf
 
 }  // namespace ft
