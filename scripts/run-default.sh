@@ -5,7 +5,7 @@
 # dev accuracy and macro-F1.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# Packages first (the download needs curl, node, pip and unzip); then the download
+# Packages first (the download needs npm, node, pip and unzip); then the download
 # runs beside the build, one waiting on the network, the other on the CPU.
 FT_SKIP_BUILD=1 "$repo/scripts/setup.sh"
 fetch_log="$(mktemp)"

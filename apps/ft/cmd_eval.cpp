@@ -170,6 +170,7 @@ void add_eval_predict_commands(CLI::App& app, int& exit_code) {
   struct EvalFlags {
     ConfigFlags config;
     std::string checkpoint, data;
+    std::string text_field, label_field, pair_field;  // empty: the run's (data.*_field)
     int max_length = 0;  // 0: the checkpoint's tokenizer_config.json, else the config's data.max_seq_len
   };
   auto ef = std::make_shared<EvalFlags>();
@@ -181,8 +182,18 @@ void add_eval_predict_commands(CLI::App& app, int& exit_code) {
                    "evaluate every row of this file, labels mapped by name to the checkpoint's (default: the run's dev split)");
   eval->add_option("--max-length", ef->max_length,
                    "truncate inputs to this many tokens (default: the checkpoint's model_max_length)");
+  eval->add_option("--text-field", ef->text_field, "the field or column holding the text (data.text_field; default: the run's)");
+  eval->add_option("--label-field", ef->label_field, "the field or column holding the label (data.label_field)");
+  eval->add_option("--pair-field", ef->pair_field, "the field or column holding a pair's second text (data.pair_field)");
   eval->callback([ef, &exit_code] {
-    exit_code = evaluate_checkpoint(ef->config, ef->checkpoint, ef->data, ef->max_length);
+    ConfigFlags flags = ef->config;
+    // As their --set forms, which the checkpoint's own settings never override.
+    for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"data.text_field", &ef->text_field},
+                                     {"data.label_field", &ef->label_field},
+                                     {"data.pair_field", &ef->pair_field}}) {
+      if (!value->empty()) flags.overrides.push_back(std::string(key) + "=" + *value);
+    }
+    exit_code = evaluate_checkpoint(flags, ef->checkpoint, ef->data, ef->max_length);
   });
 
   struct PredictFlags {

@@ -37,6 +37,7 @@ int launch(const RunFlags& f, const RunConfig& config) {
   lo.master_addr = f.master_addr;
   lo.master_port = f.master_port;
   lo.timeout_s = config.runtime.timeout_s;
+  lo.save_grace_s = config.runtime.save_grace_s + 5;  // the workers' own bound, and time to exit
   if (f.max_restarts < 0) fail("--max-restarts {}: must be >= 0", f.max_restarts);
   lo.max_restarts = f.max_restarts;
   const std::string out = config.train.output_dir;

@@ -211,6 +211,21 @@ void add_run_flags(CLI::App& cmd, RunFlags& flags) {
                                          })
         ->group("");
   }
+  // The rest of TrainingArguments' names: refused by name, with the reason,
+  // instead of CLI11's "not expected".
+  for (const auto& field : training_args_fields()) {
+    if (ft_key_of(field) != nullptr || cmd.get_option_no_throw("--" + field) != nullptr) continue;
+    cmd.add_option_function<std::string>("--" + field,
+                                         [field](const std::string&) {
+                                           const std::string missing = training_args_missing_feature(field);
+                                           if (!missing.empty()) fail("--{}: {}; remove it", field, missing);
+                                           fail("--{}: TrainingArguments' {} has no `ft run` flag; put it in a JSON file for "
+                                                "--training-args, which maps, ignores or refuses each field "
+                                                "(docs/importing-configs.md)",
+                                                field, field);
+                                         })
+        ->group("");
+  }
 }
 
 ResolvedRun resolve_run(RunFlags& flags, RunConfig::Task task, bool quiet) {

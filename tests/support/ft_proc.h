@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -95,6 +96,20 @@ inline std::optional<int> wait_exit(pid_t pid, std::chrono::duration<double> lim
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return status;
+}
+
+// Waits until `ready()`, polling every `poll`; false when process `pid`
+// exits first or `limit_s` passes.
+inline bool wait_until(pid_t pid, const std::function<bool()>& ready, double limit_s,
+                       std::chrono::microseconds poll = std::chrono::milliseconds(5)) {
+  const auto start = std::chrono::steady_clock::now();
+  while (!ready()) {
+    int status;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return false;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > limit_s) return false;
+    std::this_thread::sleep_for(poll);
+  }
+  return true;
 }
 
 // FT_TRIALS from the environment, else `ci_default`.

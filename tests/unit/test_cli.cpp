@@ -117,6 +117,19 @@ TEST_CASE("train, save, eval and predict agree on a small text task") {
   CHECK(ev_short.exit_code == 0);
   CHECK(ev_short.output.find("accuracy 1.0000") == std::string::npos);
 
+  // A file with other column names: --text-field / --label-field, as on ft run.
+  {
+    std::ofstream csv(tmp.path() / "renamed.csv");
+    csv << "review,sentiment\nthe film was good,pos\nthe plot was very bad,neg\na good film,pos\n";
+  }
+  auto ev_fields = ft_test::run_ft(fmt::format("eval --checkpoint {} --data {}/renamed.csv --text-field review "
+                                               "--label-field sentiment",
+                                               final_dir.string(), tmp.path().string()));
+  INFO(ev_fields.output);
+  CHECK(ev_fields.exit_code == 0);
+  CHECK(ev_fields.output.find("(3 rows)") != std::string::npos);
+  CHECK(ev_fields.output.find("accuracy 1.0000") != std::string::npos);
+
   auto pred = ft_test::run_ft(fmt::format("predict --checkpoint {} 'a very good film' 'the plot was bad'",
                                           final_dir.string()));
   INFO(pred.output);
@@ -164,6 +177,15 @@ TEST_CASE("bad input: one line naming the culprit, non-zero exit") {
   auto plugin_error = ft_test::run_ft(flags(tmp.path(), "--strategy ddp --set strategy.options.bogus=1"));
   CHECK(plugin_error.exit_code == 1);
   CHECK(plugin_error.output.find("strategy.options.bogus") != std::string::npos);
+  // TrainingArguments' names without an ft flag are refused by name, with the reason.
+  auto smoothing = ft_test::run_ft(flags(tmp.path(), "--label_smoothing_factor 0.1"));
+  CHECK(smoothing.exit_code != 0);
+  CHECK(smoothing.output.find("ft: error: --label_smoothing_factor: label smoothing is not in ft; remove it") !=
+        std::string::npos);
+  auto other = ft_test::run_ft(flags(tmp.path(), "--eval_accumulation_steps 2"));
+  CHECK(other.exit_code != 0);
+  CHECK(other.output.find("--eval_accumulation_steps: TrainingArguments' eval_accumulation_steps has no `ft run` "
+                          "flag; put it in a JSON file for --training-args") != std::string::npos);
   auto missing = ft_test::run_ft("eval --checkpoint /nonexistent/ckpt");
   CHECK(missing.exit_code != 0);
   CHECK(missing.output.find("ft: error:") != std::string::npos);

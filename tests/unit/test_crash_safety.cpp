@@ -40,6 +40,7 @@ namespace {
 namespace fsys = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using ft_test::trial_count;
+using ft_test::wait_until;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -49,18 +50,6 @@ void log_trial(const nlohmann::json& record) {
 
 int64_t uniform(std::mt19937_64& rng, int64_t lo, int64_t hi) {
   return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
-}
-
-// Waits until `ready()` or the process exits / `limit` passes; false then.
-bool wait_until(pid_t pid, const std::function<bool()>& ready, double limit_s) {
-  const auto start = Clock::now();
-  while (!ready()) {
-    int status;
-    if (::waitpid(pid, &status, WNOHANG) == pid) return false;
-    if (seconds_since(start) > limit_s) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
 }
 
 // ------------------------------------------------------------ (a) saves
@@ -125,21 +114,11 @@ struct Inspection {
   int checkpoints = 0;
   std::vector<std::string> leftovers;  // hidden temp names
   std::vector<std::string> problems;
-  // Checkpoints that lost their manifest to a kill while it was being hashed:
-  // committed, refused by --resume with one line. Usually the newest, but a
-  // run resumed from an older checkpoint can leave one below a stale newer one.
-  std::vector<int64_t> manifest_pending;
 };
 
-// A checkpoint the run was killed in while hashing it: committed, but its
-// manifest (written after the commit, off the step loop) never landed.
-bool is_manifest_pending(const std::string& problem) {
-  return problem.find("manifest.json is missing") != std::string::npos;
-}
-
-// Every entry of `out` must be a loadable checkpoint or a hidden leftover;
-// a checkpoint may instead lack the manifest a kill interrupted (refused by
-// --resume with one line, skipped by resume_from: auto).
+// Every entry of `out` must be a loadable, verified checkpoint or a hidden
+// leftover: a checkpoint is hashed before it is committed, so a kill while
+// hashing leaves only the hidden staging directory.
 Inspection inspect_output(const fsys::path& out) {
   Inspection r;
   if (!fsys::is_directory(out)) {
@@ -152,10 +131,6 @@ Inspection inspect_output(const fsys::path& out) {
     std::string problem;
     if (std::regex_match(name, m, checkpoint_name())) {
       problem = checkpoint_problem(e.path(), std::stoll(m[1]));
-      if (is_manifest_pending(problem)) {
-        r.manifest_pending.push_back(std::stoll(m[1]));
-        problem.clear();
-      }
       ++r.checkpoints;
     } else if (name == "final") {
       problem = checkpoint_problem(e.path(), -1);
@@ -204,8 +179,10 @@ void kill_during_saves(SaveTrials& t, int trial, uint64_t seed) {
   if (!resume.empty()) args.insert(args.end(), {"--resume", resume});
   const pid_t pid = ft_test::spawn_ft(args, log);
   REQUIRE(pid > 0);
-  // Step 2 is logged after the save of step 1: saving is under way.
-  const bool started = wait_until(pid, [&] { return ft_test::step_losses(metrics).size() >= 2; }, 60);
+  // Saving is under way once a checkpoint is committed (hashed off the step
+  // loop, so step 2 may be logged before checkpoint-1 appears).
+  const bool started = wait_until(
+      pid, [&] { return ft_test::step_losses(metrics).size() >= 2 && !checkpoint_steps(t.out).empty(); }, 60);
   if (!started) {
     ft_test::wait_exit(pid, std::chrono::seconds(1));
     FAIL("the run did not start training: " << ft_test::read_text(log));
@@ -245,7 +222,6 @@ void finish_after_kills(const SaveTrials& t) {
   const Inspection clean = inspect_output(t.out);
   for (const auto& p : clean.problems) FAIL_CHECK(p);
   CHECK(clean.leftovers.empty());
-  for (int64_t step : clean.manifest_pending) CHECK(step < from);  // older debris only
   CHECK(fsys::exists(t.out / "final"));
 }
 

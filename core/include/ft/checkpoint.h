@@ -82,10 +82,6 @@ struct CheckpointData {
   // weights, PEFT's adapter files the virtual tokens (+ classifier);
   // base_model is named in adapter_config.json.
   std::optional<PromptLearning> prompt_learning;
-  // The caller writes manifest.json after the directory is committed
-  // (ManifestWriter, off the training thread); otherwise it is written
-  // inside the directory before the commit.
-  bool defer_manifest = false;
 };
 
 // Writes atomically: `dir` either keeps its old content or holds all of this.
@@ -93,6 +89,11 @@ struct CheckpointData {
 // special_tokens_map.json, so AutoTokenizer / pipeline() load the tokenizer
 // as trained (case handling, maximum length) instead of guessing.
 void save_checkpoint(const std::filesystem::path& dir, const CheckpointData& data);
+
+// Every file of the checkpoint but manifest.json, into the existing
+// directory `dir` (a staging directory: the caller hashes and commits it,
+// as CheckpointWriter does off the training thread).
+void write_checkpoint_files(const std::filesystem::path& dir, const CheckpointData& data);
 
 // The tokenizer_config.json and special_tokens_map.json texts for a
 // BertTokenizer (what save_checkpoint writes).

@@ -319,6 +319,9 @@ struct RuntimeConfig {
   bool pin_threads = true;
   /// Seconds a rendezvous or collective may wait before the job fails (> 0).
   double timeout_s = 30;
+  /// Seconds a Ctrl-C or SIGTERM that lands during a checkpoint save waits
+  /// for that save to finish before the job stops anyway (> 0).
+  double save_grace_s = 120;
   /// JSON Lines metrics file written by rank 0; empty = none.
   std::string metrics_out;
   /// Show a progress bar when stdout is a terminal.
@@ -347,6 +350,10 @@ struct RunConfig {
   /// Where this came from, for messages ("configs/x.yaml", "configs/x.yaml
   /// + --set"); not part of the YAML.
   std::string source;
+  /// The embedded default's data/... inputs that were found nowhere, one
+  /// error line each (config/default_data.h); a command that reads its
+  /// inputs calls require_default_data() first. Not part of the YAML.
+  std::vector<std::string> missing_default_data;
   /// What the command trains (ft run: a classifier, ft pretrain: the
   /// masked LM); not part of the YAML.
   enum class Task { kClassify, kMaskedLm } task = Task::kClassify;
@@ -374,6 +381,9 @@ RunConfig default_config();
 /// The text of configs/default.yaml as embedded in the library; pass it to
 /// config_from_yaml_string to apply overrides on the default run.
 const std::string& default_config_yaml();
+
+/// Throws the first of config.missing_default_data, if any.
+void require_default_data(const RunConfig& config);
 
 /// The dotted keys ("train.lr") a run-config YAML text sets, in file order:
 /// what a run takes from the embedded default when it names its own data.

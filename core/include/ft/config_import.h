@@ -86,6 +86,15 @@ class ConfigImports {
 
 struct RunConfig;
 
+/// Every TrainingArguments field a --training-args file may hold (mapped,
+/// refused or ignored by ft), for the command line, which refuses by name
+/// those that have no `ft run` flag of their own.
+std::vector<std::string> training_args_fields();
+
+/// Why ft cannot do what a TrainingArguments field asks ("label smoothing is
+/// not in ft"); empty for a field ft maps or may ignore.
+std::string training_args_missing_feature(const std::string& field);
+
 /// config_from_yaml_string with the imported files as a layer: below `yaml`
 /// when it is the user's --config file, above it when `yaml_is_default` (the
 /// embedded default run). Errors name the file and foreign key that set a

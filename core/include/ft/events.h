@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -117,6 +118,9 @@ class EventLog {
   std::string metrics_path_;
   std::vector<std::string> report_labels_;  // of the last eval(), for the summary's table
   std::unique_ptr<TensorBoardWriter> tensorboard_;
+  // A checkpoint finished on a background thread says so (CheckpointWriter)
+  // while the step loop prints: whole lines, never interleaved.
+  std::recursive_mutex mutex_;
 };
 
 }  // namespace ft

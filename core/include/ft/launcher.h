@@ -39,6 +39,9 @@ struct LaunchOptions {
   /// Workers' collectives use the same budget (Comm's timeout).
   double timeout_s = 30;
   double kill_grace_s = 5;  ///< SIGTERM to SIGKILL delay when stopping workers
+  /// ... or longer, this long, for a worker finishing a checkpoint save
+  /// (runtime.save_grace_s); a second SIGINT/SIGTERM to the launcher cuts it short.
+  double save_grace_s = 0;
   std::vector<std::string> argv;                  ///< worker command line (argv[0] via PATH)
   std::map<std::string, std::string> extra_env;   ///< added to every worker's environment
   int stdout_fd = 1;  ///< where workers' stdout goes (tests point it at a file)

@@ -4,17 +4,18 @@
 // '/'-separated), size and SHA-256, written last and atomically. Loading
 // verifies it and refuses a missing, truncated or altered file, naming it.
 //
-// Training writes the manifest on a background thread (ManifestWriter), so
-// hashing stays off the step loop. trainer_state.json records that a manifest
-// is due ("manifest": true): a checkpoint whose run died before its manifest
-// landed is then incomplete (refused, skipped by resume_from: auto), while a
+// Training hashes a checkpoint off the step loop, in its hidden staging
+// directory, and commits the directory only once manifest.json is inside
+// (CheckpointWriter), so a visible checkpoint always has its manifest.
+// trainer_state.json records that a manifest is due ("manifest": true): a
+// checkpoint committed without one (by an ft that hashed after the commit,
+// then died) is incomplete (refused, skipped by resume_from: auto), while a
 // checkpoint from before manifests existed still loads, reported unverified.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace ft {
@@ -46,23 +47,5 @@ enum class CheckpointCheck {
 /// "checkpoint DIR: manifest.json is missing ..." when trainer_state.json
 /// says one is due. Files not listed (added later by hand) are not checked.
 CheckpointCheck verify_checkpoint(const std::filesystem::path& dir);
-
-/// Writes manifests on one background thread, one checkpoint at a time.
-class ManifestWriter {
- public:
-  ManifestWriter() = default;
-  ~ManifestWriter();
-  ManifestWriter(const ManifestWriter&) = delete;
-  ManifestWriter& operator=(const ManifestWriter&) = delete;
-
-  /// Waits for the previous checkpoint's manifest, then starts hashing `dir`.
-  void write(const std::filesystem::path& dir);
-  /// Waits for the manifest in progress; rethrows its error as ft::Error.
-  void wait();
-
- private:
-  std::thread worker_;
-  std::string error_;
-};
 
 }  // namespace ft

@@ -77,12 +77,26 @@ std::string tokenizer_config_json(bool lowercase, int64_t model_max_length, bool
 
 namespace {
 
-// A tokenizer.json checkpoint: AutoTokenizer builds PreTrainedTokenizerFast
-// from the file and takes the special tokens' names from here.
+// A tokenizer.json checkpoint: AutoTokenizer takes the special tokens'
+// names from here, and the class to build from tokenizer_class. A
+// directory's own class is kept with the keys that class reads (transformers
+// 5 rebuilds DeBERTa's normalizer from do_lower_case, RoBERTa's
+// post-processor from add_prefix_space and trim_offsets); without one,
+// PreTrainedTokenizerFast reads tokenizer.json as it is. model_max_length is
+// the run's, the length ft eval and predict cut at: training sets it, and
+// where it kept the directory's length the two agree.
 std::string fast_tokenizer_config_json(const Tokenizer& tok, int64_t model_max_length) {
+  const TokenizerConfigKeys& keys = tok.config_keys();
   json j = json::object();
-  j["tokenizer_class"] = "PreTrainedTokenizerFast";
+  j["tokenizer_class"] = keys.tokenizer_class.empty() ? "PreTrainedTokenizerFast" : keys.tokenizer_class;
   j["model_max_length"] = model_max_length;
+  auto keep = [&](const char* key, const std::optional<bool>& value) {
+    if (value) j[key] = *value;
+  };
+  keep("add_prefix_space", keys.add_prefix_space);
+  keep("trim_offsets", keys.trim_offsets);
+  keep("do_lower_case", keys.do_lower_case);
+  keep("split_by_punct", keys.split_by_punct);
   const auto& tokens = tok.tokens();
   auto name = [&](const char* key, std::optional<int64_t> id) {
     if (id && *id >= 0 && *id < static_cast<int64_t>(tokens.size())) j[key] = tokens[static_cast<size_t>(*id)];
@@ -113,7 +127,12 @@ std::optional<int64_t> read_model_max_length(const fsys::path& dir) {
 
 void save_checkpoint(const fsys::path& dir, const CheckpointData& data) {
   fs::AtomicDir out(dir);
-  const fsys::path& tmp = out.path();
+  write_checkpoint_files(out.path(), data);
+  write_manifest(out.path());
+  out.commit();
+}
+
+void write_checkpoint_files(const fsys::path& tmp, const CheckpointData& data) {
   fs::write_file_atomic(tmp / "config.json", data.config.to_json() + "\n");
   if (data.lora) {
     safetensors::save((tmp / "model.safetensors").string(), without_lora(data.model), {{"format", "pt"}});
@@ -150,8 +169,6 @@ void save_checkpoint(const fsys::path& dir, const CheckpointData& data) {
     if (!rng.empty()) safetensors::save((ts / "rng.safetensors").string(), rng);
     if (!data.run_yaml.empty()) fs::write_file_atomic(ts / "run.yaml", data.run_yaml);
   }
-  if (!data.defer_manifest) write_manifest(tmp);
-  out.commit();
 }
 
 LoadedCheckpoint load_checkpoint(const fsys::path& dir, bool with_training_state) {

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -28,6 +29,7 @@
 
 #include "ft/dist_env.h"
 #include "ft/error.h"
+#include "rank_relay.h"
 
 namespace ft {
 namespace {
@@ -37,14 +39,19 @@ using Clock = std::chrono::steady_clock;
 // The one piece of process-wide state: a signal handler can only reach a
 // static. Written by the handler, read by the supervision loop.
 volatile sig_atomic_t g_launcher_signal = 0;
+volatile sig_atomic_t g_launcher_signals = 0;  // how many: a second one stops the workers at once
 
-void on_signal(int sig) { g_launcher_signal = sig; }
+void on_signal(int sig) {
+  g_launcher_signal = sig;
+  g_launcher_signals = g_launcher_signals + 1;
+}
 
 // Installs SIGINT/SIGTERM forwarding for the duration of a launch.
 class SignalForwarding {
  public:
   SignalForwarding() {
     g_launcher_signal = 0;
+    g_launcher_signals = 0;
     struct sigaction sa {};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
@@ -79,103 +86,6 @@ std::string signal_name(int sig) {
     default: return "signal " + std::to_string(sig);
   }
 }
-
-void write_all(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return;  // the reader went away; nothing useful to do
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-}
-
-// Shared by the reader threads so two ranks never interleave inside a line.
-struct OutputSink {
-  std::mutex mutex;
-  int out_fd;
-  int err_fd;
-};
-
-// Relays one worker's stdout and stderr, prefixing each line. Stops at EOF on
-// both, or when woken after the worker was reaped (then drains what is
-// buffered, so a grandchild holding the pipe cannot keep the launch alive).
-class RankRelay {
- public:
-  RankRelay(int rank, int out_pipe, int err_pipe, OutputSink& sink)
-      : prefix_("[rank " + std::to_string(rank) + "] "), sink_(sink) {
-    fds_[0] = out_pipe;
-    fds_[1] = err_pipe;
-    if (::pipe2(wake_, O_CLOEXEC) != 0) fail("launcher: cannot create a pipe: {}", std::strerror(errno));
-    thread_ = std::thread([this] { run(); });
-  }
-  ~RankRelay() { stop(); }
-  RankRelay(const RankRelay&) = delete;
-  RankRelay& operator=(const RankRelay&) = delete;
-
-  void stop() {
-    if (!thread_.joinable()) return;
-    write_all(wake_[1], "x", 1);
-    thread_.join();
-    for (int fd : {fds_[0], fds_[1], wake_[0], wake_[1]}) ::close(fd);
-  }
-
- private:
-  void run() {
-    bool open[2] = {true, true};
-    bool draining = false;
-    while (open[0] || open[1]) {
-      pollfd p[3] = {{fds_[0], POLLIN, 0}, {fds_[1], POLLIN, 0}, {wake_[0], POLLIN, 0}};
-      if (!open[0]) p[0].fd = -1;
-      if (!open[1]) p[1].fd = -1;
-      int ready = ::poll(p, 3, draining ? 0 : -1);
-      if (ready < 0 && errno == EINTR) continue;
-      if (ready <= 0) break;  // draining and nothing left
-      if (p[2].revents) draining = true;
-      for (int i = 0; i < 2; ++i) {
-        if (!open[i] || !(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        char buf[4096];
-        ssize_t n = ::read(fds_[i], buf, sizeof(buf));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-          open[i] = false;
-          continue;
-        }
-        pending_[i].append(buf, static_cast<size_t>(n));
-        emit_lines(i, false);
-      }
-    }
-    emit_lines(0, true);
-    emit_lines(1, true);
-  }
-
-  void emit_lines(int stream, bool flush_partial) {
-    std::string& pending = pending_[stream];
-    std::string text;
-    size_t start = 0;
-    for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
-      text += prefix_;
-      text.append(pending, start, nl + 1 - start);
-    }
-    pending.erase(0, start);
-    if (flush_partial && !pending.empty()) {
-      text += prefix_ + pending + "\n";
-      pending.clear();
-    }
-    if (text.empty()) return;
-    std::lock_guard<std::mutex> lock(sink_.mutex);
-    write_all(stream == 0 ? sink_.out_fd : sink_.err_fd, text.data(), text.size());
-  }
-
-  std::string prefix_;
-  OutputSink& sink_;
-  int fds_[2];
-  int wake_[2] = {-1, -1};
-  std::string pending_[2];
-  std::thread thread_;
-};
 
 struct Worker {
   int rank = 0;
@@ -417,6 +327,22 @@ class Supervisor {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    // A rank whose own line only says a peer went away is rarely the cause:
+    // the peer that failed first may still be unwinding (joining a save,
+    // closing its sockets before it writes its line). Give it that time.
+    if (is_follow_on(read_error_report(error_file(error_dir_.path, first.rank)))) {
+      const auto give_up = Clock::now() + seconds(std::min(5.0, o_.timeout_s));
+      while (Clock::now() < give_up && any_running()) {
+        for (auto& w : workers_) {
+          if (w.running && ::waitpid(w.pid, &w.status, WNOHANG) == w.pid) w.running = false;
+        }
+        for (auto& w : workers_) {
+          if (w.running || (WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0)) continue;
+          if (crashed(w) || !is_follow_on(read_error_report(error_file(error_dir_.path, w.rank)))) return w;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
     Worker* cause = &first;
     auto cause_time = report_time(error_file(error_dir_.path, first.rank));
     for (auto& w : workers_) {
@@ -428,6 +354,12 @@ class Supervisor {
       }
     }
     return *cause;
+  }
+
+  // Comm's line for a collective that failed because a peer went away.
+  static bool is_follow_on(const std::string& report) {
+    return report.find("(a peer exited") != std::string::npos ||
+           report.find("connection closed by") != std::string::npos;
   }
 
   LaunchResult describe_failure(const Worker& w) const {
@@ -482,23 +414,28 @@ class Supervisor {
     }
   }
 
-  // Polls for exits until `deadline`; true when none is left running.
-  bool reap_until(Clock::time_point deadline) {
+  // Polls for exits until `deadline`, or until the launcher is interrupted
+  // once more than `signals` times; true when none is left running.
+  bool reap_until(Clock::time_point deadline, int signals) {
     while (true) {
       for (auto& w : workers_) {
         if (w.running && ::waitpid(w.pid, &w.status, WNOHANG) == w.pid) w.running = false;
       }
       if (!any_running()) return true;
-      if (Clock::now() >= deadline) return false;
+      if (Clock::now() >= deadline || g_launcher_signals > signals) return false;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
 
   // Politely first (`sig`, SIGTERM by default), then SIGKILL; reaps everyone.
+  // A worker outlives `sig` only while it finishes a checkpoint save
+  // (ft/save_signals.h), which it bounds itself: wait for that, unless the
+  // launcher is interrupted again (a second Ctrl-C abandons the save).
   void stop_all(int sig = SIGTERM) {
     if (!any_running()) return;
+    const int signals = g_launcher_signals;
     signal_running(sig);
-    if (reap_until(Clock::now() + seconds(o_.kill_grace_s))) return;
+    if (reap_until(Clock::now() + seconds(std::max(o_.kill_grace_s, o_.save_grace_s)), signals)) return;
     signal_running(SIGKILL);
     for (auto& w : workers_) {
       if (!w.running) continue;
@@ -584,7 +521,7 @@ LaunchResult launch_with_restarts(const LaunchOptions& options) {
     std::string line = fmt::format("ft: restart {}/{}: {}", attempt + 1, options.max_restarts, r.error);
     if (options.describe_resume) line += "; resuming " + options.describe_resume();
     line += "\n";
-    write_all(options.stderr_fd, line.data(), line.size());
+    write_whole(options.stderr_fd, line.data(), line.size());
   }
 }
 
@@ -592,7 +529,7 @@ int launch_and_supervise(const LaunchOptions& options) {
   LaunchResult r = launch_with_restarts(options);
   if (r.exit_code != 0) {
     std::string line = "ft: error: " + r.error + "\n";
-    write_all(options.stderr_fd, line.data(), line.size());
+    write_whole(options.stderr_fd, line.data(), line.size());
   }
   return r.exit_code;
 }

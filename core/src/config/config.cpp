@@ -19,6 +19,7 @@
 #include "config_fields.h"
 #include "ft/config_import.h"
 #include "ft/error.h"
+#include "default_data.h"
 #include "ft_default_config_yaml.h"  // generated from configs/default.yaml
 
 namespace ft {
@@ -388,6 +389,9 @@ RunConfig config_from_layers(const std::string& yaml, const std::string& source_
     }
   }
   RunConfig config = convert(root, origins);
+  if (yaml_is_default) {
+    locate_default_data(config, [&](const std::string& key) { return origins.of(key) == origins.file(); });
+  }
   config.source = source_name;
   if (!imported.empty()) config.source += " + " + imports.sources();
   if (!overrides.empty()) config.source += std::string(" + ") + kSetSource;

@@ -118,6 +118,7 @@ void for_each_field(Config& c, F&& f) {
   f("runtime", "threads", c.runtime.threads);
   f("runtime", "pin_threads", c.runtime.pin_threads);
   f("runtime", "timeout_s", c.runtime.timeout_s);
+  f("runtime", "save_grace_s", c.runtime.save_grace_s);
   f("runtime", "metrics_out", c.runtime.metrics_out);
   f("runtime", "progress", c.runtime.progress);
   f("runtime", "profile_steps", c.runtime.profile_steps);

@@ -100,19 +100,17 @@ void check_data(const Checker& ck, const RunConfig& c) {
   ck.one_of("data.padding", d.padding, {"longest", "max_length"});
   ck.one_of("data.pair_truncation", d.pair_truncation, {"fast", "slow"});
 
-  // A model or checkpoint directory carries its tokenizer (tokenizer.json or
-  // vocab.txt); anything else needs one named, and the usual fix is to build
-  // it from the data.
-  // A model directory that is not there yet (data not fetched) is named
-  // when the run reads it, not reported here as a missing vocab.
+  // A model or checkpoint directory carries its tokenizer; the run names
+  // what such a directory lacks, its weights first (a directory not there
+  // yet, data not fetched, too). Only a model trained from scratch (a preset
+  // or a config.json) needs a vocabulary built from the data.
   std::error_code ec;
   const std::filesystem::path model_path(c.model.config);
   const bool preset_or_file = c.model.config == "tiny" || c.model.config == "mini" || c.model.config == "base" ||
                               model_path.extension() == ".json";
-  const bool model_has_vocab = (!preset_or_file && !std::filesystem::exists(model_path, ec)) ||
-                               std::filesystem::is_regular_file(model_path / "vocab.txt", ec) ||
-                               std::filesystem::is_regular_file(model_path / "tokenizer.json", ec);
-  if (format != "safetensors" && d.vocab.empty() && !model_has_vocab) {
+  const bool model_dir = !preset_or_file && (std::filesystem::is_directory(model_path, ec) ||
+                                             !std::filesystem::exists(model_path, ec));
+  if (format != "safetensors" && d.vocab.empty() && !model_dir) {
     ck.bad("data.vocab",
            fmt::format("required for text data ('{}'); build one with `ft vocab build` or point "
                        "data.vocab at a vocab.txt",
@@ -254,6 +252,7 @@ void check_strategy_runtime(const Checker& ck, const RunConfig& c) {
   ck.one_of("runtime.device", c.runtime.device, {"cpu", "cuda"});
   ck.at_least("runtime.threads", c.runtime.threads, 0);
   ck.positive("runtime.timeout_s", c.runtime.timeout_s);
+  ck.positive("runtime.save_grace_s", c.runtime.save_grace_s);
   if (!c.runtime.profile_steps.empty()) {
     ck.required("runtime.profile_dir", c.runtime.profile_dir, "where the per-rank traces go");
     if (!parse_step_window(c.runtime.profile_steps)) {

@@ -68,6 +68,15 @@ const std::map<std::string, Json>& ignorable() {
   return d;
 }
 
+// Fields that change what is trained and that ft does not have.
+const std::map<std::string, std::string>& missing_features() {
+  static const std::map<std::string, std::string> m = {
+      {"label_smoothing_factor", "label smoothing is not in ft"},
+      {"neftune_noise_alpha", "NEFTune embedding noise is not in ft"},
+      {"adafactor", "Adafactor is not in ft (it has AdamW and SGD)"}};
+  return m;
+}
+
 bool empty_value(const Json& v) {
   return v.is_null() || (v.is_boolean() && !v.get<bool>()) || (v.is_string() && v.get<std::string>().empty()) ||
          (v.is_array() && v.empty()) || (v.is_object() && v.empty());
@@ -97,7 +106,7 @@ void import_optimizer(Builder& b, const Args& a) {
   const std::string optim = b.text(a.get("optim"));
   static const std::set<std::string> adamw = {"adamw_torch", "adamw_hf", "adamw_torch_fused", "adamw_apex_fused",
                                               "adamw_torch_xla", "adamw_torch_npu_fused"};
-  if (a.given("adafactor") && b.boolean(a.get("adafactor"))) b.error("adafactor", "Adafactor is not in ft (it has AdamW and SGD)");
+  if (a.given("adafactor") && b.boolean(a.get("adafactor"))) b.error("adafactor", missing_features().at("adafactor"));
   if (a.taken("train.optimizer")) {
     // DeepSpeed's optimizer section decides.
   } else if (adamw.count(optim)) {
@@ -316,8 +325,10 @@ void import_training_args_tree(Builder& b, const Json& root, ConfigImports& impo
     }
   }
   // Fields that change what is trained and that ft does not have.
-  if (b.number(a.get("label_smoothing_factor")) != 0) b.error("label_smoothing_factor", "label smoothing is not in ft; set it to 0");
-  if (!a.null("neftune_noise_alpha")) b.error("neftune_noise_alpha", "NEFTune embedding noise is not in ft; remove it");
+  if (b.number(a.get("label_smoothing_factor")) != 0) {
+    b.error("label_smoothing_factor", missing_features().at("label_smoothing_factor") + "; set it to 0");
+  }
+  if (!a.null("neftune_noise_alpha")) b.error("neftune_noise_alpha", missing_features().at("neftune_noise_alpha") + "; remove it");
   if (b.boolean(a.get("auto_find_batch_size"))) b.warn("auto_find_batch_size", "ft trains the batch size it is given; ignored");
   if (b.boolean(a.get("torch_compile"))) b.warn("torch_compile", "ft runs LibTorch's eager kernels; ignored");
   if (!a.null("ddp_bucket_cap_mb")) b.warn("ddp_bucket_cap_mb", "set strategy.options.bucket_mb for ddp and zero1; ignored");
@@ -338,3 +349,21 @@ void import_training_args_tree(Builder& b, const Json& root, ConfigImports& impo
 }
 
 }  // namespace ft::config_import
+
+namespace ft {
+
+std::vector<std::string> training_args_fields() {
+  std::vector<std::string> names;
+  for (const auto* table : {&config_import::hf_defaults(), &config_import::ignorable()}) {
+    for (const auto& [name, value] : *table) names.push_back(name);
+  }
+  return names;
+}
+
+std::string training_args_missing_feature(const std::string& field) {
+  const auto& m = config_import::missing_features();
+  const auto it = m.find(field);
+  return it == m.end() ? std::string() : it->second;
+}
+
+}  // namespace ft

@@ -212,7 +212,7 @@ class Collector {
     if (mode == Mode::Names && raw.name.empty()) throw BadRow{"empty label"};
     if (mode_ != Mode::Unknown && mode != mode_)
       throw BadRow{fmt::format(
-          "label '{}' is {} but earlier rows use {}; give label_names to map both",
+          "label '{}' is {} but earlier rows use {}; set data.labels (the label names, in id order) to map both",
           raw.id ? std::to_string(*raw.id) : raw.name, raw.id ? "an integer id" : "a name",
           mode_ == Mode::Ids ? "integer ids" : "names")};
     if (mode == Mode::Ids) {

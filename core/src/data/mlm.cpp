@@ -166,6 +166,7 @@ std::unique_ptr<Dataset> make_packed_dataset(const TextData& data, const Tokeniz
 }
 
 RunInputs prepare_pretrain_inputs(const RunConfig& config) {
+  require_default_data(config);
   const auto& d = config.data;
   RunInputs in;
   in.model_config = resolve_model_config(config);

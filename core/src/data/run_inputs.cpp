@@ -9,6 +9,8 @@
 #include <fmt/ranges.h>
 
 #include "ft/error.h"
+#include "ft/fs.h"
+#include "hf_pipeline.h"
 #include "run_inputs_detail.h"
 #include "ft/safetensors.h"
 #include "ft/sampler.h"
@@ -61,7 +63,8 @@ BertConfig resolve_model_config(const RunConfig& config) {
 std::shared_ptr<const Tokenizer> load_model_dir_tokenizer(const std::string& dir, const TokenizerOptions& options) {
   const fsys::path d(dir);
   if (fsys::is_regular_file(d / "tokenizer.json")) {
-    auto tok = load_tokenizer_json((d / "tokenizer.json").string());
+    const std::string file = (d / "tokenizer.json").string();
+    auto tok = hf::make_json_tokenizer(fs::read_file(file), file, read_tokenizer_config_keys(dir), file);
     // data.lowercase can override a WordPiece file's normalizer; other models keep their own.
     const auto* wp = dynamic_cast<const WordPieceTokenizer*>(tok.get());
     if (!wp || options.lowercase == Lowercase::Auto || (options.lowercase == Lowercase::Yes) == wp->lowercase()) {
@@ -74,7 +77,7 @@ std::shared_ptr<const Tokenizer> load_model_dir_tokenizer(const std::string& dir
   if (fsys::is_regular_file(d / "vocab.txt")) {
     return std::make_shared<const WordPieceTokenizer>(WordPieceTokenizer::from_file((d / "vocab.txt").string(), options));
   }
-  return nullptr;
+  return convert_model_dir_tokenizer(dir);
 }
 
 std::shared_ptr<const Tokenizer> load_tokenizer(const RunConfig& config) {
@@ -86,6 +89,11 @@ std::shared_ptr<const Tokenizer> load_tokenizer(const RunConfig& config) {
   }
   if (fsys::is_directory(config.model.config)) {
     if (auto tok = load_model_dir_tokenizer(config.model.config, options)) return tok;
+    // A pretrained model's tokenizer is part of it: a vocabulary built from
+    // the data would not match its embeddings.
+    fail("model.config: no tokenizer.json, vocab.txt, vocab.json+merges.txt or spm.model/sentencepiece.bpe.model in "
+         "{}; copy the tokenizer files saved with the model into it, or point data.vocab at the model's vocab.txt",
+         config.model.config);
   }
   fail("{}: data.vocab is not set; point it at a vocab.txt or make one with `ft vocab build --data {} --out vocab.txt`",
        config.source, config.data.train);
@@ -171,8 +179,9 @@ void attach_tokenizer(const RunConfig& config, RunInputs& in) {
   in.tokenizer = load_tokenizer(config);
   if (in.tokenizer->vocab_size() != in.model_config.vocab_size) {
     if (in.initial_weights) {
-      fail("{}: vocab has {} tokens but the model's vocab_size is {}; use the vocab.txt the weights were trained with",
-           d.vocab, in.tokenizer->vocab_size(), in.model_config.vocab_size);
+      fail("{}: the tokenizer has {} tokens but the model's vocab_size is {}; use the tokenizer the weights were "
+           "trained with",
+           d.vocab.empty() ? config.model.config : d.vocab, in.tokenizer->vocab_size(), in.model_config.vocab_size);
     }
     in.model_config.vocab_size = in.tokenizer->vocab_size();  // random init: size the embeddings to the vocab
   }
@@ -312,6 +321,7 @@ BertConfig planned_model_config(const RunConfig& config) {
 }
 
 RunInputs prepare_inputs(const RunConfig& config) {
+  require_default_data(config);
   RunInputs in;
   in.model_config = resolve_model_config(config);
   in.model_config.head = BertHead::kSequenceClassification;  // whatever the weights were trained as

@@ -124,28 +124,4 @@ CheckpointCheck verify_checkpoint(const fsys::path& dir) {
   return CheckpointCheck::kVerified;
 }
 
-ManifestWriter::~ManifestWriter() {
-  if (worker_.joinable()) worker_.join();
-}
-
-void ManifestWriter::write(const fsys::path& dir) {
-  wait();
-  worker_ = std::thread([this, dir] {
-    try {
-      write_manifest(dir);
-    } catch (const std::exception& e) {
-      error_ = e.what();
-    }
-  });
-}
-
-void ManifestWriter::wait() {
-  if (worker_.joinable()) worker_.join();
-  if (!error_.empty()) {
-    const std::string e = std::move(error_);
-    error_.clear();
-    fail("{}", e);
-  }
-}
-
 }  // namespace ft

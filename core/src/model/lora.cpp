@@ -15,6 +15,7 @@
 #include "ft/fs.h"
 #include "ft/model.h"
 #include "ft/safetensors.h"
+#include "peft_files.h"
 #include "text_affix.h"
 
 namespace ft {
@@ -24,8 +25,8 @@ using nlohmann::json;
 namespace {
 
 const char kPeftPrefix[] = "base_model.model.";
-const char kWeightsFile[] = "adapter_model.safetensors";
-const char kConfigFile[] = "adapter_config.json";
+using peft::kConfigFile;
+using peft::kWeightsFile;
 const char kSuffixA[] = ".lora_A.weight";
 const char kSuffixB[] = ".lora_B.weight";
 

@@ -14,6 +14,7 @@
 #include "ft/fs.h"
 #include "ft/model.h"
 #include "ft/safetensors.h"
+#include "peft_files.h"
 #include "text_affix.h"
 
 namespace ft {
@@ -24,8 +25,8 @@ namespace {
 
 // Suffixes: the family's base prefix ("bert.", "roberta.") comes first.
 const char kPromptSuffix[] = "embeddings.prompt_embeddings";
-const char kWeightsFile[] = "adapter_model.safetensors";
-const char kConfigFile[] = "adapter_config.json";
+using peft::kConfigFile;
+using peft::kWeightsFile;
 const char kPeftTable[] = "prompt_embeddings";
 // PEFT keeps a prompt-learning model's transformers model as `base_model`
 // (no LoRA-style ".model"), so modules_to_save land as base_model.<name>.

@@ -62,6 +62,7 @@ void EventLog::end_progress_line() {
 }
 
 void EventLog::info(const std::string& line) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
   if (!rank0_) return;
   end_progress_line();
   std::fputs((line + "\n").c_str(), stdout);
@@ -69,6 +70,7 @@ void EventLog::info(const std::string& line) {
 }
 
 void EventLog::warn(const std::string& line) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
   if (!rank0_) return;
   end_progress_line();
   std::fputs(("ft: warning: " + line + "\n").c_str(), stderr);
@@ -116,6 +118,7 @@ ProgressLine EventLog::timing(int64_t step, int64_t total) {
 }
 
 void EventLog::progress(int64_t step, int64_t total, double loss, double samples_per_s) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
   if (!rank0_ || total <= 0) return;
   ProgressLine p = timing(step, total);  // piped too: the step lines' elapsed time counts from here
   if (!tty_ || !progress_enabled_) return;
@@ -128,6 +131,7 @@ void EventLog::progress(int64_t step, int64_t total, double loss, double samples
 }
 
 void EventLog::eval_progress(int64_t done, int64_t total) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
   if (!rank0_ || !tty_ || !progress_enabled_ || total <= 0) return;
   if (done == 0) end_progress_line();  // the training bar keeps its line
   std::fputs(("\r" + format_eval_progress(done, total) + "\033[K").c_str(), stdout);
@@ -136,6 +140,7 @@ void EventLog::eval_progress(int64_t done, int64_t total) {
 }
 
 void EventLog::step(const StepEvent& e, bool print_line) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
   if (!rank0_) return;
   nlohmann::json j{{"event", "step"}, {"step", e.step}, {"epoch", e.epoch}, {"loss", number(e.loss)},
                    {"lr", e.lr}, {"samples_per_s", number(e.samples_per_s)}, {"grad_norm", number(e.grad_norm)}};
@@ -170,6 +175,7 @@ void EventLog::step(const StepEvent& e, bool print_line) {
 
 void EventLog::eval(int64_t step, int64_t epoch, const ClassificationReport& r,
                     const std::vector<std::string>& label_names) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
   if (!rank0_) return;
   nlohmann::json j{{"event", "eval"},     {"step", step},         {"epoch", epoch},
                    {"loss", number(r.loss)}, {"accuracy", r.accuracy}, {"macro_f1", r.macro_f1},
@@ -187,11 +193,13 @@ void EventLog::eval(int64_t step, int64_t epoch, const ClassificationReport& r,
 }
 
 void EventLog::report(const ClassificationReport& r, const std::vector<std::string>& label_names) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
   if (!rank0_) return;
   info(format_report(r, label_names));
 }
 
 void EventLog::eval_masked_lm(int64_t step, int64_t epoch, const ClassificationReport& r) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
   if (!rank0_) return;
   const double perplexity = std::exp(r.loss);
   nlohmann::json j{{"event", "eval"},          {"task", "masked_lm"},         {"step", step},
@@ -208,6 +216,7 @@ void EventLog::eval_masked_lm(int64_t step, int64_t epoch, const ClassificationR
 }
 
 void EventLog::strategy(const StrategyEvent& e) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
   const nlohmann::json data = nlohmann::json::parse(e.data, nullptr, /*allow_exceptions=*/false);
   if (!data.is_object()) fail("strategy event '{}': its data is not a JSON object: {}", e.name, e.data.substr(0, 80));
   if (rank0_) write_json(nlohmann::json{{"event", "strategy"}, {"name", e.name}, {"data", data}}.dump());
@@ -218,6 +227,7 @@ void EventLog::strategy(const StrategyEvent& e) {
 }
 
 void EventLog::summary(const SummaryEvent& s) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
   if (!rank0_) return;
   nlohmann::json j{{"event", "summary"},
                    {"strategy", s.strategy},

@@ -250,18 +250,20 @@ struct Trainer::Impl {
       state.best_checkpoint = dir.string();
       pending_best_ = false;
     }
-    write_checkpoint(dir);
-    checkpoints.rotate(out, state.best_checkpoint);
+    write_checkpoint(dir, out);
   }
 
-  // Collective: every rank gathers the state, then writes its part.
-  void write_checkpoint(const fsys::path& dir) {
-    checkpoints.write(dir, checkpoint_data(true), strategy->ability<ShardedCheckpointing>());
+  // Collective: every rank gathers the state, then writes its part; with
+  // `rotate_under`, older checkpoints there are rotated once `dir` is committed.
+  void write_checkpoint(const fsys::path& dir, const fsys::path& rotate_under = {}) {
+    checkpoints.write(dir, checkpoint_data(true), strategy->ability<ShardedCheckpointing>(), rotate_under,
+                      state.best_checkpoint);
   }
 
   TrainResult fit();
   bool pending_best_ = false;
-  CheckpointWriter checkpoints{comm, events, config.train.save_sharded, config.train.save_total_limit};
+  CheckpointWriter checkpoints{
+      comm, events, {config.train.save_sharded, config.train.save_total_limit, config.runtime.save_grace_s}};
 
  private:
   struct Schedule;
@@ -334,10 +336,11 @@ Trainer::Impl::Schedule Trainer::Impl::make_schedule() const {
 void Trainer::Impl::begin_fit(const Schedule& plan) {
   const auto& t = config.train;
   state.total_steps = plan.total;
-  // A run killed while saving leaves hidden temp directories; nothing else
-  // writes here before this run's first save.
+  // A run killed while saving leaves hidden staging directories (and an
+  // older ft, checkpoints without their manifest); nothing else writes here
+  // before this run's first save.
   if (is_rank0() && !t.output_dir.empty()) {
-    for (const auto& line : fs::recover_atomic_dirs(t.output_dir)) events.info("interrupted save: " + line);
+    for (const auto& line : clean_output_dir(t.output_dir)) events.info(line);
   }
   if (t.resume_from == "auto") {
     // A relaunched job (the launcher's --max-restarts, torchrun, Slurm --requeue) picks up where it stopped.
