@@ -370,7 +370,7 @@ BenchRow run_row(const RowDef& def, const BenchFlags& flags, const Workload& wl,
   const BertConfig shape = planned_model_config(config);
   if (sharded) {
     // Full fine-tuning: each unit's parameters give its padding, its bucket and its gather.
-    const BertForSequenceClassification model(shape);
+    const EncoderModel model(shape);
     for (const auto& unit : model.unit_parameters()) {
       int64_t n = 0;
       for (const auto& named : unit) n += named.second.numel();

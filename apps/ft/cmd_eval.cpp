@@ -126,7 +126,7 @@ int predict(const std::string& checkpoint, std::vector<std::string> texts, int m
   const Tokenizer& tok = *tokenizer;
   // Tokenise as training did: the checkpoint's model_max_length unless --max-length says otherwise.
   if (max_length <= 0) max_length = static_cast<int>(read_model_max_length(checkpoint).value_or(128));
-  BertForSequenceClassification model(ckpt.config);
+  EncoderModel model(ckpt.config);
   apply_checkpoint_method(model, ckpt);  // its weights come with ckpt.model
   model.load_weights(ckpt.model, checkpoint + "/model.safetensors");
   if (ckpt.check == CheckpointCheck::kUnverified) note_unverified(checkpoint);  // said once it loaded

@@ -56,9 +56,9 @@ int export_checkpoint(const fsys::path& dir, const fsys::path& out, bool merge) 
     }
     weights = std::move(c.model);
   }
-  // Check the result is a loadable BertForSequenceClassification before
+  // Check the result is a loadable EncoderModel before
   // anything lands on disk.
-  BertForSequenceClassification(c.config).load_weights(weights, "export of " + dir.string());
+  EncoderModel(c.config).load_weights(weights, "export of " + dir.string());
   if (c.check == CheckpointCheck::kUnverified) note_unverified(dir.string());
 
   fs::AtomicDir target(out);

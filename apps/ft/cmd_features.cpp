@@ -32,29 +32,15 @@
 namespace ft::app {
 namespace {
 
-// What the features are, by the head that computes them (the head's input
-// to its last Linear, without dropout).
-const char* pooling_of(ClassifierStyle style) {
-  switch (style) {
-    case ClassifierStyle::kPooler: return "bert.pooler (tanh(dense(h_[CLS])))";
-    case ClassifierStyle::kDenseTanh: return "classifier.dense (tanh(dense(h_<s>)))";
-    case ClassifierStyle::kDenseGelu: return "classifier.dense (gelu(dense(h_[CLS])))";
-    case ClassifierStyle::kPreClassifier: return "pre_classifier (relu(pre_classifier(h_[CLS])))";
-    case ClassifierStyle::kContextPooler: return "pooler.dense (gelu(dense(h_[CLS])))";
-    case ClassifierStyle::kPredictionHead: return "head (norm(gelu(dense(final_norm(h))))) on [CLS] or the mean";
-  }
-  return "";
-}
-
 namespace fsys = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // The checkpoint's model with its LoRA, adapters or virtual tokens, in eval mode.
-std::shared_ptr<BertForSequenceClassification> load_model(const std::string& checkpoint, LoadedCheckpoint& ckpt) {
+std::shared_ptr<EncoderModel> load_model(const std::string& checkpoint, LoadedCheckpoint& ckpt) {
   ckpt = load_checkpoint(checkpoint, false);
-  auto model = std::make_shared<BertForSequenceClassification>(ckpt.config);
+  auto model = std::make_shared<EncoderModel>(ckpt.config);
   apply_checkpoint_method(*model, ckpt);
   model->load_weights(ckpt.model, checkpoint + "/model.safetensors");
   model->eval();
@@ -62,7 +48,7 @@ std::shared_ptr<BertForSequenceClassification> load_model(const std::string& che
 }
 
 // Pooled features and labels of every row of `data`, in batches of `batch`.
-std::pair<at::Tensor, at::Tensor> extract(BertForSequenceClassification& model, const Dataset& data, int64_t batch) {
+std::pair<at::Tensor, at::Tensor> extract(EncoderModel& model, const Dataset& data, int64_t batch) {
   std::vector<at::Tensor> feats;
   std::vector<int64_t> all;
   torch::NoGradGuard no_grad;
@@ -105,7 +91,7 @@ int extract_features(const ConfigFlags& flags, const std::string& checkpoint, co
   safetensors::save(out, tensors,
                     {{"format", "pt"},
                      {"source", checkpoint},
-                     {"pooling", pooling_of(model->config().family().classifier)},
+                     {"pooling", head_names(model->config(), BertHead::kSequenceClassification).features},
                      {"labels", labels.dump()},
                      {"extract_seconds", fmt::format("{:.3f}", seconds)}});
   std::cout << fmt::format("wrote {}: {} train / {} dev rows x {} features from {} in {:.2f} s\n", out, train_x.size(0),
@@ -191,12 +177,12 @@ int train_head(const ConfigFlags& flags, const std::string& features, const std:
   }
   const double seconds = since(t0);
   // The source model with the new classifier: a checkpoint like any other.
-  const EncoderFamily& family = ckpt.config.family();
+  const HeadNames classifier = head_names(ckpt.config, BertHead::kSequenceClassification);
   CheckpointData data;
   data.config = ckpt.config;
   for (auto& [name, tensor] : ckpt.model) {
-    if (name == family.classifier_weight()) tensor = head->weight.detach().clone();
-    if (name == family.classifier_bias()) tensor = head->bias.detach().clone();
+    if (name == classifier.output_weight) tensor = head->weight.detach().clone();
+    if (name == classifier.output_bias) tensor = head->bias.detach().clone();
   }
   data.model = ckpt.model;
   if (ckpt.lora) data.lora = ckpt.lora, data.base_model = source;

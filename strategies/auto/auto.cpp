@@ -114,7 +114,7 @@ double measure_flops(int64_t hidden) {
 
 // Whether `name` can run this model over all `world` ranks (the only layout
 // auto weighs for pipeline and tensor); the other candidates always can.
-bool applies(const std::string& name, const ft::BertForSequenceClassification& model, int world) {
+bool applies(const std::string& name, const ft::EncoderModel& model, int world) {
   if (name == "pipeline") return world > 1 && world <= model.num_units();
   if (name == "tensor") return world > 1 && ft::tensor_parallel_refusal(model.config(), world).empty();
   return true;
@@ -122,7 +122,7 @@ bool applies(const std::string& name, const ft::BertForSequenceClassification& m
 
 class AutoStrategy final : public ft::Strategy, public ft::DataParallelGroup {
  public:
-  void setup(std::shared_ptr<ft::BertForSequenceClassification> model, const ft::OptimizerSpec& optimizer,
+  void setup(std::shared_ptr<ft::EncoderModel> model, const ft::OptimizerSpec& optimizer,
              const ft::ParamPlan& plan, ft::StrategyContext& ctx) override {
     model_ = model;
     const AutoOptions options = read_options(ctx.options);
@@ -220,7 +220,7 @@ class AutoStrategy final : public ft::Strategy, public ft::DataParallelGroup {
     return *inner_;
   }
 
-  static ft::ModelShape shape_of(const ft::BertForSequenceClassification& model, const ft::ParamPlan& plan) {
+  static ft::ModelShape shape_of(const ft::EncoderModel& model, const ft::ParamPlan& plan) {
     ft::ModelShape s;
     const auto& cfg = model.config();
     s.hidden = cfg.hidden_size;

@@ -44,7 +44,7 @@
 
 namespace {
 
-using Model = ft::BertForSequenceClassification;
+using Model = ft::EncoderModel;
 
 /// strategy.options for dp: `replicas` (1 to 1024; default: one per runtime
 /// thread on CPU, one per visible GPU on CUDA).

@@ -56,7 +56,7 @@ int PipelineStrategy::owner_of(int unit) const {
   return s;
 }
 
-void PipelineStrategy::setup(std::shared_ptr<BertForSequenceClassification> model, const OptimizerSpec& optimizer,
+void PipelineStrategy::setup(std::shared_ptr<EncoderModel> model, const OptimizerSpec& optimizer,
                              const ParamPlan& plan, StrategyContext& ctx) {
   adopt(std::move(model), plan, ctx);
   Comm& world = *ctx.comm;
@@ -228,11 +228,7 @@ at::Tensor PipelineStrategy::forward(const Batch& batch) {
     logits = model_->forward(b);
   }
   const bool training = at::GradMode::is_enabled();
-  // [rows, labels], or [masked tokens, vocab] from the MLM head.
-  const auto& c = model_->config();
-  const std::vector<int64_t> shape = c.head == BertHead::kMaskedLM
-                                         ? std::vector<int64_t>{b.mlm_positions.size(0), c.vocab_size}
-                                         : std::vector<int64_t>{b.input_ids.size(0), c.num_labels};
+  const std::vector<int64_t> shape = model_->logits_shape(b);
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(ctx_->device);
   if (stages_ > 1 && training && !last_stage()) {
     // Training: the loss lives on the last stage; waiting for it here would

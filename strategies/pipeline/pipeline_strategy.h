@@ -79,7 +79,7 @@ std::vector<int64_t> unit_costs(const std::vector<TensorList>& units, StageBalan
 /// Microseconds of each unit's forward and backward on a synthetic
 /// micro-batch of `rows` x `seq_len` tokens (the best of 3 passes, the first of which also warms up; the maximum
 /// over `comm`'s ranks so that all split alike). Collective.
-std::vector<int64_t> measured_unit_costs(BertForSequenceClassification& model, Comm& comm, c10::Device device,
+std::vector<int64_t> measured_unit_costs(EncoderModel& model, Comm& comm, c10::Device device,
                                          int64_t rows, int64_t seq_len);
 
 /// Contiguous split of `sizes` (one per unit) into `stages` non-empty parts
@@ -92,7 +92,7 @@ class PipelineStrategy final : public Strategy, public DataParallelGroup {
   PipelineStrategy();
   ~PipelineStrategy() override;
 
-  void setup(std::shared_ptr<BertForSequenceClassification> model, const OptimizerSpec& optimizer,
+  void setup(std::shared_ptr<EncoderModel> model, const OptimizerSpec& optimizer,
              const ParamPlan& plan, StrategyContext& ctx) override;
   at::Tensor forward(const Batch& batch) override;
   void backward(const at::Tensor& loss, bool sync_grads) override;

@@ -46,7 +46,7 @@ class TimingRunner final : public UnitRunner {
 
 }  // namespace
 
-std::vector<int64_t> measured_unit_costs(BertForSequenceClassification& model, Comm& comm, c10::Device device,
+std::vector<int64_t> measured_unit_costs(EncoderModel& model, Comm& comm, c10::Device device,
                                          int64_t rows, int64_t seq_len) {
   const auto& c = model.config();
   const int64_t seq = std::min(seq_len, c.max_tokens() - model.prompt_length() - model.prefix_length());

@@ -13,7 +13,7 @@ class ZeroStrategy final : public ft::ShardedStrategy {
  public:
   explicit ZeroStrategy(ft::ZeroStage stage) : ShardedStrategy(ft::ShardingPolicy::zero(stage)), stage_(stage) {}
 
-  void setup(std::shared_ptr<ft::BertForSequenceClassification> model, const ft::OptimizerSpec& optimizer,
+  void setup(std::shared_ptr<ft::EncoderModel> model, const ft::OptimizerSpec& optimizer,
              const ft::ParamPlan& plan, ft::StrategyContext& ctx) override {
     set_policy(ft::zero_policy_from_options(stage_, ctx.options));
     ShardedStrategy::setup(std::move(model), optimizer, plan, ctx);
@@ -27,7 +27,7 @@ class FsdpStrategy final : public ft::ShardedStrategy {
  public:
   FsdpStrategy() : ShardedStrategy(ft::ShardingPolicy::fsdp(ft::FsdpSharding::kFullShard)) {}
 
-  void setup(std::shared_ptr<ft::BertForSequenceClassification> model, const ft::OptimizerSpec& optimizer,
+  void setup(std::shared_ptr<ft::EncoderModel> model, const ft::OptimizerSpec& optimizer,
              const ft::ParamPlan& plan, ft::StrategyContext& ctx) override {
     const auto& env = ctx.comm->env();
     set_policy(ft::fsdp_policy_from_options(ctx.options, env.world_size, std::max(1, env.local_world_size)));

@@ -100,7 +100,7 @@ bool ShardedStrategy::writes_shards() const {
   return !mesh_ || mesh_->coordinate("replicate") == 0;
 }
 
-void ShardedStrategy::setup(std::shared_ptr<BertForSequenceClassification> model, const OptimizerSpec& optimizer,
+void ShardedStrategy::setup(std::shared_ptr<EncoderModel> model, const OptimizerSpec& optimizer,
                             const ParamPlan& plan, StrategyContext& ctx) {
   adopt(std::move(model), plan, ctx);
   if (policy_.limit_all_gathers < 0) fail("strategy.options.limit_all_gathers: must be >= 0");

@@ -126,7 +126,7 @@ class ShardedStrategy : public Strategy, public ShardedCheckpointing {
   explicit ShardedStrategy(ShardingPolicy policy);
   ~ShardedStrategy() override;
 
-  void setup(std::shared_ptr<BertForSequenceClassification> model, const OptimizerSpec& optimizer,
+  void setup(std::shared_ptr<EncoderModel> model, const OptimizerSpec& optimizer,
              const ParamPlan& plan, StrategyContext& ctx) override;
   at::Tensor forward(const Batch& batch) override;
   void backward(const at::Tensor& loss, bool sync_grads) override;

@@ -97,7 +97,7 @@ int tensor_parallel_size_from(const std::map<std::string, std::string>& options,
   return t;
 }
 
-void TensorStrategy::setup(std::shared_ptr<BertForSequenceClassification> model, const OptimizerSpec& optimizer,
+void TensorStrategy::setup(std::shared_ptr<EncoderModel> model, const OptimizerSpec& optimizer,
                            const ParamPlan& plan, StrategyContext& ctx) {
   adopt(std::move(model), plan, ctx);
   Comm& world = *ctx.comm;

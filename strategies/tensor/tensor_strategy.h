@@ -48,7 +48,7 @@ int tensor_parallel_size_from(const std::map<std::string, std::string>& options,
 
 class TensorStrategy final : public Strategy, public DataParallelGroup {
  public:
-  void setup(std::shared_ptr<BertForSequenceClassification> model, const OptimizerSpec& optimizer,
+  void setup(std::shared_ptr<EncoderModel> model, const OptimizerSpec& optimizer,
              const ParamPlan& plan, StrategyContext& ctx) override;
   at::Tensor forward(const Batch& batch) override;
   void backward(const at::Tensor& loss, bool sync_grads) override;

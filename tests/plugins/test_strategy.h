@@ -13,7 +13,7 @@ class TestStrategy : public ft::Strategy {
  public:
   explicit TestStrategy(int64_t marker) : marker_(marker) {}
 
-  void setup(std::shared_ptr<ft::BertForSequenceClassification>, const ft::OptimizerSpec&,
+  void setup(std::shared_ptr<ft::EncoderModel>, const ft::OptimizerSpec&,
              const ft::ParamPlan&, ft::StrategyContext&) override {
     ft::fail("test plugin");
   }

@@ -50,7 +50,7 @@ struct RankSetup {
   ft::Precision precision{ft::PrecisionMode::FP32, c10::kCPU};
   ft::StrategyContext ctx;
 
-  RankSetup(ft::Strategy& strategy, const std::shared_ptr<ft::BertForSequenceClassification>& model, int rank,
+  RankSetup(ft::Strategy& strategy, const std::shared_ptr<ft::EncoderModel>& model, int rank,
             int world, int port)
       : comm(world == 1 ? ft::Comm::create(ft::DistEnv{}) : connect_rank(rank, world, port)) {
     ctx.comm = comm.get();

@@ -142,7 +142,7 @@ TrainResult train(std::shared_ptr<ft::Strategy> strategy, double dropout, bool c
   ctx.precision = &precision;
   ctx.trace = tracer;
   at::manual_seed(7);
-  auto model = std::make_shared<ft::BertForSequenceClassification>(small_config(dropout));
+  auto model = std::make_shared<ft::EncoderModel>(small_config(dropout));
   model->set_activation_checkpointing(ckpt);
   auto plan = ft::default_param_plan(model->weights(), 0.01, false);
   if (freeze_embeddings)
@@ -310,7 +310,7 @@ class CountingRunner final : public ft::UnitRunner {
 
 TEST_CASE("model: encoder layers (only) run again through the unit runner in backward") {
   at::manual_seed(7);
-  auto model = std::make_shared<ft::BertForSequenceClassification>(small_config(0.1));
+  auto model = std::make_shared<ft::EncoderModel>(small_config(0.1));
   CountingRunner runner;
   model->set_unit_runner(&runner);
   model->set_activation_checkpointing(true);
@@ -334,7 +334,7 @@ TEST_CASE("model: encoder layers (only) run again through the unit runner in bac
 
 TEST_CASE("model: evaluation (no grad) does not checkpoint and gives the same logits") {
   at::manual_seed(7);
-  auto model = std::make_shared<ft::BertForSequenceClassification>(small_config(0.1));
+  auto model = std::make_shared<ft::EncoderModel>(small_config(0.1));
   model->set_activation_checkpointing(true);
   model->eval();
   auto gen = at::make_generator<at::CPUGeneratorImpl>(5);

@@ -33,7 +33,7 @@ ft::AdapterConfig adapter(int64_t size, std::vector<std::string> layers = {}) {
 
 TEST_CASE("fresh bottleneck adapters: names, units, the parameter formula, and the logits do not change") {
   at::manual_seed(1);
-  ft::BertForSequenceClassification m(ft_test::small_config(3));
+  ft::EncoderModel m(ft_test::small_config(3));
   m.eval();
   const auto batch = ft_test::small_batch();
   torch::NoGradGuard no_grad;
@@ -54,7 +54,7 @@ TEST_CASE("fresh bottleneck adapters: names, units, the parameter formula, and t
 
   // A subset of layers.
   at::manual_seed(1);
-  ft::BertForSequenceClassification some(ft_test::small_config(3));
+  ft::EncoderModel some(ft_test::small_config(3));
   CHECK(ft::apply_bottleneck_adapters(some, adapter(4, {"2"}), 42).size() == 2u);
   CHECK(ft::bottleneck_parameter_count(ft_test::small_config(3), adapter(4, {"2"})) == 2 * (2 * 16 * 4 + 4 + 16));
   CHECK(ft_test::error_of([&] { ft::adapter_layers(adapter(4, {"3"}), 3); }).find("adapter.layers: '3'") !=

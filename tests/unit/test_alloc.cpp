@@ -65,7 +65,7 @@ std::vector<int64_t> step_allocations(const std::function<std::shared_ptr<ft::St
     try {
       auto comm = ft_test::connect_rank(rank, 2, port);
       at::manual_seed(3);
-      auto model = std::make_shared<ft::BertForSequenceClassification>(ft_test::two_rank_config());
+      auto model = std::make_shared<ft::EncoderModel>(ft_test::two_rank_config());
       ft::Precision precision(ft::PrecisionMode::FP32, c10::kCPU);
       ft::StrategyContext ctx;
       ctx.comm = comm.get();

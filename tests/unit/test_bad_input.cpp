@@ -75,7 +75,7 @@ ft::BertConfig tiny_config() {
 }
 
 ft::safetensors::TensorList tiny_weights() {
-  ft::BertForSequenceClassification model(tiny_config());
+  ft::EncoderModel model(tiny_config());
   ft::safetensors::TensorList out;
   for (const auto& [name, t] : model.weights()) out.emplace_back(name, t.detach().clone());
   return out;

@@ -31,11 +31,11 @@ std::map<std::string, at::Tensor> reference(const std::string& name) {
   return out;
 }
 
-std::unique_ptr<ft::BertForSequenceClassification> load_family(const std::string& name) {
+std::unique_ptr<ft::EncoderModel> load_family(const std::string& name) {
   const auto config = ft::BertConfig::from_json_file((family_dir(name) / "config.json").string());
-  auto model = std::make_unique<ft::BertForSequenceClassification>(config);
+  auto model = std::make_unique<ft::EncoderModel>(config);
   const auto report =
-      model->load_weights(ft::read_model_weights(family_dir(name).string()), name, ft::BertForSequenceClassification::LoadOptions{});
+      model->load_weights(ft::read_model_weights(family_dir(name).string()), name, ft::EncoderModel::LoadOptions{});
   CHECK(report.loaded == static_cast<int64_t>(model->parameters().size()));
   CHECK(report.ignored.empty());
   return model;
@@ -63,7 +63,7 @@ TEST_CASE("RoBERTa-family config.json: the family, its defaults and its names") 
   const auto written = nlohmann::json::parse(c.to_json());
   CHECK(written.at("model_type") == "xlm-roberta");
   CHECK(written.at("architectures") == nlohmann::json::array({"XLMRobertaForSequenceClassification"}));
-  ft::BertForSequenceClassification m(c);
+  ft::EncoderModel m(c);
   std::vector<std::string> names;
   for (const auto& [n, t] : m.weights()) names.push_back(n);
   CHECK(names.front() == "roberta.embeddings.word_embeddings.weight");
@@ -195,7 +195,7 @@ TEST_CASE("RobertaForMaskedLM, DistilBertForMaskedLM, DebertaV2ForMaskedLM and M
   const fsys::path d = family_dir(name);
   const auto config = ft::BertConfig::from_json_file((d / "config.json").string());
   REQUIRE(config.head == ft::BertHead::kMaskedLM);
-  ft::BertForSequenceClassification model(config);
+  ft::EncoderModel model(config);
   const ft::TensorList file = ft::read_model_weights(d.string());
   const auto report = model.load_weights(file, name);
   CHECK(report.loaded == static_cast<int64_t>(model.parameters().size()));
@@ -233,7 +233,7 @@ TEST_CASE("ELECTRA: embeddings_project belongs to unit 0; the generator's masked
   const auto c = ft::BertConfig::from_json_file((family_dir("electra") / "config.json").string());
   CHECK(c.embedding_width() == 16);
   CHECK(nlohmann::json::parse(c.to_json()).at("embedding_size") == 16);
-  ft::BertForSequenceClassification m(c);
+  ft::EncoderModel m(c);
   CHECK(m.unit_of("electra.embeddings_project.weight") == 0);
   CHECK(m.unit_of("classifier.dense.weight") == 3);
   CHECK(ft_test::error_of([&] { m.add_prompt_embeddings(at::zeros({4, 32})); }) ==
@@ -241,7 +241,7 @@ TEST_CASE("ELECTRA: embeddings_project belongs to unit 0; the generator's masked
         "equal (prefix tuning and LoRA work)");
   ft::BertConfig mlm = c;
   mlm.head = ft::BertHead::kMaskedLM;
-  CHECK(ft_test::error_of([&] { ft::BertForSequenceClassification g(mlm); }) ==
+  CHECK(ft_test::error_of([&] { ft::EncoderModel g(mlm); }) ==
         "model config: ft builds no masked-LM head for electra (ElectraForMaskedLM); fine-tune it as a classifier, or "
         "pretrain a bert, roberta, distilbert, deberta-v2 or modernbert model");
 }
@@ -273,7 +273,7 @@ TEST_CASE("DistilBERT: its own names and config keys both ways; prefix tuning re
   CHECK(written.at("n_layers") == 2);
   CHECK_FALSE(written.contains("hidden_size"));
   CHECK_FALSE(written.contains("type_vocab_size"));
-  ft::BertForSequenceClassification m(c);
+  ft::EncoderModel m(c);
   std::vector<std::string> names;
   for (const auto& [n, t] : m.weights()) names.push_back(n);
   CHECK(std::find(names.begin(), names.end(), "distilbert.transformer.layer.1.attention.q_lin.weight") != names.end());
@@ -289,7 +289,7 @@ TEST_CASE("DistilBERT: its own names and config keys both ways; prefix tuning re
   // heavy dropout, two evaluations agree exactly, two training passes do not.
   ft::BertConfig noisy = c;
   noisy.hidden_dropout_prob = noisy.attention_probs_dropout_prob = 0.5;
-  ft::BertForSequenceClassification d(noisy);
+  ft::EncoderModel d(noisy);
   auto ref = reference("distilbert");
   const ft::Batch b = batch_of(ref);
   torch::NoGradGuard no_grad;
@@ -319,7 +319,7 @@ TEST_CASE("DeBERTa-v2 config.json: DebertaV2Config's defaults, its names, the sh
   CHECK(written.at("architectures") == nlohmann::json::array({"DebertaV2ForSequenceClassification"}));
   CHECK(written.at("pos_att_type") == nlohmann::json::array({"p2c", "c2p"}));  // kept as read
   CHECK(written.at("position_buckets") == 16);
-  ft::BertForSequenceClassification m(c);
+  ft::EncoderModel m(c);
   std::map<std::string, int> unit;
   for (const auto& [n, t] : m.weights()) unit[n] = m.unit_of(n);
   CHECK(unit.count("deberta.embeddings.position_embeddings.weight") == 0);
@@ -375,7 +375,7 @@ TEST_CASE("ModernBERT config.json: ModernBertConfig's defaults and names, the la
   CHECK(written.at("layer_types") == nlohmann::json::array({"full_attention", "sliding_attention"}));  // kept as read
   CHECK_FALSE(written.contains("layer_norm_eps"));
   CHECK_FALSE(written.contains("type_vocab_size"));
-  ft::BertForSequenceClassification m(c);
+  ft::EncoderModel m(c);
   std::map<std::string, int> unit;
   for (const auto& [n, t] : m.weights()) unit[n] = m.unit_of(n);
   CHECK(unit.at("model.embeddings.tok_embeddings.weight") == 0);
@@ -429,7 +429,7 @@ TEST_CASE("ModernBERT: classifier_pooling cls matches transformers too; the fuse
   const ft::Batch b = batch_of(ref);
   ft::BertConfig cls_config = model->config();
   cls_config.modern.mean_pooling = false;
-  ft::BertForSequenceClassification cls(cls_config);
+  ft::EncoderModel cls(cls_config);
   cls.load_weights(model->weights(), "modernbert");
   cls.eval();
   torch::NoGradGuard no_grad;

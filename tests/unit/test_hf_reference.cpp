@@ -59,7 +59,7 @@ double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs()
 TEST_CASE("MiniLM classifier logits match transformers within 1e-5, padded and padding-free") {
   REQUIRE_MINILM();
   const auto fx = ft::safetensors::load((fixtures() / "minilm-logits.safetensors").string());
-  ft::BertForSequenceClassification model(minilm_config(2));
+  ft::EncoderModel model(minilm_config(2));
   const auto report = model.load_weights(minilm_with_head(fx), "minilm", {});
   CHECK(report.base_model_names);  // a BertModel file: names without "bert."
   CHECK(report.loaded == static_cast<int64_t>(model.parameters().size()));
@@ -188,10 +188,10 @@ TEST_CASE("load rules: a missing pooler is initialised, half a module is an erro
   ft::TensorList no_pooler;
   for (const auto& [n, t] : base)
     if (n.rfind("pooler.", 0) != 0) no_pooler.emplace_back(n, t);
-  ft::BertForSequenceClassification::LoadOptions head_optional;
+  ft::EncoderModel::LoadOptions head_optional;
   head_optional.head_optional = true;
   {
-    ft::BertForSequenceClassification m(minilm_config(3));
+    ft::EncoderModel m(minilm_config(3));
     const auto r = m.load_weights(no_pooler, "minilm", head_optional);
     CHECK(r.initialised ==
           std::vector<std::string>{"bert.pooler.dense.weight", "bert.pooler.dense.bias", "classifier.weight",
@@ -200,7 +200,7 @@ TEST_CASE("load rules: a missing pooler is initialised, half a module is an erro
   {
     ft::TensorList half = no_pooler;
     half.emplace_back("pooler.dense.weight", named(base, "pooler.dense.weight"));
-    ft::BertForSequenceClassification m(minilm_config(3));
+    ft::EncoderModel m(minilm_config(3));
     CHECK(ft_test::error_of([&] { m.load_weights(half, "minilm", head_optional); }) ==
           "minilm: missing tensor 'bert.pooler.dense.bias' (the checkpoint does not match config.json)");
   }
@@ -208,7 +208,7 @@ TEST_CASE("load rules: a missing pooler is initialised, half a module is an erro
     ft::TensorList two_labels = base;
     two_labels.emplace_back("classifier.weight", at::zeros({2, 384}));
     two_labels.emplace_back("classifier.bias", at::zeros({2}));
-    ft::BertForSequenceClassification m(minilm_config(3));
+    ft::EncoderModel m(minilm_config(3));
     const auto r = m.load_weights(two_labels, "minilm", head_optional);
     CHECK(r.replaced == std::vector<std::string>{"classifier.weight: 2x384 given, 3x384 here",
                                                  "classifier.bias: 2 given, 3 here"});
@@ -218,7 +218,7 @@ TEST_CASE("load rules: a missing pooler is initialised, half a module is an erro
       if (n == "classifier.bias") CHECK(t.abs().max().item<double>() == 0);
     }
     // Without head_optional (a checkpoint to resume) the same file is an error.
-    ft::BertForSequenceClassification strict(minilm_config(3));
+    ft::EncoderModel strict(minilm_config(3));
     CHECK(ft_test::error_of([&] { strict.load_weights(two_labels, "minilm"); }) ==
           "minilm: tensor 'classifier.weight' has shape 2x384, config.json implies 3x384");
   }

@@ -27,12 +27,12 @@ ft::LoraConfig lora4() {
   return l;
 }
 
-std::shared_ptr<ft::BertForSequenceClassification> base_model() {
+std::shared_ptr<ft::EncoderModel> base_model() {
   at::manual_seed(1);
-  return std::make_shared<ft::BertForSequenceClassification>(ft_test::small_config());
+  return std::make_shared<ft::EncoderModel>(ft_test::small_config());
 }
 
-at::Tensor param(const ft::BertForSequenceClassification& m, const std::string& name) {
+at::Tensor param(const ft::EncoderModel& m, const std::string& name) {
   for (const auto& [n, t] : m.weights())
     if (n == name) return t;
   FAIL("no parameter " << name);
@@ -43,7 +43,7 @@ double max_abs_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).a
 
 // A few sign-SGD steps on what LoRA trains: every trained element moves by
 // 0.05 a step, so B is well away from zero whatever the tiny gradients.
-void train_adapters(ft::BertForSequenceClassification& m, const ft::LoraConfig& lora, const ft::Batch& batch) {
+void train_adapters(ft::EncoderModel& m, const ft::LoraConfig& lora, const ft::Batch& batch) {
   for (auto& item : m.named_parameters()) item.value().set_requires_grad(ft::is_lora_trainable(item.key(), lora));
   for (int step = 0; step < 3; ++step) {
     auto loss = at::cross_entropy_loss(m.forward(batch), batch.labels);

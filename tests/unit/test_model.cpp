@@ -21,7 +21,7 @@ ft::BertConfig tiny_config() {
 }  // namespace
 
 TEST_CASE("parameter names are Hugging Face's, in model order") {
-  ft::BertForSequenceClassification model(tiny_config());
+  ft::EncoderModel model(tiny_config());
   auto w = model.weights();
   REQUIRE(w.size() == 5 + 16 * 2 + 2 + 2);
   CHECK(w.front().first == "bert.embeddings.word_embeddings.weight");
@@ -39,7 +39,7 @@ TEST_CASE("parameter names are Hugging Face's, in model order") {
 
 TEST_CASE("HF init: padding row zero, LayerNorm ones, biases zero, weights ~N(0, 0.02)") {
   at::manual_seed(7);
-  ft::BertForSequenceClassification model(tiny_config());
+  ft::EncoderModel model(tiny_config());
   // By name, and every name must exist: a renamed parameter fails here instead of skipping its checks.
   const ft::TensorList weights = model.weights();
   std::map<std::string, at::Tensor> w(weights.begin(), weights.end());
@@ -58,7 +58,7 @@ TEST_CASE("HF init: padding row zero, LayerNorm ones, biases zero, weights ~N(0,
 
 TEST_CASE("padding positions do not change unmasked outputs") {
   at::manual_seed(3);
-  ft::BertForSequenceClassification model(tiny_config());
+  ft::EncoderModel model(tiny_config());
   model.eval();
   torch::NoGradGuard ng;
   ft::Batch a;
@@ -73,7 +73,7 @@ TEST_CASE("padding positions do not change unmasked outputs") {
 }
 
 TEST_CASE("load_weights names the missing tensor and the shape mismatch") {
-  ft::BertForSequenceClassification model(tiny_config());
+  ft::EncoderModel model(tiny_config());
   auto w = model.weights();
   auto missing = ft::TensorList(w.begin() + 1, w.end());
   CHECK_THROWS_WITH_AS(model.load_weights(missing, "x.safetensors"),
@@ -113,7 +113,7 @@ TEST_CASE("logits of batch 0 match the PyTorch reference") {
   FT_REQUIRE_SHARED("fixtures/parity-tiny");
   const auto dir = ft_test::shared_dir() / "fixtures/parity-tiny";
   auto config = ft::BertConfig::from_json_file((dir / "config.json").string());
-  ft::BertForSequenceClassification model(config);
+  ft::EncoderModel model(config);
   model.load_weights(ft::safetensors::load((dir / "model.safetensors").string()), "fixture");
   ft::TensorList data = ft::safetensors::load((dir / "data.safetensors").string());
   ft::Batch batch;

@@ -47,7 +47,7 @@ struct Result {
   std::vector<at::Tensor> grads;
 };
 
-Result run(ft::BertForSequenceClassification& model, const ft::Batch& b, bool padding_free) {
+Result run(ft::EncoderModel& model, const ft::Batch& b, bool padding_free) {
   model.set_padding_free(padding_free);
   model.zero_grad();
   Result r;
@@ -67,7 +67,7 @@ void check_same(const Result& a, const Result& b, double tol) {
 }
 
 // Installs an adapter on every Linear that records the rows it sees.
-std::shared_ptr<std::vector<int64_t>> watch_linear_rows(ft::BertForSequenceClassification& model) {
+std::shared_ptr<std::vector<int64_t>> watch_linear_rows(ft::EncoderModel& model) {
   auto seen = std::make_shared<std::vector<int64_t>>();
   for (const auto& m : model.modules(/*include_self=*/false)) {
     if (auto* linear = dynamic_cast<ft::AdaptableLinearImpl*>(m.get())) {
@@ -84,7 +84,7 @@ std::shared_ptr<std::vector<int64_t>> watch_linear_rows(ft::BertForSequenceClass
 
 TEST_CASE("padding-free equals padded: logits and every gradient, fp32") {
   at::manual_seed(11);
-  ft::BertForSequenceClassification model(small_config());
+  ft::EncoderModel model(small_config());
   SUBCASE("right-padded rows of mixed lengths (per-sequence attention)") {
     const auto b = batch_of({7, 1, 16, 3, 12, 16, 2, 9}, 16);
     check_same(run(model, b, false), run(model, b, true), 1e-5);
@@ -107,7 +107,7 @@ TEST_CASE("padding-free equals padded: logits and every gradient, fp32") {
 
 TEST_CASE("every attention kernel gives the same logits and gradients, padded and padding-free") {
   at::manual_seed(12);
-  ft::BertForSequenceClassification model(small_config());
+  ft::EncoderModel model(small_config());
   auto b = batch_of({7, 1, 16, 3, 12, 16, 2, 9}, 16);
   const Result reference = [&] {
     model.set_attention(ft::AttentionKernel::kEager);
@@ -130,7 +130,7 @@ TEST_CASE("every attention kernel gives the same logits and gradients, padded an
 
 TEST_CASE("pad positions never reach a Linear layer") {
   at::manual_seed(2);
-  ft::BertForSequenceClassification model(small_config());
+  ft::EncoderModel model(small_config());
   const auto seen = watch_linear_rows(model);
   // 1 real token and 127 pads.
   const auto b = batch_of({1}, 128);

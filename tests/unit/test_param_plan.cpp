@@ -12,9 +12,9 @@
 
 namespace {
 
-ft::BertForSequenceClassification tiny_model() {
+ft::EncoderModel tiny_model() {
   ft::BertConfig c = ft::BertConfig::preset("tiny");  // 2 layers
-  return ft::BertForSequenceClassification(c);
+  return ft::EncoderModel(c);
 }
 
 const std::string kQuery0 = "bert.encoder.layer.0.attention.self.query.weight";

@@ -12,7 +12,7 @@
 TEST_CASE("unit_costs: compute counts the matmul weights, parameters every element") {
   ft::BertConfig c = ft::BertConfig::preset("tiny");
   c.vocab_size = 1000;
-  ft::BertForSequenceClassification model(c);
+  ft::EncoderModel model(c);
   const auto units = model.unit_parameters();
   const auto compute = ft::unit_costs(units, ft::StageBalance::kCompute);
   const auto params = ft::unit_costs(units, ft::StageBalance::kParameters);
@@ -89,7 +89,7 @@ TEST_CASE("pipeline x2 saves at step 4; single, zero3 x2, tensor x2 and gpipe re
   const auto saved = tmp.path() / "pipe" / "final";
   // The checkpoint is the full HF model, not a stage of it.
   ft::BertConfig c = ft::BertConfig::from_json_file((saved / "config.json").string());
-  ft::BertForSequenceClassification model(c);
+  ft::EncoderModel model(c);
   const auto weights = ft::safetensors::load((saved / "model.safetensors").string());
   CHECK(weights.size() == model.weights().size());
 
@@ -130,7 +130,7 @@ TEST_CASE("bench-mini: each pipeline stage holds only its units' parameters, gra
   FT_REQUIRE_SHARED("fixtures/bench-mini");
   ft_test::TempDir tmp("pipe-mem");
   ft::BertConfig c = ft::BertConfig::from_json_file((ft_test::shared_dir() / "fixtures/bench-mini/config.json").string());
-  ft::BertForSequenceClassification model(c);
+  ft::EncoderModel model(c);
   const auto units = model.unit_parameters();
   const auto sizes = ft::unit_costs(units, ft::StageBalance::kParameters);
   int64_t psi = 0;

@@ -162,7 +162,7 @@ TEST_CASE("BertForMaskedLM: HF names, no pooler, the decoder tied to the word em
   auto config = ft_test::small_config(2);
   config.head = ft::BertHead::kMaskedLM;
   at::manual_seed(5);
-  ft::BertForSequenceClassification m(config);
+  ft::EncoderModel m(config);
   m.eval();
   std::map<std::string, at::Tensor> w;
   for (const auto& [n, t] : m.weights()) w[n] = t;

@@ -111,7 +111,7 @@ void check_predict(const fsys::path& final_dir, ft::PromptLearning method) {
   const std::string out = ft_test::run_ok(fmt::format("predict --checkpoint {} 'hello world'", final_dir.string()));
   const auto predicted = nlohmann::json::parse(out.substr(out.find('{'))).at("probabilities");
 
-  ft::BertForSequenceClassification m(ft::BertConfig::from_json_file((final_dir / "config.json").string()));
+  ft::EncoderModel m(ft::BertConfig::from_json_file((final_dir / "config.json").string()));
   m.load_weights(ft::safetensors::load((final_dir / "model.safetensors").string()), "test");
   method.path = final_dir.string();
   ft::apply_prompt_learning(m, method, 0);

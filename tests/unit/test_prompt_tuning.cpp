@@ -38,7 +38,7 @@ ft::BertConfig sensitive_config() {
   return c;
 }
 
-std::map<std::string, at::Tensor> by_name(const ft::BertForSequenceClassification& m) {
+std::map<std::string, at::Tensor> by_name(const ft::EncoderModel& m) {
   std::map<std::string, at::Tensor> w;
   for (const auto& [n, t] : m.weights()) w[n] = t.detach();
   return w;
@@ -100,14 +100,14 @@ ft::Batch batch_with_hole() {
   return b;
 }
 
-at::Tensor logits(ft::BertForSequenceClassification& m, const ft::Batch& b, bool packed) {
+at::Tensor logits(ft::EncoderModel& m, const ft::Batch& b, bool packed) {
   m.set_padding_free(packed);
   torch::NoGradGuard no_grad;
   return m.forward(b);
 }
 
 // Gradients of the cross-entropy loss for the virtual tokens, by name.
-std::map<std::string, at::Tensor> virtual_token_grads(ft::BertForSequenceClassification& m, const ft::Batch& b,
+std::map<std::string, at::Tensor> virtual_token_grads(ft::EncoderModel& m, const ft::Batch& b,
                                                        bool packed) {
   m.set_padding_free(packed);
   for (auto& p : m.parameters()) p.mutable_grad() = at::Tensor();
@@ -128,7 +128,7 @@ void check_close(const at::Tensor& got, const at::Tensor& want, double tol, cons
 
 TEST_CASE("prompt tuning: name, unit, formula, what trains") {
   at::manual_seed(1);
-  ft::BertForSequenceClassification m(ft_test::small_config(2));
+  ft::EncoderModel m(ft_test::small_config(2));
   const auto p = method(ft::PromptMethod::kPrompt, 3);
   ft::apply_prompt_learning(m, p, 42);
   CHECK(m.prompt_length() == 3);
@@ -148,7 +148,7 @@ TEST_CASE("prompt tuning: name, unit, formula, what trains") {
   CHECK(prompt.std().item<double>() > 0.005);
   CHECK(prompt.std().item<double>() < 0.05);
   at::manual_seed(1);
-  ft::BertForSequenceClassification twin(ft_test::small_config(2));
+  ft::EncoderModel twin(ft_test::small_config(2));
   ft::apply_prompt_learning(twin, p, 42);
   CHECK(at::equal(by_name(twin).at("bert.embeddings.prompt_embeddings"), prompt));
 
@@ -161,7 +161,7 @@ TEST_CASE("prompt tuning: name, unit, formula, what trains") {
   CHECK_FALSE(ft::is_prompt_learning_trainable("classifier.bias", no_head));
 
   // vocab init: rows of the word embeddings.
-  ft::BertForSequenceClassification v(ft_test::small_config(2));
+  ft::EncoderModel v(ft_test::small_config(2));
   auto from_vocab = p;
   from_vocab.init = "vocab";
   ft::apply_prompt_learning(v, from_vocab, 7);
@@ -177,7 +177,7 @@ TEST_CASE("prompt tuning: name, unit, formula, what trains") {
   std::vector<std::string> tokens = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world"};
   for (int i = 7; i < 50; ++i) tokens.push_back(fmt::format("t{}", i));
   const auto tokenizer = ft::WordPieceTokenizer::from_tokens(tokens);
-  ft::BertForSequenceClassification t(ft_test::small_config(2));
+  ft::EncoderModel t(ft_test::small_config(2));
   auto from_text = method(ft::PromptMethod::kPrompt, 6);
   from_text.init = "text";
   from_text.init_text = "Hello world";
@@ -187,14 +187,14 @@ TEST_CASE("prompt tuning: name, unit, formula, what trains") {
   const auto tw = by_name(t);
   CHECK(at::equal(tw.at("bert.embeddings.prompt_embeddings"),
                   tw.at("bert.embeddings.word_embeddings.weight").index_select(0, at::tensor({2, 5, 6, 3, 2, 5}))));
-  ft::BertForSequenceClassification no_tokenizer(ft_test::small_config(2));
+  ft::EncoderModel no_tokenizer(ft_test::small_config(2));
   CHECK(ft_test::error_of([&] { ft::apply_prompt_learning(no_tokenizer, from_text, 7); })
             .find("prompt.init: text needs the run's tokenizer") == 0);
 }
 
 TEST_CASE("prefix tuning: names, units, formula, PEFT's table layout") {
   at::manual_seed(1);
-  ft::BertForSequenceClassification m(ft_test::small_config(3));
+  ft::EncoderModel m(ft_test::small_config(3));
   const auto p = method(ft::PromptMethod::kPrefix, 4);
   ft::apply_prompt_learning(m, p, 42);
   CHECK(m.prefix_length() == 4);
@@ -230,9 +230,9 @@ TEST_CASE("prefix tuning: names, units, formula, PEFT's table layout") {
 
 TEST_CASE("prompt tuning with the prompt set to tokens' embeddings equals the plain model on those tokens") {
   at::manual_seed(3);
-  ft::BertForSequenceClassification plain(sensitive_config());
+  ft::EncoderModel plain(sensitive_config());
   plain.eval();
-  ft::BertForSequenceClassification prompted(sensitive_config());
+  ft::EncoderModel prompted(sensitive_config());
   prompted.load_weights(plain.weights(), "test");
   prompted.eval();
   const at::Tensor tokens = at::tensor({11, 23, 5}, at::kLong);  // t1..tP
@@ -254,7 +254,7 @@ TEST_CASE("prompt tuning with the prompt set to tokens' embeddings equals the pl
     CHECK((logits(plain, b, false) - want).abs().max().item<double>() > 1e-2);
   }
   // The prompt matters: another prompt, other logits.
-  ft::BertForSequenceClassification other(sensitive_config());
+  ft::EncoderModel other(sensitive_config());
   other.load_weights(plain.weights(), "test");
   other.eval();
   ft::apply_prompt_learning(other, method(ft::PromptMethod::kPrompt, 3), 5);
@@ -264,7 +264,7 @@ TEST_CASE("prompt tuning with the prompt set to tokens' embeddings equals the pl
 
 TEST_CASE("prefix tuning equals the reference built from HF BERT and PEFT's get_prompt, padded and padding-free") {
   at::manual_seed(5);
-  ft::BertForSequenceClassification m(sensitive_config());
+  ft::EncoderModel m(sensitive_config());
   m.eval();
   ft::apply_prompt_learning(m, method(ft::PromptMethod::kPrefix, 3), 9);
   const at::Tensor table = ft::prefix_to_peft(m.weights(), 2);
@@ -280,7 +280,7 @@ TEST_CASE("prefix tuning equals the reference built from HF BERT and PEFT's get_
     CHECK((reference_prefix_logits(w, m.config(), b, swapped, 3) - want).abs().max().item<double>() > 1e-2);
   }
   // Without the prefix the logits differ.
-  ft::BertForSequenceClassification plain(sensitive_config());
+  ft::EncoderModel plain(sensitive_config());
   plain.load_weights(ft::without_prompt_learning(m.weights()), "test");
   plain.eval();
   CHECK((logits(plain, ft_test::small_batch(), false) - logits(m, ft_test::small_batch(), false))
@@ -297,7 +297,7 @@ TEST_CASE("padding-free and padded give the same virtual-token gradients") {
   CHECK(ft::packed_attention_available());
   for (auto kind : {ft::PromptMethod::kPrompt, ft::PromptMethod::kPrefix}) {
     at::manual_seed(2);
-    ft::BertForSequenceClassification m(sensitive_config());
+    ft::EncoderModel m(sensitive_config());
     ft::apply_prompt_learning(m, method(kind, 3), 4);
     for (const ft::Batch& b : {ft_test::small_batch(), batch_with_hole()}) {
       const auto padded = virtual_token_grads(m, b, false);
@@ -339,7 +339,7 @@ TEST_CASE("the prefix in packed attention: per-sequence kernel against the padde
 }
 
 TEST_CASE("virtual tokens must fit max_position_embeddings") {
-  ft::BertForSequenceClassification m(ft_test::small_config(2));  // 32 positions
+  ft::EncoderModel m(ft_test::small_config(2));  // 32 positions
   ft::apply_prompt_learning(m, method(ft::PromptMethod::kPrefix, 25), 1);
   const std::string err = ft_test::error_of([&] { logits(m, ft_test::small_batch(), false); });
   CHECK(err.find("8 tokens after 25 virtual tokens (prompt or prefix tuning) need 33 positions, but "

@@ -53,7 +53,7 @@ struct RankResult {
 
 // Trains 2 steps under `strategy` as rank `rank` of `world`, then saves shards to `dir`.
 RankResult run_rank(std::shared_ptr<ft::Strategy> strategy, int rank, int world, int port,
-                    const std::filesystem::path& dir, const std::shared_ptr<ft::BertForSequenceClassification>& model) {
+                    const std::filesystem::path& dir, const std::shared_ptr<ft::EncoderModel>& model) {
   RankResult r;
   try {
     const ft_test::RankSetup setup(*strategy, model, rank, world, port);
@@ -81,10 +81,10 @@ TEST_CASE("zero3 on 2 ranks writes equal shards; consolidating them gives the fu
   ft_test::TempDir tmp("sharded");
   const auto dir = tmp.path() / "ckpt";
   const int port = ft::pick_free_port("127.0.0.1");
-  std::vector<std::shared_ptr<ft::BertForSequenceClassification>> models;
+  std::vector<std::shared_ptr<ft::EncoderModel>> models;
   for (int r = 0; r < 2; ++r) {
     at::manual_seed(3);
-    models.push_back(std::make_shared<ft::BertForSequenceClassification>(ft_test::two_rank_config()));
+    models.push_back(std::make_shared<ft::EncoderModel>(ft_test::two_rank_config()));
   }
   RankResult results[2];
   {
@@ -102,7 +102,7 @@ TEST_CASE("zero3 on 2 ranks writes equal shards; consolidating them gives the fu
 
   // The same 2 steps on one rank, replicated: the reference.
   at::manual_seed(3);
-  auto ref_model = std::make_shared<ft::BertForSequenceClassification>(ft_test::two_rank_config());
+  auto ref_model = std::make_shared<ft::EncoderModel>(ft_test::two_rank_config());
   RankResult ref = run_rank(std::make_shared<ft::ReplicatedStrategy>(), 0, 1, 0, tmp.path() / "unused", ref_model);
   REQUIRE(ref.error.empty());
   CHECK(ft_test::max_abs_diff(results[0].model, ref.model) < 1e-5);
@@ -144,7 +144,7 @@ TEST_CASE("zero3 on 2 ranks writes equal shards; consolidating them gives the fu
   CHECK(run.output.find("consolidated 2 shard(s) saved by zero3") != std::string::npos);
   CHECK(ft_test::max_abs_diff(ft::safetensors::load((out / "model.safetensors").string()), ref.model) < 1e-5);
   CHECK(ft::safetensors::metadata((out / "training_state" / "optimizer.safetensors").string()).at("step") == "2");
-  ft::BertForSequenceClassification loaded(ft_test::two_rank_config());
+  ft::EncoderModel loaded(ft_test::two_rank_config());
   loaded.load_weights(ft::read_model_weights((out / "model.safetensors").string()), "consolidated");
 
   // A missing shard is named.

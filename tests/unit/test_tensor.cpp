@@ -18,7 +18,7 @@ TEST_CASE("shard_tensor_parallel keeps this rank's heads and FFN slice, named by
   ft::BertConfig c = ft::BertConfig::preset("tiny");
   c.vocab_size = 100;
   at::manual_seed(0);
-  ft::BertForSequenceClassification full(c);
+  ft::EncoderModel full(c);
   const auto before = full.weights();
   std::map<std::string, at::Tensor> whole;
   for (const auto& [name, t] : before) whole[name] = t.detach().clone();
@@ -49,12 +49,12 @@ TEST_CASE("shard_tensor_parallel keeps this rank's heads and FFN slice, named by
   CHECK(ft::tensor_parallel_refusal(c, 4).empty());  // 2 heads of 64 dims: 2 ranks per head
   CHECK(ft::tensor_parallel_refusal(c, 256).find("head dimension (64)") != std::string::npos);  // 128 per head
   ops.size = 3;
-  ft::BertForSequenceClassification other(c);
+  ft::EncoderModel other(c);
   CHECK(ft_test::error_of([&] { other.shard_tensor_parallel(ops); }) ==
         "tensor parallelism over 3 ranks: the 2 attention heads must divide by 3, or 3 by the heads with the head "
         "dimension (64) divisible by the ranks per head; pick another strategy.options.tp_size");
   ops.size = 2;
-  ft::BertForSequenceClassification extra(c);
+  ft::EncoderModel extra(c);
   extra.unit(1)->register_parameter("gate", at::zeros({4}));
   CHECK(ft_test::error_of([&] { extra.shard_tensor_parallel(ops); }) ==
         "tensor parallelism cannot place 'bert.encoder.layer.0.gate': it knows BERT's layer weights, LoRA on any of "
@@ -67,7 +67,7 @@ TEST_CASE("shard_tensor_parallel: 4 ranks on 2 heads split each head's dimension
   ft::BertConfig c = ft::BertConfig::preset("tiny");  // 2 heads of 64
   c.vocab_size = 100;
   at::manual_seed(0);
-  ft::BertForSequenceClassification model(c);
+  ft::EncoderModel model(c);
   ft::LoraConfig lora;
   lora.rank = 4;
   lora.targets = {"query", "dense"};
@@ -112,12 +112,12 @@ TEST_CASE("shard_tensor_parallel: 4 ranks on 2 heads split each head's dimension
   // A masked-LM model: the tied decoder follows the vocab-parallel table.
   ft::BertConfig mlm_config = c;
   mlm_config.head = ft::BertHead::kMaskedLM;
-  ft::BertForSequenceClassification mlm(mlm_config);
+  ft::EncoderModel mlm(mlm_config);
   ft::TensorParallelOps pair;
   pair.rank = 1;
   pair.size = 2;
   pair.enter = pair.reduce = [](const at::Tensor& x) { return x; };
-  ft::BertForSequenceClassification mlm_without(mlm_config);
+  ft::EncoderModel mlm_without(mlm_config);
   CHECK(mlm_without.shard_tensor_parallel(pair).sliced.count("bert.embeddings.word_embeddings.weight") == 0);
   pair.gather_columns = pair.enter;  // without a gather the table stays whole
   const auto m = mlm.shard_tensor_parallel(pair);
@@ -127,7 +127,7 @@ TEST_CASE("shard_tensor_parallel: 4 ranks on 2 heads split each head's dimension
   for (const auto& [name, t] : mlm.weights()) mlm_now[name] = t;
   CHECK(mlm_now["cls.predictions.bias"].numel() == 50);
 
-  ft::BertForSequenceClassification adapted(c);
+  ft::EncoderModel adapted(c);
   ft::AdapterConfig adapter;
   adapter.size = 8;
   ft::apply_bottleneck_adapters(adapted, adapter, 1);
@@ -192,7 +192,7 @@ TEST_CASE("bench-mini: a tensor x2 rank holds the replicated tensors and half of
   FT_REQUIRE_SHARED("fixtures/bench-mini");
   ft_test::TempDir tmp("tensor-mem");
   ft::BertConfig c = ft::BertConfig::from_json_file((ft_test::shared_dir() / "fixtures/bench-mini/config.json").string());
-  ft::BertForSequenceClassification model(c);
+  ft::EncoderModel model(c);
   double psi = 0;
   for (const auto& [name, t] : model.weights()) psi += static_cast<double>(t.numel());
   ft::TensorParallelOps ops;

@@ -170,7 +170,7 @@ TEST_CASE("a run from a directory with a BPE tokenizer.json trains on its ids; t
   config["vocab_size"] = 5000;
   std::ofstream(dir.path() / "config.json") << config.dump(2);
   // A model directory has weights: ft's own random init, as a pretrained checkpoint would ship them.
-  const ft::BertForSequenceClassification model(ft::BertConfig::from_json_file((dir.path() / "config.json").string()));
+  const ft::EncoderModel model(ft::BertConfig::from_json_file((dir.path() / "config.json").string()));
   ft::safetensors::save((dir.path() / "model.safetensors").string(), model.weights(), {{"format", "pt"}});
   const auto out = dir.path() / "out";
   ft_test::run_ok(fmt::format("run --config {}/run.yaml --set model.config={} --set data.vocab= --max-steps 2 "

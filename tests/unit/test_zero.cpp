@@ -43,9 +43,9 @@ ft::BertConfig tiny_config() {
   return c;
 }
 
-std::shared_ptr<ft::BertForSequenceClassification> tiny_model() {
+std::shared_ptr<ft::EncoderModel> tiny_model() {
   at::manual_seed(7);
-  return std::make_shared<ft::BertForSequenceClassification>(tiny_config());
+  return std::make_shared<ft::EncoderModel>(tiny_config());
 }
 
 ft::Batch tiny_batch(int step) {
@@ -65,7 +65,7 @@ struct Harness {
   ft::Precision precision{ft::PrecisionMode::FP32, c10::kCPU};
   ft::StrategyContext ctx;
   std::shared_ptr<ft::Strategy> strategy;
-  std::shared_ptr<ft::BertForSequenceClassification> model = tiny_model();
+  std::shared_ptr<ft::EncoderModel> model = tiny_model();
 
   explicit Harness(std::shared_ptr<ft::Strategy> s) : strategy(std::move(s)) {
     ctx.comm = comm.get();
@@ -97,7 +97,7 @@ struct Harness {
 std::shared_ptr<ft::Strategy> sharded(ft::ShardingPolicy p) { return std::make_shared<ft::ShardedStrategy>(p); }
 
 // Each unit's parameter count, model order (what ft/cost_model.h is given).
-std::vector<int64_t> unit_sizes(const ft::BertForSequenceClassification& model) {
+std::vector<int64_t> unit_sizes(const ft::EncoderModel& model) {
   std::vector<int64_t> out;
   for (const auto& unit : model.unit_parameters()) {
     int64_t n = 0;
@@ -151,7 +151,7 @@ TEST_CASE("flat layout: padded to the world size, equal contiguous shards, piece
 TEST_CASE("flat layout: the embedding unit is split equally (balanced within 1%) on bench-mini shapes") {
   ft::BertConfig c = ft::BertConfig::preset("mini");
   c.vocab_size = 21128;
-  ft::BertForSequenceClassification model(c);
+  ft::EncoderModel model(c);
   for (int world : {2, 4}) {
     int64_t per_rank = 0, total = 0;
     for (const auto& unit : model.unit_parameters()) {
@@ -410,7 +410,7 @@ TEST_CASE("bench-mini at 2 and 4 ranks: model-state bytes per rank equal ft's co
   FT_REQUIRE_SHARED("fixtures/bench-mini");
   ft_test::TempDir tmp("zero-mem");
   ft::BertConfig c = ft::BertConfig::from_json_file((ft_test::shared_dir() / "fixtures/bench-mini/config.json").string());
-  const std::vector<int64_t> units = unit_sizes(ft::BertForSequenceClassification(c));
+  const std::vector<int64_t> units = unit_sizes(ft::EncoderModel(c));
   int64_t psi = 0;
   for (int64_t n : units) psi += n;
   for (int world : {2, 4}) {
@@ -459,7 +459,7 @@ namespace {
 // The model is made by the caller: torch's generator is one per process, so
 // two threads seeding and drawing at once would interleave their draws.
 ft::TensorList train_two_rank_batches(const std::shared_ptr<ft::Strategy>& strategy,
-                                      const std::shared_ptr<ft::BertForSequenceClassification>& model, int rank,
+                                      const std::shared_ptr<ft::EncoderModel>& model, int rank,
                                       int world, int port, bool padding_free,
                                       const std::function<void(ft::Strategy&)>& check = nullptr) {
   model->set_padding_free(padding_free);
@@ -495,9 +495,9 @@ ft::TensorList train_two_rank_batches(const std::shared_ptr<ft::Strategy>& strat
 }
 }  // namespace
 
-std::shared_ptr<ft::BertForSequenceClassification> two_rank_model() {
+std::shared_ptr<ft::EncoderModel> two_rank_model() {
   at::manual_seed(3);
-  return std::make_shared<ft::BertForSequenceClassification>(ft_test::two_rank_config());
+  return std::make_shared<ft::EncoderModel>(ft_test::two_rank_config());
 }
 TEST_CASE("two ranks: the word table split by rows trains like the replicated table (uneven tokens, padding row)") {
   at::set_num_threads(1);
@@ -512,7 +512,7 @@ TEST_CASE("two ranks: the word table split by rows trains like the replicated ta
       const int port = ft::pick_free_port("127.0.0.1");
       ft::TensorList results[2];
       std::string errors[2];
-      const std::shared_ptr<ft::BertForSequenceClassification> models[2] = {two_rank_model(), two_rank_model()};
+      const std::shared_ptr<ft::EncoderModel> models[2] = {two_rank_model(), two_rank_model()};
       std::vector<std::thread> threads;
       for (int r = 0; r < 2; ++r) {
         threads.emplace_back([&, r] {

@@ -33,7 +33,7 @@
 
 namespace ft {
 
-class BertForSequenceClassification;
+class EncoderModel;
 struct BertConfig;
 
 // "<module>.adapter_down.weight" / ".bias", "<module>.adapter_up.weight" / ".bias".
@@ -49,12 +49,12 @@ std::vector<int64_t> adapter_layers(const AdapterConfig& adapter, int64_t num_la
 // Adds adapters to the chosen layers; `down` is drawn from a generator seeded
 // with `seed` (normal, std = initializer_range), `up` and the biases are zero.
 // Returns the adapted module names.
-std::vector<std::string> apply_bottleneck_adapters(BertForSequenceClassification& model, const AdapterConfig& adapter,
+std::vector<std::string> apply_bottleneck_adapters(EncoderModel& model, const AdapterConfig& adapter,
                                                    uint64_t seed);
 
 // Gives `to` (a fresh model of the same config) the adapters `from` has,
 // values copied: for strategies that build extra replicas (dp).
-void replicate_bottleneck_adapters(const BertForSequenceClassification& from, BertForSequenceClassification& to);
+void replicate_bottleneck_adapters(const EncoderModel& from, EncoderModel& to);
 
 // Adapter parameters alone: 2 x layers x (2 d m + m + d).
 int64_t bottleneck_parameter_count(const BertConfig& config, const AdapterConfig& adapter);
@@ -81,6 +81,6 @@ TensorList read_bottleneck_adapter_weights(const std::filesystem::path& dir);
 
 // Copies `dir`'s adapter (and head) tensors into a model adapted with the
 // same config; every adapter must be there with its shape.
-void load_bottleneck_adapter(BertForSequenceClassification& model, const std::filesystem::path& dir);
+void load_bottleneck_adapter(EncoderModel& model, const std::filesystem::path& dir);
 
 }  // namespace ft

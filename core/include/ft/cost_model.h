@@ -147,8 +147,9 @@ std::string format_plan(const Plan& plan, const PlanInputs& inputs);
 /// they are vocab-parallel (docs/model-parallel.md).
 int64_t tensor_sliced_params(int64_t hidden, int64_t intermediate, int64_t layers, int64_t vocab, int64_t embedding_width,
                              bool vocab_parallel);
-/// The same for a model config, whichever its family's layer (ModernBERT's
-/// fused Wqkv and GeGLU Wi hold other shapes than BERT's four Linears).
+/// The same for a model config, by the cuts its backbone declares
+/// (tensor_parallel_linears, ft/model.h): ModernBERT's fused Wqkv and GeGLU
+/// Wi hold other shapes than BERT's four Linears.
 int64_t tensor_sliced_params(const BertConfig& c, int ranks);
 
 /// Bytes per parameter of each kind of model state.

@@ -72,7 +72,7 @@ struct Node;
 
 namespace ft {
 
-class BertForSequenceClassification;
+class EncoderModel;
 class Tracer;
 
 /// How micro-batches of one optimizer step accumulate sharded gradients.
@@ -135,7 +135,7 @@ class FlatParamGroup {
   /// reduce-scatter (reduce_scatter_avg_hook, hybrid_reduce_hook); needed
   /// with grads_sharded. Installs the runner on the model when
   /// params_sharded or grads_sharded.
-  FlatParamGroup(BertForSequenceClassification& model, const std::function<bool(const std::string&)>& trainable,
+  FlatParamGroup(EncoderModel& model, const std::function<bool(const std::string&)>& trainable,
                  Comm& shard, int world, int rank, FlatParamGroupOptions options, CommHook reduce);
   ~FlatParamGroup();
   FlatParamGroup(const FlatParamGroup&) = delete;
@@ -184,7 +184,7 @@ class FlatParamGroup {
     BucketComm comm;
   };
 
-  void build_units(BertForSequenceClassification& model, const std::function<bool(const std::string&)>& trainable,
+  void build_units(EncoderModel& model, const std::function<bool(const std::string&)>& trainable,
                    int world, int rank);
   void install_grad_hooks();
 
@@ -227,7 +227,7 @@ class FlatParamGroup {
   void stash_word_grad(const at::Tensor& grad);
   void exchange_word_grads();
 
-  BertForSequenceClassification& model_;
+  EncoderModel& model_;
   Comm& shard_;
   FlatParamGroupOptions options_;
   CommHook reduce_;

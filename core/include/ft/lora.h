@@ -26,7 +26,7 @@
 
 namespace ft {
 
-class BertForSequenceClassification;
+class EncoderModel;
 
 // PEFT's rule: module `module_name` is adapted when it equals a target or
 // ends with "." + target.
@@ -45,16 +45,16 @@ bool is_lora_trainable(const std::string& hf_name, const LoraConfig& lora);
 // B is zero. Returns the adapted module names. ft::Error naming lora.targets
 // when a target matches nothing or a module that is not a Linear, or when
 // the model already has adapters.
-std::vector<std::string> apply_lora(BertForSequenceClassification& model, const LoraConfig& lora, uint64_t seed);
+std::vector<std::string> apply_lora(EncoderModel& model, const LoraConfig& lora, uint64_t seed);
 
 // Gives `to` (a fresh model of the same config) the adapters `from` has,
 // same shapes, scale and dropout, values copied: for strategies that build
 // extra replicas of the model (dp).
-void replicate_lora(const BertForSequenceClassification& from, BertForSequenceClassification& to);
+void replicate_lora(const EncoderModel& from, EncoderModel& to);
 
 // The adapted model's weights with each adapter folded into its base
 // weight, W' = W + (alpha / r) B A, and the adapter tensors dropped: a plain
-// BertForSequenceClassification state. `weights` holds HF names.
+// EncoderModel state. `weights` holds HF names.
 TensorList merge_lora(const TensorList& weights, const LoraConfig& lora);
 
 // `weights` without adapter tensors (what model.safetensors of a LoRA
@@ -90,7 +90,7 @@ TensorList read_adapter_weights(const std::filesystem::path& dir);
 // adapted with `lora`. Every adapter of the model must be in the file with
 // the right shape (a rank or target mismatch names both sides);
 // classifier.* is loaded when present.
-void load_adapter(BertForSequenceClassification& model, const std::filesystem::path& dir, const LoraConfig& lora);
+void load_adapter(EncoderModel& model, const std::filesystem::path& dir, const LoraConfig& lora);
 
 // `base` with the adapter's tensors added (replacing same-named ones, e.g. a
 // trained classifier): the full state of an adapted model.

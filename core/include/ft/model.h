@@ -1,11 +1,14 @@
-// BERT for sequence classification, with Hugging Face parameter names, so
-// weights move between ft and the HF stack without renaming.
+// An encoder and a task head (EncoderModel), with Hugging Face parameter
+// names, so weights move between ft and the HF stack without renaming. The
+// encoder is one family's backbone (core/src/model/backbones/), the head one
+// task's (core/src/model/heads/); this is the pair the Trainer, the methods
+// and the strategies see.
 //
 // The network is a sequence of *units*: 0 = embeddings, 1..L = encoder
-// layers, L+1 = head (pooler + dropout + classifier). Strategies that must
-// act around a unit (ZeRO-3/FSDP gather and free a unit's weights,
-// activation checkpointing recomputes a layer) install a UnitRunner instead
-// of re-implementing the forward pass.
+// layers, L+1 = head (pooler + dropout + classifier, or the masked LM).
+// Strategies that must act around a unit (ZeRO-3/FSDP gather and free a
+// unit's weights, activation checkpointing recomputes a layer) install a
+// UnitRunner instead of re-implementing the forward pass.
 #pragma once
 
 #include <cstdint>
@@ -119,9 +122,7 @@ struct BertConfig {
   const EncoderFamily& family() const { return encoder_family(model_type, "model config"); }
   // Tokens one sequence can hold: max_position_embeddings, less the rows
   // that RoBERTa's positions skip (0..pad_token_id).
-  int64_t max_tokens() const {
-    return max_position_embeddings - (family().positions_after_padding ? pad_token_id + 1 : 0);
-  }
+  int64_t max_tokens() const;
   int64_t embedding_width() const { return embedding_size > 0 ? embedding_size : hidden_size; }
   double head_dropout() const { return classifier_dropout >= 0.0 ? classifier_dropout : hidden_dropout_prob; }
   // DeBERTa's attention span: relative distances fall in [-span, span).
@@ -129,11 +130,23 @@ struct BertConfig {
     return deberta.position_buckets > 0 ? deberta.position_buckets : deberta.max_relative(max_position_embeddings);
   }
   // Rows of the relative-position table that travel with the activations
-  // between units (BertForSequenceClassification::carried_rows); 0: none.
+  // between units (EncoderModel::carried_rows); 0: none.
   int64_t carried_rows() const { return deberta.relative_attention ? 2 * relative_span() : 0; }
   // Checks the shapes make sense (heads divide hidden, ...); names the key.
   void validate(const std::string& source) const;
 };
+
+// What a head declares about itself for a model of config `c` (its form
+// for c's family): config.json's architectures entry, the projection whose
+// rows are the labels or the vocabulary, and (sequence classification)
+// what `ft features` writes. Names a family lacks stay empty.
+struct HeadNames {
+  std::string architecture;                // "BertForSequenceClassification", "RobertaForMaskedLM"
+  std::string output_weight, output_bias;  // "classifier.weight", "cls.predictions.bias", ...
+  std::string tied_bias;                   // masked LM: the decoder's own name for output_bias, which files may hold
+  std::string features;                    // "bert.pooler (tanh(dense(h_[CLS])))", ...
+};
+HeadNames head_names(const BertConfig& c, BertHead head);
 
 
 // Runs unit `index` as fn(input) in `pass` (kPlain unless activation
@@ -183,6 +196,19 @@ struct TensorCut {
   int dim = 0;
   int blocks = 1;
 };
+// One Linear of every encoder layer as tensor parallelism cuts it, declared
+// by the backbone beside the layer that builds it (name relative to the
+// layer, BERT's spelling where the family renames BERT's layer): cut.dim 0
+// is column-parallel (output rows, bias with them), 1 row-parallel (input
+// columns, the bias added once after the sum).
+struct ParallelLinear {
+  std::string name;
+  int64_t in = 0, out = 0;
+  bool bias = true;
+  TensorCut cut;
+};
+std::vector<ParallelLinear> tensor_parallel_linears(const BertConfig& c);
+
 // Rank `rank`'s part of `full` (a view), and the full tensor from every
 // rank's part in rank order.
 at::Tensor take_part(const at::Tensor& full, const TensorCut& cut, int rank, int size);
@@ -198,16 +224,20 @@ struct TensorParallelSplit {
   std::set<std::string> partial_grads;
 };
 
-class BertForSequenceClassification : public torch::nn::Module {
+class EncoderModel : public torch::nn::Module {
  public:
-  explicit BertForSequenceClassification(const BertConfig& config);
-  ~BertForSequenceClassification() override;
+  explicit EncoderModel(const BertConfig& config);
+  ~EncoderModel() override;
 
   // Logits [rows, num_labels] (sequence classification), or [M, vocab] at
   // the batch's mlm_positions (masked LM: only the masked tokens reach the
   // vocabulary projection, the largest matmul of a small BERT). Attention-
   // masked positions never influence unmasked ones.
   at::Tensor forward(const Batch& batch);
+  // The shape forward(batch) returns, without running it (a pipeline stage
+  // that does not compute the head): [rows, num_labels], or [masked
+  // tokens, vocab].
+  std::vector<int64_t> logits_shape(const Batch& batch) const;
   // The pooler's output [rows, hidden], tanh(dense(h_[CLS])): what the
   // classifier reads, and what `ft features` writes. Plain execution (no
   // unit runner, no checkpointing): for evaluation under NoGradGuard.
@@ -335,20 +365,13 @@ class BertForSequenceClassification : public torch::nn::Module {
   UnitRunner* runner_ = nullptr;
   bool checkpointing_ = false;
   std::shared_ptr<const TokenLayout> layout_of(const Batch& batch) const;
-  // [T, hidden] token states (no carried rows) -> [rows, hidden], what the
-  // classification head reads: column 0's state, or (ModernBERT) the final
-  // norm and then column 0's or the attended tokens' mean.
-  at::Tensor pooled_tokens(const at::Tensor& tokens, const Batch& batch, const TokenLayout& layout) const;
-  // shard_tensor_parallel's part for ModernBERT's layers (tensor_parallel.cpp).
-  void shard_modern_layers(const TensorParallelOps& ops, const std::shared_ptr<const TensorParallelOps>& shared,
-                           TensorParallelSplit& out);
   bool padding_free_ = true;
   AttentionKernel attention_ = AttentionKernel::kAuto;
 };
 
 // The load report as transformers prints it: one line of what was loaded,
 // then one line each for the new, the replaced and the unused tensors.
-std::vector<std::string> describe_load(const BertForSequenceClassification::LoadReport& report,
+std::vector<std::string> describe_load(const EncoderModel::LoadReport& report,
                                        const std::string& source);
 
 // Loads weights from model.safetensors, pytorch_model.bin or a checkpoint

@@ -11,7 +11,7 @@
 
 namespace ft {
 
-class BertForSequenceClassification;
+class EncoderModel;
 
 // Glob match on HF names: `*` any run of characters (dots included), `?` one.
 bool glob_match(const std::string& pattern, const std::string& name);
@@ -24,11 +24,11 @@ bool glob_match(const std::string& pattern, const std::string& name);
 //   d^(L+1)) times head_lr / lr on the head when head_lr > 0.
 // Errors (ft::Error) name the key: a freeze pattern that matches nothing,
 // freeze_layers beyond the model's depth, a plan that trains nothing.
-ParamPlan build_param_plan(const BertForSequenceClassification& model, const TrainConfig& train,
+ParamPlan build_param_plan(const EncoderModel& model, const TrainConfig& train,
                            const std::function<bool(const std::string&)>& lora_trainable = {});
 
 // Sets requires_grad on every parameter of `model` from the plan (what
 // every strategy's setup does first); a name the plan leaves out trains.
-void apply_trainable(BertForSequenceClassification& model, const ParamPlan& plan);
+void apply_trainable(EncoderModel& model, const ParamPlan& plan);
 
 }  // namespace ft

@@ -37,7 +37,7 @@
 
 namespace ft {
 
-class BertForSequenceClassification;
+class EncoderModel;
 struct BertConfig;
 
 enum class PromptMethod { kPrompt, kPrefix };
@@ -83,12 +83,12 @@ void check_prompt_positions(const BertConfig& config, const PromptLearning& p, i
 // `encode` gives the ids of init_text, special tokens included: the run's
 // tokenizer, which the caller holds (empty: none, and init text is refused).
 using PromptTextEncoder = std::function<std::vector<int64_t>(const std::string&)>;
-void apply_prompt_learning(BertForSequenceClassification& model, const PromptLearning& p, uint64_t seed,
+void apply_prompt_learning(EncoderModel& model, const PromptLearning& p, uint64_t seed,
                            const PromptTextEncoder& encode = {});
 
 // Gives `to` (a fresh model of the same config) `from`'s virtual tokens,
 // values copied: for strategies that build extra replicas (dp).
-void replicate_prompt_learning(const BertForSequenceClassification& from, BertForSequenceClassification& to);
+void replicate_prompt_learning(const EncoderModel& from, EncoderModel& to);
 
 // `weights` without the prompt or prefixes (what model.safetensors of a
 // prompt-learning checkpoint holds).
@@ -122,7 +122,7 @@ TensorList read_prompt_learning_weights(const std::filesystem::path& dir, const 
 
 // Copies `dir`'s tensors into a model given the same method; the length and
 // method must match (the error says which key to set).
-void load_prompt_learning(BertForSequenceClassification& model, const std::filesystem::path& dir,
+void load_prompt_learning(EncoderModel& model, const std::filesystem::path& dir,
                           const PromptLearning& p);
 
 }  // namespace ft

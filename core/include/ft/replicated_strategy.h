@@ -19,7 +19,7 @@ namespace ft {
 
 class ReplicatedStrategy : public Strategy {
  public:
-  void setup(std::shared_ptr<BertForSequenceClassification> model, const OptimizerSpec& optimizer,
+  void setup(std::shared_ptr<EncoderModel> model, const OptimizerSpec& optimizer,
              const ParamPlan& plan, StrategyContext& ctx) override;
   at::Tensor forward(const Batch& batch) override;
   void backward(const at::Tensor& loss, bool sync_grads) override;

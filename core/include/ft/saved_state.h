@@ -14,7 +14,7 @@ namespace ft {
 
 /// The HF name of a saved tensor: a DDP-style "module." prefix (a state
 /// dict saved from a wrapped model) is dropped, as
-/// BertForSequenceClassification::load_weights does.
+/// EncoderModel::load_weights does.
 std::string hf_name(const std::string& saved_name);
 
 /// Saved tensors by name. Holds pointers into the list it was made from,

@@ -31,7 +31,7 @@
 
 namespace ft {
 
-class BertForSequenceClassification;
+class EncoderModel;
 class Comm;
 class Tracer;
 
@@ -64,7 +64,7 @@ class __attribute__((visibility("default"))) Strategy {
   // Take the model (weights already loaded on CPU, identical on every rank
   // or broadcast here from rank 0), place/wrap/shard it, build the optimizer.
   // Collective.
-  virtual void setup(std::shared_ptr<BertForSequenceClassification> model,
+  virtual void setup(std::shared_ptr<EncoderModel> model,
                      const OptimizerSpec& optimizer, const ParamPlan& plan,
                      StrategyContext& ctx) = 0;
 
@@ -134,9 +134,9 @@ class __attribute__((visibility("default"))) Strategy {
  protected:
   // The opening every setup() shares: keeps `ctx` and the model, moves the
   // model to ctx.device and freezes what `plan` does not train.
-  void adopt(std::shared_ptr<BertForSequenceClassification> model, const ParamPlan& plan, StrategyContext& ctx);
+  void adopt(std::shared_ptr<EncoderModel> model, const ParamPlan& plan, StrategyContext& ctx);
 
-  std::shared_ptr<BertForSequenceClassification> model_;
+  std::shared_ptr<EncoderModel> model_;
   StrategyContext* ctx_ = nullptr;  // adopt()'s; the Trainer keeps it alive past teardown()
 };
 

@@ -12,7 +12,7 @@
 
 namespace ft {
 
-class BertForSequenceClassification;
+class EncoderModel;
 class Tokenizer;
 struct CheckpointData;
 struct LoadedCheckpoint;
@@ -28,7 +28,7 @@ struct AppliedMethod {
 // adapters or virtual tokens drawn with train.seed, or the saved ones the
 // method's path names. `tokenizer` (null for pre-tokenized data) serves
 // prompt.init=text and the position check against data.max_seq_len.
-AppliedMethod apply_tuning_method(BertForSequenceClassification& model, const RunConfig& config,
+AppliedMethod apply_tuning_method(EncoderModel& model, const RunConfig& config,
                                   const Tokenizer* tokenizer);
 
 // Records `config`'s method in a checkpoint about to be saved; `base_model`
@@ -37,7 +37,7 @@ void describe_tuning_method(CheckpointData& data, const RunConfig& config, const
 
 // Gives a fresh model a loaded checkpoint's method (the values then come
 // with c.model through load_weights).
-void apply_checkpoint_method(BertForSequenceClassification& model, const LoadedCheckpoint& c);
+void apply_checkpoint_method(EncoderModel& model, const LoadedCheckpoint& c);
 
 // Makes `config` use checkpoint `dir`'s method, loaded from `dir` (ft eval).
 void use_checkpoint_method(RunConfig& config, const std::filesystem::path& dir);

@@ -280,11 +280,10 @@ void prepare_text_inputs(const RunConfig& config, RunInputs& in) {
   }
   in.label_names = train.label_names;
   const auto n_labels = static_cast<int64_t>(in.label_names.size());
+  const std::string classifier = head_names(in.model_config, BertHead::kSequenceClassification).output_weight;
   const bool has_classifier =
       in.initial_weights && std::any_of(in.initial_weights->begin(), in.initial_weights->end(),
-                                        [&](const auto& named) {
-                                          return named.first == in.model_config.family().classifier_weight();
-                                        });
+                                        [&](const auto& named) { return named.first == classifier; });
   if (has_classifier && relabelled(in.model_config.id2label, in.label_names)) {
     // Re-heading: the weights' classifier answers another question; as
     // from_pretrained(..., num_labels=N, ignore_mismatched_sizes=True) does,

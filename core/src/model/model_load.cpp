@@ -1,4 +1,4 @@
-// BertForSequenceClassification::load_weights: initial weights and checkpoints
+// EncoderModel::load_weights: initial weights and checkpoints
 // into the parameters, with transformers' from_pretrained rules (see model.h).
 #include <map>
 #include <set>
@@ -22,9 +22,9 @@ std::string module_of(const std::string& name) { return name.substr(0, name.rfin
 std::string shape_of(const at::Tensor& t) { return fmt::format("{}", fmt::join(t.sizes(), "x")); }
 
 bool is_base_model_key(const std::string& key, const EncoderFamily& family) {
-  if (family.modern_layer) return starts_with(key, "embeddings.") || starts_with(key, "layers.") || starts_with(key, "final_norm.");
-  return starts_with(key, "embeddings.") || starts_with(key, "embeddings_project.") || starts_with(key, "encoder.") ||
-         starts_with(key, "pooler.");
+  for (const auto& module : family.base_modules)
+    if (starts_with(key, module)) return true;
+  return false;
 }
 
 // Names as this model knows them. A base-model checkpoint (a BertModel, what
@@ -33,7 +33,7 @@ bool is_base_model_key(const std::string& key, const EncoderFamily& family) {
 // do we. RoBERTa's masked-LM file may keep the decoder's bias under
 // lm_head.decoder.bias only (it is tied to lm_head.bias).
 std::map<std::string, const at::Tensor*> canonical_names(const TensorList& weights, const EncoderFamily& family,
-                                                        bool& base_model_names) {
+                                                        const HeadNames& mlm, bool& base_model_names) {
   std::map<std::string, const at::Tensor*> given;
   bool has_prefix = false, has_base_keys = false;
   for (const auto& [name, t] : weights) {
@@ -42,8 +42,7 @@ std::map<std::string, const at::Tensor*> canonical_names(const TensorList& weigh
     has_base_keys |= is_base_model_key(key, family);
     given[key] = &t;
   }
-  const std::string tied_bias = family.mlm_decoder() + ".bias";
-  if (given.count(tied_bias) && !given.count(family.mlm_bias())) given[family.mlm_bias()] = given[tied_bias];
+  if (given.count(mlm.tied_bias) && !given.count(mlm.output_bias)) given[mlm.output_bias] = given[mlm.tied_bias];
   base_model_names = !has_prefix && has_base_keys;
   if (!base_model_names) return given;
   std::map<std::string, const at::Tensor*> renamed;
@@ -69,7 +68,7 @@ std::string describe_tensors(const std::vector<std::string>& names) {
 
 }  // namespace
 
-std::vector<std::string> describe_load(const BertForSequenceClassification::LoadReport& r, const std::string& source) {
+std::vector<std::string> describe_load(const EncoderModel::LoadReport& r, const std::string& source) {
   std::vector<std::string> lines;
   lines.push_back(fmt::format("{}: loaded {} tensors{}", source, r.loaded,
                               r.base_model_names ? fmt::format(" (a {}Model: its names gained the '{}' prefix)",
@@ -88,7 +87,7 @@ std::vector<std::string> describe_load(const BertForSequenceClassification::Load
   return lines;
 }
 
-BertForSequenceClassification::LoadReport BertForSequenceClassification::load_weights(const TensorList& weights,
+EncoderModel::LoadReport EncoderModel::load_weights(const TensorList& weights,
                                                                                       const std::string& source,
                                                                                       const LoadOptions& options) {
   const EncoderFamily& family = config_.family();
@@ -100,7 +99,8 @@ BertForSequenceClassification::LoadReport BertForSequenceClassification::load_we
   LoadReport report;
   report.family_class = family.class_prefix;
   report.family_prefix = base;
-  const auto given = canonical_names(weights, family, report.base_model_names);
+  const HeadNames mlm = head_names(config_, BertHead::kMaskedLM);
+  const auto given = canonical_names(weights, family, mlm, report.base_model_names);
   const int head = num_units() - 1;
   std::set<std::string> given_modules;
   for (const auto& [key, t] : given) given_modules.insert(module_of(key));
@@ -150,7 +150,7 @@ BertForSequenceClassification::LoadReport BertForSequenceClassification::load_we
     if (!ignorable) fail("{}: unexpected tensor '{}' (not part of this {} model)", source, key, family.model_type);
     const bool buffer = ends_with(key, "embeddings.position_ids") || ends_with(key, "embeddings.token_type_ids");
     // The tied decoder's copies are this model's tensors under another name, not unused ones.
-    const bool tied = key == family.mlm_decoder() + ".bias" || key == family.mlm_decoder() + ".weight";
+    const bool tied = key == mlm.tied_bias || key == mlm.output_weight;
     if (!buffer && !tied) report.ignored.push_back(key);
   }
   return report;

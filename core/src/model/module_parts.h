@@ -1,6 +1,7 @@
-// What every family's modules are made of, private to core/src/model:
-// bert_modules.h (BERT's post-norm layer and the families that share it) and
-// modern_modules.h (ModernBERT's pre-norm rotary layer) both build on these.
+// What every backbone's and head's modules are made of, private to
+// core/src/model: BERT's post-norm layer (backbones/bert/bert_layer.h, shared
+// by the families built on it), ModernBERT's pre-norm rotary layer
+// (backbones/modernbert/) and the heads (heads/) all build on these.
 #pragma once
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <torch/nn/modules/dropout.h>
 
 #include "ft/dropout.h"
+#include "ft/error.h"
 #include "ft/model.h"
 #include "ft/packed_attention.h"
 #include "ft/token_layout.h"
@@ -66,6 +68,16 @@ inline at::Tensor attend(const at::Tensor& scores, double scale_dim, const at::T
 // One encoder layer (units 1..L): [T + carried rows, hidden] in and out.
 struct EncoderLayer : torch::nn::Module {
   virtual at::Tensor forward(const at::Tensor& in, const TokenLayout& layout) = 0;
+  // After its weights were cut (ft/model.h, shard_tensor_parallel): compute
+  // with `tp`, each head's dimensions split over `ranks_per_head` ranks
+  // (1: this rank holds whole heads).
+  virtual void set_tensor_parallel(const std::shared_ptr<const TensorParallelOps>& tp, int64_t ranks_per_head) = 0;
+  // Prefix tuning's keys and values [P, hidden], in the layer's attention;
+  // only layers that take past key values (EncoderFamily::prefix_tuning) have them.
+  virtual void add_prefix(const at::Tensor& key, const at::Tensor& value) {
+    (void)key, (void)value;
+    fail("model: this layer takes no attention prefix");
+  }
 };
 
 // A row-parallel Linear under tensor parallelism: partial products summed,
@@ -79,15 +91,6 @@ inline at::Tensor row_parallel(AdaptableLinearImpl& dense, const TensorParallelO
   if (dense.bias.defined()) y = y + dense.bias;
   return dense.output_adapter ? y + dense.output_adapter(y) : y;
 }
-
-// The classification head as one unit, whichever the family's style.
-struct ClassificationHead : torch::nn::Module {
-  // pooled: [rows, hidden], what the family pools each row into (column 0's
-  // state, [CLS] / <s>, or ModernBERT's mean) -> logits.
-  virtual at::Tensor forward(const at::Tensor& pooled) = 0;
-  // What the final projection reads, without dropout: `ft features`' vectors.
-  virtual at::Tensor features(const at::Tensor& pooled) = 0;
-};
 
 // Registers `module` at a dotted path below `root` ("cls.predictions",
 // "transformer.layer"), making the holder modules between them, or reusing

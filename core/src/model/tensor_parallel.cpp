@@ -1,14 +1,14 @@
-// BertForSequenceClassification::shard_tensor_parallel: Megatron's slicing of
-// the encoder (strategies/tensor runs it; docs/model-parallel.md has the
-// layout and its costs).
+// EncoderModel::shard_tensor_parallel: Megatron's slicing of the encoder
+// (strategies/tensor runs it; docs/model-parallel.md has the layout and its
+// costs), by the cuts each backbone declares for its layer's Linears.
 #include <string>
 
 #include <c10/core/GradMode.h>
 #include <fmt/format.h>
 
-#include "bert_modules.h"
 #include "ft/error.h"
 #include "ft/model.h"
+#include "model/encoder_parts.h"
 #include "text_affix.h"
 
 namespace ft {
@@ -16,68 +16,32 @@ using namespace model_detail;
 
 namespace {
 
-// The six Linears of a layer; column-parallel ones are cut by output rows,
-// row-parallel ones by input columns.
-struct CutLinear {
-  const char* name;
-  bool column;
-};
-const CutLinear kLinears[] = {{"attention.self.query", true},   {"attention.self.key", true},
-                              {"attention.self.value", true},   {"intermediate.dense", true},
-                              {"attention.output.dense", false}, {"output.dense", false}};
-
-enum class Cut { kWhole, kRows, kColumns, kPartialGrad, kUnknown };
-
-// How a layer parameter (name relative to the layer) is laid out across the group.
-Cut cut_of(const std::string& name) {
-  if (name == "attention.self.prefix_key" || name == "attention.self.prefix_value") return Cut::kColumns;  // by heads
-  if (name == "attention.output.LayerNorm.weight" || name == "attention.output.LayerNorm.bias" ||
-      name == "output.LayerNorm.weight" || name == "output.LayerNorm.bias") {
-    return Cut::kWhole;
-  }
-  for (const auto& l : kLinears) {
-    const std::string prefix = std::string(l.name) + ".";
-    if (!starts_with(name, prefix)) continue;
-    const std::string rest = name.substr(prefix.size());
-    if (rest == "weight") return l.column ? Cut::kRows : Cut::kColumns;
-    if (rest == "bias") return l.column ? Cut::kRows : Cut::kWhole;  // a row-parallel bias is added after the sum
-    if (rest == "lora_A.weight") return l.column ? Cut::kPartialGrad : Cut::kColumns;
-    if (rest == "lora_B.weight") return l.column ? Cut::kRows : Cut::kPartialGrad;
-    // A bottleneck adapter on a row-parallel Linear reads the summed output.
-    if (!l.column && starts_with(rest, "adapter_")) return Cut::kWhole;
-    return Cut::kUnknown;
-  }
-  return Cut::kUnknown;
-}
-
-// Keeps this rank's part, in place: set_data() keeps every handle to the
-// tensor (module members, LoRA closures) pointing at the slice.
-void keep_part(const at::Tensor& t, const TensorCut& cut, const TensorParallelOps& ops) {
-  t.set_data(take_part(t, cut, ops.rank, ops.size).clone());
-}
-
-// ModernBERT's layer, by transformers' names relative to the layer: the
-// fused Wqkv and Wi are column-parallel by blocks (each rank's q, k and v of
-// its heads; its share of the input and of the gate), both Wo row-parallel.
-struct ModernCut {
-  const char* name;
-  TensorCut cut;
-};
-const ModernCut kModernLinears[] = {{"attn.Wqkv", {0, 3}}, {"mlp.Wi", {0, 2}}, {"attn.Wo", {1, 1}}, {"mlp.Wo", {1, 1}}};
-
-// How a ModernBERT layer parameter is laid out; false: whole on every rank.
-// Unknown names (not a norm, a Linear, LoRA or an adapter on Wo) fail.
-bool modern_cut(const std::string& name, TensorCut& cut, bool& partial_grad) {
+// How a layer parameter (name relative to the layer, in the computing
+// layer's spelling) is laid out across the group: true and `cut` when this
+// rank keeps a part; `partial_grad` when it stays whole but its gradient is
+// this rank's share. Norms stay whole. A Linear's weight follows its cut;
+// a column-parallel bias is cut with the rows, a row-parallel one is added
+// after the sum; LoRA's B rows on a column-parallel Linear and A's columns
+// on a row-parallel one are cut (the other matrix stays whole); a
+// bottleneck adapter on a row-parallel Linear reads the summed output.
+bool layer_cut(const Backbone& backbone, const std::vector<ParallelLinear>& linears, const std::string& name,
+               const std::string& full_name, TensorCut& cut, bool& partial_grad) {
   partial_grad = false;
-  if (ends_with(name, "norm.weight") || ends_with(name, "norm.bias")) return false;
-  for (const auto& l : kModernLinears) {
-    const std::string prefix = std::string(l.name) + ".";
+  for (const auto& [tensor, tensor_cut] : backbone.parallel_tensors()) {
+    if (name == tensor) {
+      cut = tensor_cut;
+      return true;
+    }
+  }
+  if (is_layer_norm_parameter(name)) return false;
+  for (const auto& l : linears) {
+    const std::string prefix = l.name + ".";
     if (!starts_with(name, prefix)) continue;
     const std::string rest = name.substr(prefix.size());
     const bool column = l.cut.dim == 0;
     cut = l.cut;
     if (rest == "weight") return true;
-    if (rest == "bias") return column;  // a row-parallel bias is added after the sum
+    if (rest == "bias") return column;
     if (rest == "lora_A.weight") {
       partial_grad = column;
       return !column;
@@ -88,10 +52,16 @@ bool modern_cut(const std::string& name, TensorCut& cut, bool& partial_grad) {
       return column;
     }
     if (!column && starts_with(rest, "adapter_")) return false;
+    break;
   }
-  fail("tensor parallelism cannot place '{}': it knows ModernBERT's layer weights, LoRA on its Linears and "
-       "bottleneck adapters on attn.Wo and mlp.Wo; train it with pipeline, ddp or a zero/fsdp strategy",
-       name);
+  fail("tensor parallelism cannot place '{}': it knows {}; train it with pipeline, ddp or a zero/fsdp strategy",
+       full_name, backbone.tensor_parallel_knows());
+}
+
+// Keeps this rank's part, in place: set_data() keeps every handle to the
+// tensor (module members, LoRA closures) pointing at the slice.
+void keep_part(const at::Tensor& t, const TensorCut& cut, const TensorParallelOps& ops) {
+  t.set_data(take_part(t, cut, ops.rank, ops.size).clone());
 }
 
 }  // namespace
@@ -116,13 +86,14 @@ at::Tensor join_parts(const std::vector<at::Tensor>& parts, const TensorCut& cut
   return at::cat(pieces, cut.dim);
 }
 
+std::vector<ParallelLinear> tensor_parallel_linears(const BertConfig& c) {
+  return backbone_of(c.model_type, "model config").parallel_linears(c);
+}
+
 std::string tensor_parallel_refusal(const BertConfig& c, int ranks) {
+  const std::string own = backbone_of(c.model_type, "model config").tensor_parallel_refusal(c, ranks);
+  if (!own.empty()) return own;
   const int64_t heads = c.num_attention_heads, head_dim = c.hidden_size / c.num_attention_heads;
-  if (c.family().modern_layer && heads % ranks != 0) {  // RoPE rotates pairs across a head's dimensions
-    return fmt::format("tensor parallelism over {} ranks: ModernBERT's {} attention heads must divide by {} (rotary "
-                       "positions keep each head whole); pick another strategy.options.tp_size",
-                       ranks, heads, ranks);
-  }
   const bool heads_split = heads % ranks == 0 || (ranks % heads == 0 && head_dim % (ranks / heads) == 0);
   if (!heads_split) {
     return fmt::format("tensor parallelism over {} ranks: the {} attention heads must divide by {}, or {} by the "
@@ -138,7 +109,7 @@ std::string tensor_parallel_refusal(const BertConfig& c, int ranks) {
   return "";
 }
 
-TensorParallelSplit BertForSequenceClassification::shard_tensor_parallel(const TensorParallelOps& ops) {
+TensorParallelSplit EncoderModel::shard_tensor_parallel(const TensorParallelOps& ops) {
   const auto& c = config_;
   const std::string refusal = tensor_parallel_refusal(c, ops.size);
   if (!refusal.empty()) fail("{}", refusal);
@@ -151,83 +122,38 @@ TensorParallelSplit BertForSequenceClassification::shard_tensor_parallel(const T
   auto shared = std::make_shared<const TensorParallelOps>(ops);
   c10::NoGradGuard no_grad;
   TensorParallelSplit out;
-  // Vocab-parallel word embeddings when the rows divide evenly; a tied MLM
-  // decoder then reads this rank's rows and scores its slice of the vocabulary.
-  auto& emb = *parts_->bert->embeddings;
-  if (c.vocab_size % ops.size == 0 && (!parts_->mlm || ops.gather_columns)) {
+  // Vocab-parallel word embeddings when the rows divide evenly; a head that
+  // reads them (a tied decoder) then follows with its own rows.
+  auto& emb = *parts_->base->embeddings;
+  Head& head = *parts_->head;
+  if (c.vocab_size % ops.size == 0 && head.follows_vocab_parallel(ops)) {
     keep_part(emb.word_embeddings->weight, TensorCut{}, ops);
     emb.vocab_begin = ops.rank * (c.vocab_size / ops.size);
     emb.tp = shared;
     out.sliced[c.family().word_embeddings()] = TensorCut{};
-    if (parts_->mlm) {
-      parts_->mlm->tp = shared;
-      if (parts_->mlm->bias.defined()) {
-        keep_part(parts_->mlm->bias, TensorCut{}, ops);
-        out.sliced[c.family().mlm_bias()] = TensorCut{};
-      }
+    for (const auto& [name, t] : head.vocab_parallel(shared)) {
+      keep_part(t, TensorCut{}, ops);
+      out.sliced[name] = TensorCut{};
     }
   }
-  if (c.family().modern_layer) {
-    shard_modern_layers(ops, shared, out);
-    return out;
-  }
-  for (size_t i = 0; i < parts_->bert->layers.size(); ++i) {
-    auto& layer = dynamic_cast<LayerImpl&>(*parts_->bert->layers[i]);
+  const Backbone& backbone = *parts_->backbone;
+  const std::vector<ParallelLinear> linears = backbone.parallel_linears(c);
+  for (size_t i = 0; i < parts_->base->layers.size(); ++i) {
+    auto& layer = *parts_->base->layers[i];
     const std::string prefix = unit_prefix(static_cast<int>(i) + 1);
     for (const auto& p : layer.named_parameters()) {
-      const std::string name = prefix + c.family().layer_name(p.key());  // p.key(): BERT's spelling, as cut_of reads
-      switch (cut_of(p.key())) {
-        case Cut::kWhole:
-          break;
-        case Cut::kRows:
-          keep_part(p.value(), TensorCut{0, 1}, ops);
-          out.sliced[name] = TensorCut{0, 1};
-          break;
-        case Cut::kColumns:
-          keep_part(p.value(), TensorCut{1, 1}, ops);
-          out.sliced[name] = TensorCut{1, 1};
-          break;
-        case Cut::kPartialGrad:
-          out.partial_grads.insert(name);
-          break;
-        case Cut::kUnknown:
-          fail("tensor parallelism cannot place '{}': it knows BERT's layer weights, LoRA on any of the layer's "
-               "Linears, bottleneck adapters on attention.output.dense and output.dense, and prefixes; train it "
-               "with pipeline, ddp or a zero/fsdp strategy",
-               name);
-      }
-    }
-    auto& self = *layer.attention->self;
-    if (whole_heads) {
-      self.heads /= ops.size;
-    } else {
-      self.heads = 1;
-      self.head_dim /= per_head;
-      self.tp = shared;
-    }
-    layer.attention->tp = layer.attention->output->tp = layer.tp = layer.output->tp = shared;
-  }
-  return out;
-}
-
-void BertForSequenceClassification::shard_modern_layers(const TensorParallelOps& ops,
-                                                        const std::shared_ptr<const TensorParallelOps>& shared,
-                                                        TensorParallelSplit& out) {
-  for (size_t i = 0; i < parts_->bert->layers.size(); ++i) {
-    auto& layer = dynamic_cast<ModernLayerImpl&>(*parts_->bert->layers[i]);
-    const std::string prefix = unit_prefix(static_cast<int>(i) + 1);
-    for (const auto& p : layer.named_parameters()) {
+      const std::string name = prefix + c.family().layer_name(p.key());  // p.key(): the computing layer's spelling
       TensorCut cut;
       bool partial = false;
-      if (modern_cut(p.key(), cut, partial)) {
+      if (layer_cut(backbone, linears, p.key(), name, cut, partial)) {
         keep_part(p.value(), cut, ops);
-        out.sliced[prefix + p.key()] = cut;
+        out.sliced[name] = cut;
       }
-      if (partial) out.partial_grads.insert(prefix + p.key());
+      if (partial) out.partial_grads.insert(name);
     }
-    layer.attn->heads /= ops.size;
-    layer.tp = layer.attn->tp = layer.mlp->tp = shared;
+    layer.set_tensor_parallel(shared, per_head);
   }
+  return out;
 }
 
 }  // namespace ft

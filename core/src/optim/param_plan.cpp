@@ -30,7 +30,7 @@ bool glob_match(const std::string& pattern, const std::string& name) {
   return p == pattern.size();
 }
 
-ParamPlan build_param_plan(const BertForSequenceClassification& model, const TrainConfig& train,
+ParamPlan build_param_plan(const EncoderModel& model, const TrainConfig& train,
                            const std::function<bool(const std::string&)>& lora_trainable) {
   const TensorList weights = model.weights();
   ParamPlan plan = default_param_plan(weights, train.weight_decay, train.decay_bias_and_norm);
@@ -71,7 +71,7 @@ ParamPlan build_param_plan(const BertForSequenceClassification& model, const Tra
   return plan;
 }
 
-void apply_trainable(BertForSequenceClassification& model, const ParamPlan& plan) {
+void apply_trainable(EncoderModel& model, const ParamPlan& plan) {
   for (auto& item : model.named_parameters()) {
     auto it = plan.find(item.key());
     item.value().set_requires_grad(it == plan.end() || it->second.trainable);

@@ -185,16 +185,14 @@ int64_t tensor_sliced_params(int64_t hidden, int64_t intermediate, int64_t layer
 }
 
 int64_t tensor_sliced_params(const BertConfig& c, int ranks) {
-  const bool vocab_parallel = c.vocab_size % ranks == 0;
-  if (!c.family().modern_layer) {
-    return tensor_sliced_params(c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.vocab_size,
-                                c.embedding_width(), vocab_parallel);
+  // A column-parallel Linear's bias is cut with its rows; a row-parallel
+  // one's stays whole.
+  int64_t per_layer = 0;
+  for (const ParallelLinear& l : tensor_parallel_linears(c)) {
+    per_layer += l.in * l.out + (l.bias && l.cut.dim == 0 ? l.out : 0);
   }
-  const int64_t h = c.hidden_size, i = c.intermediate_size;
-  // Wqkv and Wi by rows, with their biases; both Wo by columns (their biases stay whole).
-  const int64_t per_layer = 3 * h * h + (c.modern.attention_bias ? 3 * h : 0) + 2 * i * h +
-                            (c.modern.mlp_bias ? 2 * i : 0) + h * h + i * h;
-  return c.num_hidden_layers * per_layer + (vocab_parallel ? c.vocab_size * h : 0);
+  const bool vocab_parallel = c.vocab_size % ranks == 0;
+  return c.num_hidden_layers * per_layer + (vocab_parallel ? c.vocab_size * c.embedding_width() : 0);
 }
 
 double zero_state_bytes(int stage, double params, int world_size, const StateAccounting& a) {

@@ -29,7 +29,7 @@ class FlatParamGroup::Runner final : public UnitRunner {
 namespace {
 // Moves the word table out of unit 0's parameters when it is to be sharded
 // by rows (see the header); empty when it stays.
-TensorList take_word_table(const BertForSequenceClassification& model, std::vector<TensorList>& unit_params,
+TensorList take_word_table(const EncoderModel& model, std::vector<TensorList>& unit_params,
                            const FlatParamGroupOptions& options) {
   if (!options.shard_word_table || !options.grads_sharded || unit_params.empty()) return {};
   for (int u = 0; u < model.num_units(); ++u) {
@@ -49,7 +49,7 @@ TensorList take_word_table(const BertForSequenceClassification& model, std::vect
 }
 }  // namespace
 
-FlatParamGroup::FlatParamGroup(BertForSequenceClassification& model,
+FlatParamGroup::FlatParamGroup(EncoderModel& model,
                                const std::function<bool(const std::string&)>& trainable, Comm& shard, int world,
                                int rank, FlatParamGroupOptions options, CommHook reduce)
     : model_(model), shard_(shard), options_(options), reduce_(std::move(reduce)) {
@@ -81,7 +81,7 @@ FlatParamGroup::~FlatParamGroup() {
   if (words_unit_ >= 0) model_.set_word_lookup(nullptr);
 }
 
-void FlatParamGroup::build_units(BertForSequenceClassification& model,
+void FlatParamGroup::build_units(EncoderModel& model,
                                  const std::function<bool(const std::string&)>& trainable, int world, int rank) {
   auto unit_params = model.unit_parameters();
   const int n = static_cast<int>(unit_params.size());

@@ -15,7 +15,7 @@
 
 namespace ft {
 
-void ReplicatedStrategy::setup(std::shared_ptr<BertForSequenceClassification> model,
+void ReplicatedStrategy::setup(std::shared_ptr<EncoderModel> model,
                                const OptimizerSpec& optimizer, const ParamPlan& plan,
                                StrategyContext& ctx) {
   adopt(std::move(model), plan, ctx);

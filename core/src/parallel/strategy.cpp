@@ -14,7 +14,7 @@ void Strategy::set_training(bool training) {
   if (model_) model_->train(training);
 }
 
-void Strategy::adopt(std::shared_ptr<BertForSequenceClassification> model, const ParamPlan& plan,
+void Strategy::adopt(std::shared_ptr<EncoderModel> model, const ParamPlan& plan,
                      StrategyContext& ctx) {
   ctx_ = &ctx;
   model_ = std::move(model);

@@ -75,7 +75,7 @@ struct Trainer::Impl {
   std::unique_ptr<Precision> precision;
   std::unique_ptr<Objective> objective;
   StrategyContext ctx;
-  std::shared_ptr<BertForSequenceClassification> model;
+  std::shared_ptr<EncoderModel> model;
   TrainerState state;
   std::optional<ClassificationReport> last_eval;
   // Counted before setup: strategies that slice the model (tensor) leave
@@ -127,9 +127,9 @@ struct Trainer::Impl {
     // Same seed on every rank: identical random init without a broadcast.
     at::manual_seed(static_cast<uint64_t>(config.train.seed));
     objective = make_objective(config, inputs);
-    model = std::make_shared<BertForSequenceClassification>(inputs.model_config);
+    model = std::make_shared<EncoderModel>(inputs.model_config);
     if (inputs.initial_weights) {
-      BertForSequenceClassification::LoadOptions load;
+      EncoderModel::LoadOptions load;
       load.head_optional = true;
       load.replace_classifier = inputs.replace_classifier;
       for (const auto& line : describe_load(model->load_weights(*inputs.initial_weights, inputs.weights_source, load),

@@ -11,7 +11,7 @@
 
 namespace ft {
 
-AppliedMethod apply_tuning_method(BertForSequenceClassification& model, const RunConfig& config,
+AppliedMethod apply_tuning_method(EncoderModel& model, const RunConfig& config,
                                   const Tokenizer* tokenizer) {
   const auto seed = static_cast<uint64_t>(config.train.seed);
   AppliedMethod m;
@@ -60,7 +60,7 @@ void describe_tuning_method(CheckpointData& data, const RunConfig& config, const
   }
 }
 
-void apply_checkpoint_method(BertForSequenceClassification& model, const LoadedCheckpoint& c) {
+void apply_checkpoint_method(EncoderModel& model, const LoadedCheckpoint& c) {
   if (c.lora) apply_lora(model, *c.lora, 0);
   if (c.adapter) apply_bottleneck_adapters(model, *c.adapter, 0);
   if (c.prompt_learning) {

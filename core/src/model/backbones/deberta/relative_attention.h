@@ -1,6 +1,6 @@
-// DeBERTa-v2/v3's disentangled attention terms, private to core/src/model:
-// the relative-position part that SelfAttentionImpl adds to its scores when
-// the family is deberta-v2 (bert_modules.h).
+// DeBERTa-v2/v3's disentangled attention terms: the relative-position part
+// that BERT's SelfAttentionImpl adds to its scores (RelativeScores,
+// backbones/bert/bert_layer.h) in DeBERTa's layers.
 //
 // Every layer reads one table of relative-position embeddings, [2 span,
 // hidden] (normalised once by unit 0 and carried with the activations). A
@@ -24,6 +24,7 @@
 
 #include "ft/model.h"
 #include "ft/token_layout.h"
+#include "model/backbones/bert/bert_layer.h"
 
 namespace ft {
 namespace model_detail {
@@ -46,22 +47,22 @@ struct GatherLast : torch::autograd::Function<GatherLast> {
   }
 };
 
-struct RelativeAttention {
+// scale_factor: 1 + the number of relative terms.
+struct RelativeAttention : RelativeScores {
   bool c2p, p2c;
   int64_t span;          // the table has 2 span rows
   int64_t buckets;       // position_buckets; <= 0: every distance its own row
   int64_t max_relative;  // max_relative_positions (resolved)
-  double scale_factor;   // 1 + the number of relative terms
-  torch::nn::Dropout dropout;  // pos_dropout: on the table, in each layer
 
   explicit RelativeAttention(const BertConfig& c)
-      : c2p(c.deberta.c2p),
+      : RelativeScores(c.hidden_dropout_prob),
+        c2p(c.deberta.c2p),
         p2c(c.deberta.p2c),
         span(c.relative_span()),
         buckets(c.deberta.position_buckets),
-        max_relative(c.deberta.max_relative(c.max_position_embeddings)),
-        scale_factor(1.0 + (c.deberta.c2p ? 1 : 0) + (c.deberta.p2c ? 1 : 0)),
-        dropout(torch::nn::Dropout(c.hidden_dropout_prob)) {}
+        max_relative(c.deberta.max_relative(c.max_position_embeddings)) {
+    scale_factor = 1.0 + (c2p ? 1 : 0) + (p2c ? 1 : 0);
+  }
 
   // The bucket of each distance in `distance` (long), as transformers'
   // make_log_bucket_position computes it: in float32, so that the rows at
@@ -99,7 +100,7 @@ struct RelativeAttention {
   // projected into this rank's heads, pos_query and pos_key [heads, 2 span, d]:
   // [rows, heads, width, width], unscaled.
   at::Tensor bias(const at::Tensor& q, const at::Tensor& k, const at::Tensor& pos_query, const at::Tensor& pos_key,
-                  const TokenLayout& layout) const {
+                  const TokenLayout& layout) const override {
     const auto [c2p_rows, p2c_rows] = rows_read(layout, q.device());
     const std::vector<int64_t> shape = {q.size(0), q.size(1), q.size(2), q.size(2)};
     at::Tensor out = at::zeros({}, q.options());

@@ -52,7 +52,7 @@ void attach(AdaptableLinearImpl& linear, torch::nn::Linear down, torch::nn::Line
   };
 }
 
-std::vector<std::pair<std::string, std::shared_ptr<AdaptableLinearImpl>>> sites(BertForSequenceClassification& model,
+std::vector<std::pair<std::string, std::shared_ptr<AdaptableLinearImpl>>> sites(EncoderModel& model,
                                                                                 const AdapterConfig& adapter) {
   const auto modules = model.named_modules("", /*include_self=*/false);
   std::vector<std::pair<std::string, std::shared_ptr<AdaptableLinearImpl>>> out;
@@ -103,7 +103,7 @@ std::vector<int64_t> adapter_layers(const AdapterConfig& adapter, int64_t num_la
   return out;
 }
 
-std::vector<std::string> apply_bottleneck_adapters(BertForSequenceClassification& model, const AdapterConfig& adapter,
+std::vector<std::string> apply_bottleneck_adapters(EncoderModel& model, const AdapterConfig& adapter,
                                                    uint64_t seed) {
   if (adapter.size <= 0) fail("adapter.size: must be > 0 to add adapters, got {}", adapter.size);
   auto chosen = sites(model, adapter);
@@ -127,7 +127,7 @@ std::vector<std::string> apply_bottleneck_adapters(BertForSequenceClassification
   return names;
 }
 
-void replicate_bottleneck_adapters(const BertForSequenceClassification& from, BertForSequenceClassification& to) {
+void replicate_bottleneck_adapters(const EncoderModel& from, EncoderModel& to) {
   const auto targets = to.named_modules("", /*include_self=*/false);
   torch::NoGradGuard no_grad;
   for (const auto& item : from.named_modules("", /*include_self=*/false)) {
@@ -209,7 +209,7 @@ TensorList read_bottleneck_adapter_weights(const fsys::path& dir) {
   return safetensors::load((dir / kAdapterWeightsFile).string());
 }
 
-void load_bottleneck_adapter(BertForSequenceClassification& model, const fsys::path& dir) {
+void load_bottleneck_adapter(EncoderModel& model, const fsys::path& dir) {
   std::map<std::string, at::Tensor> file;
   for (auto& [name, t] : read_bottleneck_adapter_weights(dir)) file[name] = t;
   const std::string source = (dir / kAdapterWeightsFile).string();

@@ -14,7 +14,7 @@
 #include "ft/fs.h"
 #include "ft/model.h"
 #include "ft/safetensors.h"
-#include "peft_files.h"
+#include "model/peft/peft_files.h"
 #include "text_affix.h"
 
 namespace ft {
@@ -25,8 +25,6 @@ namespace {
 
 // Suffixes: the family's base prefix ("bert.", "roberta.") comes first.
 const char kPromptSuffix[] = "embeddings.prompt_embeddings";
-using peft::kConfigFile;
-using peft::kWeightsFile;
 const char kPeftTable[] = "prompt_embeddings";
 // PEFT keeps a prompt-learning model's transformers model as `base_model`
 // (no LoRA-style ".model"), so modules_to_save land as base_model.<name>.
@@ -61,13 +59,13 @@ at::Tensor text_ids(const PromptLearning& p, const PromptTextEncoder& encode, in
   return at::tensor(out, at::kLong);
 }
 
-at::Tensor word_embeddings(const BertForSequenceClassification& model) {
+at::Tensor word_embeddings(const EncoderModel& model) {
   for (const auto& [name, t] : model.weights())
     if (name == model.config().family().word_embeddings()) return t;
   fail("prompt tuning: the model has no '{}'", model.config().family().word_embeddings());
 }
 
-at::Tensor initial_prompt(const BertForSequenceClassification& model, const PromptLearning& p,
+at::Tensor initial_prompt(const EncoderModel& model, const PromptLearning& p,
                           at::Generator& gen, const PromptTextEncoder& encode) {
   const BertConfig& c = model.config();
   if (!p.path.empty()) return at::zeros({p.length, c.hidden_size});  // load_prompt_learning fills it
@@ -78,8 +76,8 @@ at::Tensor initial_prompt(const BertForSequenceClassification& model, const Prom
 }
 
 json read_config_json(const fsys::path& dir) {
-  const fsys::path file = dir / kConfigFile;
-  if (!fsys::exists(file)) fail("{}: no {} (not a prompt or prefix tuning adapter)", dir.string(), kConfigFile);
+  const fsys::path file = dir / kPeftConfigFile;
+  if (!fsys::exists(file)) fail("{}: no {} (not a prompt or prefix tuning adapter)", dir.string(), kPeftConfigFile);
   try {
     json j = json::parse(fs::read_file(file));
     if (!j.is_object()) fail("{}: expected a JSON object", file.string());
@@ -151,7 +149,7 @@ void check_prompt_positions(const BertConfig& config, const PromptLearning& p, i
        config.max_tokens() - p.length, p.section());
 }
 
-void apply_prompt_learning(BertForSequenceClassification& model, const PromptLearning& p, uint64_t seed,
+void apply_prompt_learning(EncoderModel& model, const PromptLearning& p, uint64_t seed,
                            const PromptTextEncoder& encode) {
   if (p.length <= 0) fail("{}.length: must be > 0 to add virtual tokens, got {}", p.section(), p.length);
   const BertConfig& c = model.config();
@@ -173,7 +171,7 @@ void apply_prompt_learning(BertForSequenceClassification& model, const PromptLea
   if (!p.path.empty()) load_prompt_learning(model, p.path, p);
 }
 
-void replicate_prompt_learning(const BertForSequenceClassification& from, BertForSequenceClassification& to) {
+void replicate_prompt_learning(const EncoderModel& from, EncoderModel& to) {
   if (from.prompt_length() == 0 && from.prefix_length() == 0) return;
   std::map<std::string, at::Tensor> w;
   for (const auto& [name, t] : from.weights()) w[name] = t.detach().clone();
@@ -229,7 +227,7 @@ TensorList prefix_from_peft(const at::Tensor& table, int64_t layers, const std::
 // --------------------------------------------------------------- files
 
 bool has_prompt_learning(const fsys::path& dir) {
-  if (!fsys::exists(dir / kConfigFile)) return false;
+  if (!fsys::exists(dir / kPeftConfigFile)) return false;
   const std::string type = read_config_json(dir).value("peft_type", std::string());
   return type == "PROMPT_TUNING" || type == "PREFIX_TUNING";
 }
@@ -248,7 +246,7 @@ void save_prompt_learning(const fsys::path& dir, const TensorList& weights, cons
     for (const auto& [name, t] : weights)
       if (is_classifier_parameter(name)) picked.emplace_back(kPeftHeadPrefix + name, t);
   }
-  safetensors::save((dir / kWeightsFile).string(), picked, {{"format", "pt"}});
+  safetensors::save((dir / kPeftWeightsFile).string(), picked, {{"format", "pt"}});
   json j;
   j["peft_type"] = p.peft_type();
   j["task_type"] = "SEQ_CLS";
@@ -275,12 +273,12 @@ void save_prompt_learning(const fsys::path& dir, const TensorList& weights, cons
     j["encoder_hidden_size"] = config.hidden_size;
     j["prefix_projection"] = false;
   }
-  fs::write_file_atomic(dir / kConfigFile, j.dump(2) + "\n");
+  fs::write_file_atomic(dir / kPeftConfigFile, j.dump(2) + "\n");
 }
 
 PromptLearning read_prompt_learning_config(const fsys::path& dir) {
   const json j = read_config_json(dir);
-  const std::string file = (dir / kConfigFile).string();
+  const std::string file = (dir / kPeftConfigFile).string();
   auto bad = [&](const char* field, const std::string& why) { fail("{}: '{}' {}", file, field, why); };
   PromptLearning p;
   p.path = dir.string();
@@ -336,7 +334,7 @@ PromptLearning read_prompt_learning_config(const fsys::path& dir) {
 TensorList read_prompt_learning_weights(const fsys::path& dir, const BertConfig& config) {
   const PromptLearning p = read_prompt_learning_config(dir);
   const json j = read_config_json(dir);
-  const std::string cfg = (dir / kConfigFile).string();
+  const std::string cfg = (dir / kPeftConfigFile).string();
   for (const auto& [field, want] : {std::pair<const char*, int64_t>{"token_dim", config.hidden_size},
                                     {"num_layers", config.num_hidden_layers},
                                     {"num_attention_heads", config.num_attention_heads}}) {
@@ -346,8 +344,8 @@ TensorList read_prompt_learning_weights(const fsys::path& dir, const BertConfig&
            v.dump(), want);
     }
   }
-  const fsys::path file = dir / kWeightsFile;
-  if (!fsys::exists(file)) fail("{}: {} is missing", dir.string(), kWeightsFile);
+  const fsys::path file = dir / kPeftWeightsFile;
+  if (!fsys::exists(file)) fail("{}: {} is missing", dir.string(), kPeftWeightsFile);
   const int64_t width = p.method == PromptMethod::kPrompt ? config.hidden_size
                                                           : config.num_hidden_layers * 2 * config.hidden_size;
   TensorList out;
@@ -376,7 +374,7 @@ TensorList read_prompt_learning_weights(const fsys::path& dir, const BertConfig&
   return out;
 }
 
-void load_prompt_learning(BertForSequenceClassification& model, const fsys::path& dir, const PromptLearning& p) {
+void load_prompt_learning(EncoderModel& model, const fsys::path& dir, const PromptLearning& p) {
   const PromptLearning saved = read_prompt_learning_config(dir);
   if (saved.method != p.method) {
     fail("{}.path: {} holds a {} adapter; point {}.path at it instead", p.section(), dir.string(), saved.peft_type(),

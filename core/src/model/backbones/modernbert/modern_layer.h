@@ -1,5 +1,5 @@
-// ModernBERT's layer and classification head, private to core/src/model:
-// the family whose layer is not BERT's. Names registered are transformers'
+// ModernBERT's layer, private to core/src/model: the family whose layer is
+// not BERT's. Names registered are transformers'
 // (attn_norm, attn.Wqkv, attn.Wo, mlp_norm, mlp.Wi, mlp.Wo), so weights move
 // both ways unchanged.
 //
@@ -19,7 +19,7 @@
 #include <ATen/ATen.h>
 
 #include "ft/packed_attention.h"
-#include "module_parts.h"
+#include "model/module_parts.h"
 
 namespace ft {
 namespace model_detail {
@@ -146,32 +146,17 @@ struct ModernLayerImpl : EncoderLayer {
     mlp_norm = register_module("mlp_norm", make_layer_norm(c, c.hidden_size, c.modern.norm_bias));
     mlp = register_module("mlp", std::make_shared<ModernMlpImpl>(c));
   }
+  // Whole heads only (rotary positions rotate pairs across a head's dimensions).
+  void set_tensor_parallel(const std::shared_ptr<const TensorParallelOps>& shared, int64_t) override {
+    attn->heads /= shared->size;
+    tp = attn->tp = mlp->tp = shared;
+  }
   at::Tensor forward(const at::Tensor& x, const TokenLayout& layout) override {
     const at::Tensor a = attn_norm ? attn_norm(x) : x;
     const at::Tensor h = x + attn->forward(tp ? tp->enter(a) : a, layout);
     const at::Tensor m = mlp_norm(h);
     return h + mlp->forward(tp ? tp->enter(m) : m);
   }
-};
-
-// ModernBertForSequenceClassification's head over pooled states (the final
-// norm came first, in pooled_tokens). The model registers its parts under
-// the HF names ("head.dense", "head.norm", "drop", "classifier"); this module
-// groups them with the final norm, which its unit owns.
-struct PredictionHead : ClassificationHead {
-  Linear dense, classifier;
-  Norm norm, final_norm;
-  Dropout dropout;
-  PredictionHead(Norm final, Linear d, Norm n, Dropout drop_, Linear c)
-      : dense(std::move(d)), classifier(std::move(c)), norm(std::move(n)), final_norm(std::move(final)), dropout(std::move(drop_)) {
-    register_module("final_norm", final_norm);
-    register_module("dense", dense);
-    register_module("norm", norm);
-    register_module("drop", dropout);
-    register_module("classifier", classifier);
-  }
-  at::Tensor forward(const at::Tensor& pooled) override { return classifier(drop(dropout, features(pooled))); }
-  at::Tensor features(const at::Tensor& pooled) override { return norm(at::gelu(dense(pooled))); }
 };
 
 }  // namespace model_detail

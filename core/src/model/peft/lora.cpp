@@ -15,7 +15,7 @@
 #include "ft/fs.h"
 #include "ft/model.h"
 #include "ft/safetensors.h"
-#include "peft_files.h"
+#include "model/peft/peft_files.h"
 #include "text_affix.h"
 
 namespace ft {
@@ -25,8 +25,6 @@ using nlohmann::json;
 namespace {
 
 const char kPeftPrefix[] = "base_model.model.";
-using peft::kConfigFile;
-using peft::kWeightsFile;
 const char kSuffixA[] = ".lora_A.weight";
 const char kSuffixB[] = ".lora_B.weight";
 
@@ -79,7 +77,7 @@ bool is_lora_trainable(const std::string& hf_name, const LoraConfig& lora) {
   return is_lora_param(hf_name) || (lora.train_head && is_classifier_parameter(hf_name));
 }
 
-std::vector<std::string> apply_lora(BertForSequenceClassification& model, const LoraConfig& lora, uint64_t seed) {
+std::vector<std::string> apply_lora(EncoderModel& model, const LoraConfig& lora, uint64_t seed) {
   if (lora.rank <= 0) fail("lora.rank: must be > 0 to add adapters, got {}", lora.rank);
   std::vector<std::pair<std::string, std::shared_ptr<AdaptableLinearImpl>>> chosen;
   std::set<std::string> used_targets;
@@ -122,7 +120,7 @@ std::vector<std::string> apply_lora(BertForSequenceClassification& model, const 
   return names;
 }
 
-void replicate_lora(const BertForSequenceClassification& from, BertForSequenceClassification& to) {
+void replicate_lora(const EncoderModel& from, EncoderModel& to) {
   const auto targets = to.named_modules("", /*include_self=*/false);
   torch::NoGradGuard no_grad;
   for (const auto& item : from.named_modules("", /*include_self=*/false)) {
@@ -180,7 +178,7 @@ TensorList without_lora(const TensorList& weights) {
 }
 
 std::string adapter_peft_type(const fsys::path& dir) {
-  const fsys::path file = dir / kConfigFile;
+  const fsys::path file = dir / kPeftConfigFile;
   if (!fsys::exists(file)) return "";
   try {
     const json j = json::parse(fs::read_file(file));
@@ -204,7 +202,7 @@ void save_adapter(const fsys::path& dir, const TensorList& weights, const LoraCo
       picked.emplace_back(kPeftPrefix + name, t);
     }
   }
-  safetensors::save((dir / kWeightsFile).string(), picked, {{"format", "pt"}});
+  safetensors::save((dir / kPeftWeightsFile).string(), picked, {{"format", "pt"}});
   json j;
   j["peft_type"] = "LORA";
   j["task_type"] = "SEQ_CLS";
@@ -229,12 +227,12 @@ void save_adapter(const fsys::path& dir, const TensorList& weights, const LoraCo
   j["rank_pattern"] = json::object();
   j["alpha_pattern"] = json::object();
   j["revision"] = nullptr;
-  fs::write_file_atomic(dir / kConfigFile, j.dump(2) + "\n");
+  fs::write_file_atomic(dir / kPeftConfigFile, j.dump(2) + "\n");
 }
 
 LoraConfig read_adapter_config(const fsys::path& dir) {
-  const fsys::path file = dir / kConfigFile;
-  if (!fsys::exists(file)) fail("{}: no {} (not a LoRA adapter directory)", dir.string(), kConfigFile);
+  const fsys::path file = dir / kPeftConfigFile;
+  if (!fsys::exists(file)) fail("{}: no {} (not a LoRA adapter directory)", dir.string(), kPeftConfigFile);
   LoraConfig c;
   c.adapter = dir.string();
   json j;
@@ -284,8 +282,8 @@ LoraConfig read_adapter_config(const fsys::path& dir) {
 }
 
 TensorList read_adapter_weights(const fsys::path& dir) {
-  const fsys::path file = dir / kWeightsFile;
-  if (!fsys::exists(file)) fail("{}: {} is missing", dir.string(), kWeightsFile);
+  const fsys::path file = dir / kPeftWeightsFile;
+  if (!fsys::exists(file)) fail("{}: {} is missing", dir.string(), kPeftWeightsFile);
   TensorList out;
   const std::string prefix = kPeftPrefix;
   for (auto& [name, t] : safetensors::load(file.string())) {
@@ -295,14 +293,14 @@ TensorList read_adapter_weights(const fsys::path& dir) {
   return out;
 }
 
-void load_adapter(BertForSequenceClassification& model, const fsys::path& dir, const LoraConfig& lora) {
-  if (!fsys::exists(dir / kConfigFile)) {
+void load_adapter(EncoderModel& model, const fsys::path& dir, const LoraConfig& lora) {
+  if (!fsys::exists(dir / kPeftConfigFile)) {
     fail("lora.adapter: {} has no adapter_config.json; point it at a checkpoint of a LoRA run or a PEFT adapter "
          "directory",
          dir.string());
   }
   const LoraConfig saved = read_adapter_config(dir);
-  const std::string file = (dir / kWeightsFile).string();
+  const std::string file = (dir / kPeftWeightsFile).string();
   if (saved.rank != lora.rank) {
     fail("lora.adapter: {} has r={}, but lora.rank is {}; set lora.rank={}", dir.string(), saved.rank, lora.rank,
          saved.rank);
