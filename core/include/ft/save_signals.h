@@ -22,6 +22,10 @@ namespace ft {
 /// a held interrupt waits for the save in flight before abandoning it.
 void hold_interrupts_during_saves(double grace_s);
 
+/// Whether an interrupt is held for the save in flight: a new save must
+/// not begin then (the process stops once the one in flight is committed).
+bool interrupt_held();
+
 /// One save in flight on this process, for as long as it lives. When the
 /// last one ends with an interrupt held, the process stops on that signal.
 class SaveInFlight {

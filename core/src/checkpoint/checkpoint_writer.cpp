@@ -96,6 +96,10 @@ CheckpointWriter::~CheckpointWriter() {
 
 void CheckpointWriter::write(const fsys::path& dir, CheckpointData data, ShardedCheckpointing* sharded,
                              const fsys::path& rotate_under, const std::string& best) {
+  // Saves overlap (this one is staged while the last is hashed), so an
+  // interrupt held for the last one would otherwise wait for a moment with
+  // none in flight, which a run saving faster than it hashes never has.
+  if (interrupt_held()) finish();  // the held interrupt stops the process there
   const bool rank0 = comm_.rank() == 0;
   auto in_flight = std::make_unique<SaveInFlight>();
   std::unique_ptr<fs::AtomicDir> staging;

@@ -79,6 +79,8 @@ void hold_interrupts_during_saves(double grace_s) {
   sigaction(SIGALRM, &alarm, nullptr);
 }
 
+bool interrupt_held() { return g_held.load() != 0; }
+
 SaveInFlight::SaveInFlight() { g_saves.fetch_add(1); }
 
 SaveInFlight::~SaveInFlight() {
