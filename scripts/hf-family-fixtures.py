@@ -15,10 +15,8 @@ thread, fp32 on the CPU, dropout 0 in every config.
 """
 import argparse
 import json
-import math
 import os
 import sys
-import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -32,12 +30,12 @@ import tokenizers  # noqa: E402
 import transformers  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 from transformers import (  # noqa: E402
-    AutoConfig, AutoModelForMaskedLM, AutoModelForSequenceClassification, TrainingArguments)
+    AutoConfig, AutoModelForMaskedLM, AutoModelForSequenceClassification)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_fixture_common import (  # noqa: E402
     IMDB, IMDB_REL, REPO, WEIBO, WEIBO_REL, one_key, read_imdb, read_weibo, sha256_file)
-from hf_fixture_trainer import FixedOrderTrainer, Rows  # noqa: E402
+from hf_fixture_trainer import TINY_HP, tiny_trainer_losses  # noqa: E402
 
 TOKENIZERS = os.path.join(REPO, "tests", "data", "hf", "tokenizers")
 MAX_LEN = 64
@@ -176,18 +174,8 @@ def make_family(name, out, imdb, weibo):
     save_file(data, os.path.join(d, "train.safetensors"), metadata=one_key({
         "imdb_file": IMDB_REL, "imdb_rows": TRAIN_ROWS, "tokenizer": spec["tokenizer"]}))
     model = AutoModelForSequenceClassification.from_pretrained(d, attn_implementation="eager")
-    hp = dict(optim="adamw_torch", learning_rate=3e-3, weight_decay=0.01, adam_beta1=0.9, adam_beta2=0.999,
-              adam_epsilon=1e-8, lr_scheduler_type="linear", warmup_steps=2, max_steps=8, max_grad_norm=1.0,
-              per_device_train_batch_size=16, gradient_accumulation_steps=1, seed=0)
-    with tempfile.TemporaryDirectory() as tmp:
-        args = TrainingArguments(output_dir=tmp, report_to=[], use_cpu=True, save_strategy="no", logging_steps=1,
-                                 disable_tqdm=True, dataloader_num_workers=0, remove_unused_columns=False, **hp)
-        rows = Rows(data, ("input_ids", "attention_mask", "labels"))
-        trainer = FixedOrderTrainer(model=model, args=args, train_dataset=rows)
-        trainer.train()
-    losses = trainer.exact_losses
-    if len(losses) != 8 or not all(math.isfinite(v) for v in losses):
-        raise SystemExit(f"{name}: expected 8 finite losses, got {losses}")
+    losses = tiny_trainer_losses(model, data, name)
+    hp = TINY_HP
     ref = {"what": f"transformers.Trainer, 8 steps of the tiny {spec['model_type']} classifier on "
                    "train.safetensors; global step s trains on rows [16 s, 16 s + 16) in file order",
            "hyperparameters": {**hp, "precision": "fp32", "device": "cpu", "dropout": 0.0,

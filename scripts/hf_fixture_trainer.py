@@ -1,9 +1,17 @@
 """The transformers.Trainer that the fixture scripts (hf-fixtures.py,
 hf-family-fixtures.py) record their reference trajectories with. Imports torch
 and transformers, which hf_fixture_common.py must not."""
+import math
+import tempfile
+
 import torch
 from torch.utils.data import Dataset, SequentialSampler
-from transformers import Trainer
+from transformers import Trainer, TrainingArguments
+
+# The tiny models' 8-step run (hf-family-fixtures.py, hf-task-fixtures.py).
+TINY_HP = dict(optim="adamw_torch", learning_rate=3e-3, weight_decay=0.01, adam_beta1=0.9, adam_beta2=0.999,
+               adam_epsilon=1e-8, lr_scheduler_type="linear", warmup_steps=2, max_steps=8, max_grad_norm=1.0,
+               per_device_train_batch_size=16, gradient_accumulation_steps=1, seed=0)
 
 
 class Rows(Dataset):
@@ -49,3 +57,18 @@ class FixedOrderTrainer(Trainer):
         grads = [p.grad.detach().double().norm() for p in model.parameters() if p.grad is not None]
         self.grad_norms.append(torch.stack(grads).norm().item())
         return out
+
+
+def tiny_trainer_losses(model, data, what):
+    """TINY_HP's 8 steps of `model` on `data` (input_ids, attention_mask,
+    labels) in file order, on the CPU in fp32: the exact losses."""
+    with tempfile.TemporaryDirectory() as tmp:
+        args = TrainingArguments(output_dir=tmp, report_to=[], use_cpu=True, save_strategy="no", logging_steps=1,
+                                 disable_tqdm=True, dataloader_num_workers=0, remove_unused_columns=False, **TINY_HP)
+        trainer = FixedOrderTrainer(model=model, args=args,
+                                    train_dataset=Rows(data, ("input_ids", "attention_mask", "labels")))
+        trainer.train()
+    losses = trainer.exact_losses
+    if len(losses) != 8 or not all(math.isfinite(v) for v in losses):
+        raise SystemExit(f"{what}: expected 8 finite losses, got {losses}")
+    return losses

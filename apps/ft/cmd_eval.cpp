@@ -2,6 +2,7 @@
 // (config.json's id2label), tokenizer (vocab.txt), max length
 // (tokenizer_config.json) and the run that made it (training_state/run.yaml)
 // come from the checkpoint directory, so both work from any directory.
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -21,6 +22,7 @@
 #include "ft/events.h"
 #include "ft/fs.h"
 #include "ft/plugin_host.h"
+#include "ft/predictions.h"
 #include "ft/runtime.h"
 #include "ft/tokenizer.h"
 #include "ft/trainer.h"
@@ -69,11 +71,24 @@ std::vector<std::string> checkpoint_overrides(const fsys::path& dir, const std::
   return out;
 }
 
+// A checkpoint of a task ft has no head for would load as something else.
+void refuse_unbuilt_head(const std::string& checkpoint) {
+  const fsys::path config = fsys::path(checkpoint) / "config.json";
+  if (!fsys::exists(config)) return;
+  const BertConfig c = BertConfig::from_json_file(config.string());
+  if (c.unbuilt_head.empty()) return;
+  fail("checkpoint {}: its architecture {} is a head ft does not build; ft runs {} and {} (fine-tune its encoder "
+       "with ft run --set model.config={})",
+       checkpoint, c.unbuilt_head, head_names(c, BertHead::kSequenceClassification).architecture,
+       head_names(c, BertHead::kMaskedLM).architecture, checkpoint);
+}
+
 // Evaluation reuses the Trainer with a one-process `single` strategy, so
 // `ft eval` and the in-training evaluation are the same code.
 int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint, const std::string& data, int max_length) {
   // Else model.config would read it as a config.json and blame its JSON.
   if (!fsys::is_directory(checkpoint)) fail("checkpoint {}: not a directory", checkpoint);
+  refuse_unbuilt_head(checkpoint);
   const fsys::path dir(checkpoint);
   // Loading the weights verifies a checkpoint that has a manifest; one
   // without is said after it loaded, so a bad one still gets one line.
@@ -118,8 +133,10 @@ int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint,
   return 0;
 }
 
-int predict(const std::string& checkpoint, std::vector<std::string> texts, int max_length, bool logits) {
+int predict(const std::string& checkpoint, std::vector<std::string> texts, int max_length, bool logits,
+            double threshold) {
   configure_threads({});
+  refuse_unbuilt_head(checkpoint);
   auto ckpt = load_checkpoint(checkpoint, false);
   const auto tokenizer = load_model_dir_tokenizer(checkpoint);
   if (!tokenizer) fail("checkpoint {}: neither tokenizer.json nor vocab.txt; predict needs the tokenizer", checkpoint);
@@ -131,35 +148,30 @@ int predict(const std::string& checkpoint, std::vector<std::string> texts, int m
   model.load_weights(ckpt.model, checkpoint + "/model.safetensors");
   if (ckpt.check == CheckpointCheck::kUnverified) note_unverified(checkpoint);  // said once it loaded
   model.eval();
-  if (texts.empty()) {
+  const bool from_stdin = texts.empty();
+  if (from_stdin) {
     for (std::string line; std::getline(std::cin, line);)
       if (!line.empty()) texts.push_back(line);
   }
   torch::NoGradGuard no_grad;
-  const auto& names = ckpt.config.id2label;
-  for (const auto& text : texts) {
-    auto enc = tok.encode(text, std::nullopt, max_length, false);
+  bool warned = false;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const std::string where = from_stdin ? fmt::format("stdin line {}", i + 1) : fmt::format("input {}", i + 1);
+    const PredictInput input = parse_predict_input(texts[i], ckpt.config, where);
+    if (input.text_pair && !ckpt.config.text_pair && !warned) {
+      warned = true;
+      std::fprintf(stderr, "ft: note: %s is read as a sentence pair, but %s was trained on single texts\n",
+                   where.c_str(), checkpoint.c_str());
+    }
+    std::optional<std::string_view> pair;
+    if (input.text_pair) pair = *input.text_pair;
+    auto enc = tok.encode(input.text, pair, max_length, false);
     const auto n = static_cast<int64_t>(enc.input_ids.size());
     Batch b;
     b.input_ids = at::tensor(enc.input_ids, at::kLong).view({1, n});
     b.attention_mask = at::tensor(enc.attention_mask, at::kLong).view({1, n});
     b.token_type_ids = at::tensor(enc.token_type_ids, at::kLong).view({1, n});
-    const at::Tensor scores = model.forward(b)[0];
-    const at::Tensor probs = at::softmax(scores, -1);
-    const int64_t best = probs.argmax().item<int64_t>();
-    // The documented order: text, label, probabilities (the labels in the model's order).
-    nlohmann::ordered_json out{{"text", text}, {"label", names.empty() ? std::to_string(best) : names[best]}};
-    nlohmann::ordered_json p = nlohmann::ordered_json::object();
-    for (int64_t k = 0; k < probs.size(0); ++k) {
-      p[names.empty() ? std::to_string(k) : names[k]] = probs[k].item<double>();
-    }
-    out["probabilities"] = p;
-    if (logits) {
-      std::vector<double> raw(static_cast<size_t>(scores.size(0)));
-      for (int64_t k = 0; k < scores.size(0); ++k) raw[static_cast<size_t>(k)] = scores[k].item<double>();
-      out["logits"] = raw;
-    }
-    std::cout << out.dump() << "\n";
+    std::cout << prediction_record(input, model.forward(b)[0], ckpt.config, threshold, logits).dump() << "\n";
   }
   return 0;
 }
@@ -201,14 +213,20 @@ void add_eval_predict_commands(CLI::App& app, int& exit_code) {
     std::vector<std::string> texts;
     int max_length = 0;  // 0: the checkpoint's tokenizer_config.json, else 128
     bool logits = false;
+    double threshold = 0.5;
   };
   auto pf = std::make_shared<PredictFlags>();
-  auto* pred = app.add_subcommand("predict", "text in, label + probabilities out (JSON Lines)");
+  auto* pred = app.add_subcommand(
+      "predict", "text in (a line, text<TAB>text_pair or {\"text\", \"text_pair\"}), the model's answer out (JSON Lines)");
   pred->add_option("--checkpoint", pf->checkpoint, "checkpoint directory")->required();
   pred->add_option("--max-length", pf->max_length, "truncate inputs to this many tokens (default: the checkpoint's model_max_length, else 128)");
-  pred->add_option("texts", pf->texts, "texts to classify (default: one per line on stdin)");
+  pred->add_option("texts", pf->texts, "inputs, each as a stdin line would be (default: one per line on stdin)");
   pred->add_flag("--logits", pf->logits, "also print the raw logits (what transformers' model(...).logits gives)");
-  pred->callback([pf, &exit_code] { exit_code = predict(pf->checkpoint, pf->texts, pf->max_length, pf->logits); });
+  pred->add_option("--threshold", pf->threshold, "multi-label: a label is predicted when its sigmoid reaches this")
+      ->check(CLI::Range(0.0, 1.0));
+  pred->callback([pf, &exit_code] {
+    exit_code = predict(pf->checkpoint, pf->texts, pf->max_length, pf->logits, pf->threshold);
+  });
 }
 
 }  // namespace ft::app

@@ -105,8 +105,14 @@ int work(RunConfig config, const std::vector<std::string>& plugin_dirs, const st
   }
   for (const auto& note : inputs.notes) events.info(note);
   if (config.task == RunConfig::Task::kClassify && inputs.tokenizer) warn_suspicious_rows(inputs, config.data.train, events);
-  events.info(fmt::format("{} train / {} dev rows, {} labels, {}", inputs.train->size(),
-                          inputs.dev ? inputs.dev->size() : 0, inputs.label_names.size(), threads.describe()));
+  // The problem type the data or the checkpoint settled on, said once (docs/tasks.md).
+  const ProblemType problem = inputs.train->problem_type();
+  const std::string labels = problem == ProblemType::kRegression
+                                 ? std::string("regression (one score per row)")
+                                 : fmt::format("{} labels{}", inputs.label_names.size(),
+                                               problem == ProblemType::kMultiLabel ? ", multi-label" : "");
+  events.info(fmt::format("{} train / {} dev rows, {}, {}", inputs.train->size(), inputs.dev ? inputs.dev->size() : 0,
+                          labels, threads.describe()));
   Trainer trainer(config, std::move(inputs), strategy, config.strategy.name, *comm, events);
   trainer.fit();
   strategy->teardown();

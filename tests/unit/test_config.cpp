@@ -229,7 +229,8 @@ TEST_CASE("validation: ranges, enums and cross-field rules") {
   CHECK(err("runtime:\n  device: tpu\n") ==
         "cfg.yaml: runtime.device: unknown value 'tpu' (allowed: cpu, cuda)");
   CHECK(err("train:\n  best_metric: f1\n") ==
-        "cfg.yaml: train.best_metric: unknown value 'f1' (allowed: accuracy, macro_f1, loss)");
+        "cfg.yaml: train.best_metric: unknown value 'f1' (allowed: accuracy, macro_f1, loss, micro_f1, "
+        "subset_accuracy, mse, mae, pearson, spearman)");
   CHECK(err("train:\n  save_every: 10\n") ==
         "cfg.yaml: train.save_every: needs train.output_dir (where to write the checkpoints)");
   CHECK(err_data("  dev_fraction: 0\ntrain:\n  eval_every: 5\n") ==

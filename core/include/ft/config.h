@@ -42,6 +42,12 @@ struct ModelConfigRef {
   /// Attention kernel: auto, packed, sdpa (LibTorch 2.0+) or eager
   /// (ft/token_layout.h, AttentionKernel; docs/performance.md).
   std::string attention = "auto";
+  /// transformers' problem_type: single_label_classification,
+  /// multi_label_classification or regression. Empty: the checkpoint's
+  /// config.json says, else the data does, as transformers infers it (a
+  /// list of labels per row: multi-label; numbers with a fraction:
+  /// regression; otherwise single-label).
+  std::string problem_type;
 };
 
 /// yaml: `data` — where the examples come from and how they become batches.
@@ -62,6 +68,12 @@ struct DataConfig {
   std::string pair_field = "";
   /// Field holding the label (a name from `labels` or an integer id).
   std::string label_field = "label";
+  /// Multi-label: labels held in one string, cut at this delimiter ("a|b");
+  /// setting it makes the run multi-label. Empty: lists in JSON rows.
+  std::string label_delimiter;
+  /// Regression: labels are divided by this (5 turns a 0-5 score into
+  /// 0-1); the model then predicts the scaled score. Must be > 0.
+  double label_scale = 1.0;
   /// Label names; their order gives the ids. Empty: inferred from the data
   /// (sorted, so runs agree on ids).
   std::vector<std::string> labels;
@@ -168,8 +180,15 @@ struct TrainConfig {
   /// Sharding strategies also write each rank's shard into <checkpoint>/sharded/
   /// (no gather; `ft consolidate` turns it into model.safetensors).
   bool save_sharded = false;
-  /// accuracy | macro_f1 | loss: the dev metric that picks the best checkpoint.
+  /// The dev metric that picks the best checkpoint: loss, or one of the
+  /// evaluation's metrics (single-label: accuracy, macro_f1; multi-label:
+  /// micro_f1, macro_f1, subset_accuracy; regression: mse, mae, pearson,
+  /// spearman). Losses and errors count lower as better.
   std::string best_metric = "accuracy";
+  /// Regression loss: mse (transformers' choice) or huber (delta 1).
+  std::string regression_loss = "mse";
+  /// Multi-label: a class is predicted when its sigmoid reaches this.
+  double multi_label_threshold = 0.5;
   /// Checkpoint directory; empty = no checkpoints.
   std::string output_dir;
   /// Checkpoint directory to resume from (weights, optimizer, step, RNG).

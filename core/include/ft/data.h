@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "ft/problem_type.h"
 #include "ft/tokenizer.h"  // PairTruncation
 #include "ft/types.h"
 
@@ -60,17 +61,27 @@ struct DataSource {
   /// Fixes the label ids (their order). Labels in the file may then be these
   /// names or integer ids in [0, size). Empty: inferred (see read_text_data).
   std::vector<std::string> label_names;
+  /// What the labels are; nullopt: inferred from the rows (read_text_data).
+  std::optional<ProblemType> problem_type;
+  /// Multi-label labels held in one string, cut here ("a|b"); non-empty
+  /// makes the data multi-label.
+  std::string label_delimiter;
+  /// Regression labels are divided by this.
+  double label_scale = 1.0;
 };
 
 struct TextExample {
   std::string text;
   std::string pair;  ///< empty for single sentences
-  int64_t label = 0;
+  int64_t label = 0;                ///< single-label: the class id
+  std::vector<int64_t> label_set;   ///< multi-label: the class ids, ascending, unique
+  double score = 0.0;               ///< regression: the label over label_scale
 };
 
 struct TextData {
   std::vector<TextExample> rows;
-  std::vector<std::string> label_names;  ///< id -> name; size = num_labels
+  std::vector<std::string> label_names;  ///< id -> name; size = num_labels (regression: none)
+  ProblemType problem_type = ProblemType::kSingleLabel;
   int64_t skipped = 0;                   ///< bad rows dropped under BadRows::Skip
   std::vector<std::string> skip_notes;   ///< the first few skipped rows' messages
   std::string source;                    ///< the file read
@@ -84,6 +95,13 @@ struct TextData {
 /// numbers or integer literals in CSV) give names "0".."max" (negative ids
 /// are bad rows); names give their sorted unique set; mixing both is a bad
 /// row. Strings are UTF-8 validated; empty text is allowed.
+///
+/// The problem type, unless source.problem_type fixes it, is inferred as
+/// transformers' examples infer it from a dataset's label column: a list of
+/// labels per row (or a label_delimiter) is multi-label, numbers of which
+/// any has a fraction are regression, anything else single-label. Rows that
+/// disagree with the rows before them are bad rows, as is a regression
+/// label that is not a number or a multi-label item not in label_names.
 ///
 /// Errors are one line: "<file>: row N: <problem>; <fix>", N 1-based: the
 /// element index for a JSON list, the line number for JSONL/CSV/TSV (the
@@ -114,7 +132,11 @@ class Dataset {
   virtual ~Dataset() = default;
   virtual int64_t size() const = 0;
   virtual int64_t num_labels() const = 0;
-  /// Every row's label id, for metrics and class counts.
+  /// What collate()'s labels are: single-label [rows] int64 class ids,
+  /// multi-label [rows, num_labels] float 0/1, regression [rows] float.
+  virtual ProblemType problem_type() const { return ProblemType::kSingleLabel; }
+  /// Every row's label id, for metrics and class counts; empty unless the
+  /// labels are single-label class ids.
   virtual std::vector<int64_t> labels() const = 0;
   /// CPU int64 tensors for `rows` (any order, repeats allowed), in that
   /// order; padding positions have the pad id, mask 0 and token type 0.

@@ -93,6 +93,8 @@ class EventLog {
   void report(const ClassificationReport& r, const std::vector<std::string>& label_names);
   /// Masked-LM evaluation: r.loss and r.accuracy over r.total masked tokens.
   void eval_masked_lm(int64_t step, int64_t epoch, const ClassificationReport& r);
+  /// The eval line and record of a multi-label or regression evaluation.
+  void eval_scores(int64_t step, int64_t epoch, const ClassificationReport& r);
   void summary(const SummaryEvent& s);
   /// A strategy's statistic (StrategyContext::events): its line is printed
   /// on every rank, since a per-rank statistic is reported by its own rank

@@ -8,8 +8,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "ft/problem_type.h"
 
 namespace ft {
 
@@ -32,7 +36,40 @@ struct ClassificationReport {
   std::vector<double> precision, recall, f1;
   std::vector<int64_t> support;
   std::vector<std::vector<int64_t>> confusion;
+  /// Multi-label: per-label vectors as above (support: rows with the
+  /// label), accuracy = subset accuracy; regression: no per-class entries.
+  ProblemType problem_type = ProblemType::kSingleLabel;
+  /// The evaluation's named metrics beyond loss, in print order: single-
+  /// label accuracy, macro_f1; multi-label micro_f1, macro_f1,
+  /// subset_accuracy, micro_precision, micro_recall; regression mse, mae,
+  /// pearson, spearman.
+  std::vector<std::pair<std::string, double>> scores;
+  /// scores' value of `name`, if it has one.
+  std::optional<double> score(const std::string& name) const;
 };
+
+/// A multi-label evaluation as counts, which ranks sum: per label the true
+/// positives, false positives and false negatives, and the rows whose whole
+/// predicted set was right.
+struct MultiLabelCounts {
+  std::vector<int64_t> tp, fp, fn;
+  int64_t exact = 0, rows = 0;
+};
+
+/// Counts of `predicted` against `truth`, both [rows x num_labels] 0/1 row
+/// major; throws ft::Error if the sizes disagree.
+MultiLabelCounts multi_label_counts(const std::vector<uint8_t>& predicted, const std::vector<uint8_t>& truth,
+                                    int64_t num_labels);
+
+/// As scikit-learn's multilabel scores (zero_division=0): per-label P/R/F1,
+/// micro F1 over all decisions, macro F1 the mean over every label, and
+/// subset accuracy (accuracy_score on indicator matrices).
+ClassificationReport multi_label_report(const MultiLabelCounts& counts, double loss);
+
+/// MSE, MAE, Pearson's r and Spearman's rho (average ranks for ties, as
+/// scipy.stats.spearmanr); a constant side gives r = 0 rather than NaN.
+ClassificationReport regression_report(const std::vector<double>& predictions, const std::vector<double>& labels,
+                                       double loss);
 
 /// confusion[t][p]; throws ft::Error if the sizes differ or a value is
 /// outside [0, num_labels).
@@ -61,5 +98,10 @@ std::vector<int64_t> class_counts(const std::vector<int64_t>& labels, int64_t nu
 /// otherwise it must have one name per class (ft::Error if not).
 std::string format_report(const ClassificationReport& report,
                           const std::vector<std::string>& label_names, int digits = 4);
+
+/// format_report of a multi-label or regression report: the per-label
+/// table with micro and macro averages and subset accuracy, or the scores.
+std::string format_task_report(const ClassificationReport& report, const std::vector<std::string>& label_names,
+                               int digits);
 
 }  // namespace ft

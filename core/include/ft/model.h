@@ -24,6 +24,7 @@
 
 #include "ft/activation_checkpoint.h"
 #include "ft/encoder_family.h"
+#include "ft/problem_type.h"
 #include "ft/token_layout.h"
 #include "ft/types.h"
 
@@ -76,6 +77,16 @@ struct BertConfig {
   int64_t num_labels = 2;
   double classifier_dropout = -1.0;   // the head's dropout; < 0: hidden_dropout_prob (config.json's null)
   std::vector<std::string> id2label;  // size num_labels
+  // config.json's problem_type; unset: transformers' rule (num_labels 1:
+  // regression, else single-label), see problem().
+  std::optional<ProblemType> problem_type;
+  // ft's "text_pair": the classifier was trained on sentence pairs (ft
+  // predict then refuses a single text rather than guess).
+  bool text_pair = false;
+  // A config.json `architectures` entry whose task head ft does not build
+  // (XForQuestionAnswering, ...); empty when ft builds the head it names.
+  // Fine-tuning takes such a checkpoint's encoder; inference refuses it.
+  std::string unbuilt_head;
   BertHead head = BertHead::kSequenceClassification;
   std::string extra_json = "{}";      // other keys of the source config.json
 
@@ -123,6 +134,10 @@ struct BertConfig {
   // Tokens one sequence can hold: max_position_embeddings, less the rows
   // that RoBERTa's positions skip (0..pad_token_id).
   int64_t max_tokens() const;
+  // problem_type, or what transformers assumes without one.
+  ProblemType problem() const {
+    return problem_type.value_or(num_labels == 1 ? ProblemType::kRegression : ProblemType::kSingleLabel);
+  }
   int64_t embedding_width() const { return embedding_size > 0 ? embedding_size : hidden_size; }
   double head_dropout() const { return classifier_dropout >= 0.0 ? classifier_dropout : hidden_dropout_prob; }
   // DeBERTa's attention span: relative distances fall in [-span, span).

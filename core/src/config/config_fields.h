@@ -19,6 +19,7 @@ void for_each_field(Config& c, F&& f) {
   f("model", "dropout", c.model.dropout);
   f("model", "padding_free", c.model.padding_free);
   f("model", "attention", c.model.attention);
+  f("model", "problem_type", c.model.problem_type);
 
   f("data", "train", c.data.train);
   f("data", "dev", c.data.dev);
@@ -26,6 +27,8 @@ void for_each_field(Config& c, F&& f) {
   f("data", "text_field", c.data.text_field);
   f("data", "pair_field", c.data.pair_field);
   f("data", "label_field", c.data.label_field);
+  f("data", "label_delimiter", c.data.label_delimiter);
+  f("data", "label_scale", c.data.label_scale);
   f("data", "labels", c.data.labels);
   f("data", "max_rows", c.data.max_rows);
   f("data", "take", c.data.take);
@@ -69,6 +72,8 @@ void for_each_field(Config& c, F&& f) {
   f("train", "save_total_limit", c.train.save_total_limit);
   f("train", "save_sharded", c.train.save_sharded);
   f("train", "best_metric", c.train.best_metric);
+  f("train", "regression_loss", c.train.regression_loss);
+  f("train", "multi_label_threshold", c.train.multi_label_threshold);
   f("train", "output_dir", c.train.output_dir);
   f("train", "resume_from", c.train.resume_from);
   f("train", "freeze", c.train.freeze);

@@ -66,6 +66,9 @@ void check_model(const Checker& ck, const ModelConfigRef& m) {
               "a preset (tiny, mini, base), an HF config.json or a checkpoint directory");
   if (m.dropout) ck.in_range("model.dropout", *m.dropout, 0.0, 1.0, false);
   ck.one_of("model.attention", m.attention, {"auto", "packed", "sdpa", "eager"});
+  if (!m.problem_type.empty())
+    ck.one_of("model.problem_type", m.problem_type,
+              {"single_label_classification", "multi_label_classification", "regression"});
   if (m.attention == "sdpa" && !sdpa_available())
     ck.bad("model.attention", fmt::format("'sdpa' needs LibTorch 2.0 or newer; this ft is built against LibTorch {}; "
                                           "use auto, packed or eager", TORCH_VERSION));
@@ -91,6 +94,7 @@ void check_data(const Checker& ck, const RunConfig& c) {
     if (label.empty()) ck.bad("data.labels", "a label name is empty");
     if (!names.insert(label).second) ck.bad("data.labels", fmt::format("'{}' appears twice", label));
   }
+  if (!(d.label_scale > 0)) ck.bad("data.label_scale", "must be > 0 (regression labels are divided by it)");
   ck.at_least("data.max_rows", d.max_rows, 0);
   ck.one_of("data.take", d.take, {"first", "random"});
   ck.in_range("data.dev_fraction", d.dev_fraction, 0.0, 1.0, false);
@@ -141,7 +145,10 @@ void check_train(const Checker& ck, const RunConfig& c) {
   ck.at_least("train.eval_every", t.eval_every, 0);
   ck.at_least("train.save_every", t.save_every, 0);
   ck.at_least("train.save_total_limit", t.save_total_limit, 0);
-  ck.one_of("train.best_metric", t.best_metric, {"accuracy", "macro_f1", "loss"});
+  ck.one_of("train.best_metric", t.best_metric,
+            {"accuracy", "macro_f1", "loss", "micro_f1", "subset_accuracy", "mse", "mae", "pearson", "spearman"});
+  ck.one_of("train.regression_loss", t.regression_loss, {"mse", "huber"});
+  ck.in_range("train.multi_label_threshold", t.multi_label_threshold, 0.0, 1.0, false);
   if (t.save_every > 0 && t.output_dir.empty()) {
     ck.bad("train.save_every", "needs train.output_dir (where to write the checkpoints)");
   }

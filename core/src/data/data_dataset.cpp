@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include <ATen/ATen.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/ne.h>
 #include <ATen/ops/sum.h>
+#include <ATen/ops/zeros.h>
 #include <c10/core/TensorOptions.h>
 
 #include "ft/data.h"
@@ -40,15 +42,19 @@ class TextDataset final : public Dataset {
     if (max_length_ < specials)
       fail("{}: max_seq_len is {}; it must be at least {} ([CLS], [SEP]{})", data_.source,
            max_length_, specials, has_pairs_ ? ", [SEP]" : "");
-    if (data_.label_names.empty())
+    if (data_.label_names.empty() && data_.problem_type != ProblemType::kRegression)
       fail("{}: the dataset has no label names; read it with read_text_data", data_.source);
   }
 
   int64_t size() const override { return static_cast<int64_t>(data_.rows.size()); }
-  int64_t num_labels() const override { return static_cast<int64_t>(data_.label_names.size()); }
+  int64_t num_labels() const override {
+    return data_.problem_type == ProblemType::kRegression ? 1 : static_cast<int64_t>(data_.label_names.size());
+  }
+  ProblemType problem_type() const override { return data_.problem_type; }
 
   std::vector<int64_t> labels() const override {
     std::vector<int64_t> out;
+    if (data_.problem_type != ProblemType::kSingleLabel) return out;
     out.reserve(data_.rows.size());
     for (const auto& r : data_.rows) out.push_back(r.label);
     return out;
@@ -74,11 +80,10 @@ class TextDataset final : public Dataset {
     b.input_ids = empty_long({n, width});
     b.attention_mask = empty_long({n, width});
     b.token_type_ids = empty_long({n, width});
-    b.labels = empty_long({n});
+    b.labels = collate_labels(rows);
     int64_t* ids = b.input_ids.data_ptr<int64_t>();
     int64_t* mask = b.attention_mask.data_ptr<int64_t>();
     int64_t* types = b.token_type_ids.data_ptr<int64_t>();
-    int64_t* labels = b.labels.data_ptr<int64_t>();
     const int64_t pad = tok_->pad_id();
     for (size_t i = 0; i < rows.size(); ++i) {
       const Encoding& e = enc[i];
@@ -90,12 +95,35 @@ class TextDataset final : public Dataset {
       std::fill(ids + off + len, ids + off + width, pad);
       std::fill(mask + off + len, mask + off + width, int64_t{0});
       std::fill(types + off + len, types + off + width, int64_t{0});
-      labels[i] = data_.rows[static_cast<size_t>(rows[i])].label;
     }
     return b;
   }
 
  private:
+  // What the loss reads (Dataset::problem_type).
+  at::Tensor collate_labels(const std::vector<int64_t>& rows) const {
+    const auto n = static_cast<int64_t>(rows.size());
+    if (data_.problem_type == ProblemType::kSingleLabel) {
+      at::Tensor out = empty_long({n});
+      int64_t* p = out.data_ptr<int64_t>();
+      for (size_t i = 0; i < rows.size(); ++i) p[i] = data_.rows[static_cast<size_t>(rows[i])].label;
+      return out;
+    }
+    if (data_.problem_type == ProblemType::kRegression) {
+      at::Tensor out = at::empty({n}, at::TensorOptions().dtype(at::kFloat));
+      float* p = out.data_ptr<float>();
+      for (size_t i = 0; i < rows.size(); ++i) p[i] = static_cast<float>(data_.rows[static_cast<size_t>(rows[i])].score);
+      return out;
+    }
+    const int64_t k = num_labels();
+    at::Tensor out = at::zeros({n, k}, at::TensorOptions().dtype(at::kFloat));
+    float* p = out.data_ptr<float>();
+    for (size_t i = 0; i < rows.size(); ++i) {
+      for (const int64_t id : data_.rows[static_cast<size_t>(rows[i])].label_set) p[static_cast<int64_t>(i) * k + id] = 1.0F;
+    }
+    return out;
+  }
+
   Encoding encode(int64_t row) const {
     const TextExample& ex = data_.rows[static_cast<size_t>(row)];
     std::optional<std::string_view> pair;
@@ -148,15 +176,20 @@ class TensorDataset final : public Dataset {
     return {p, p + attended.size(0)};
   }
   int64_t num_labels() const override { return num_labels_; }
+  // Float labels: one score per row, or a 0/1 row per label (load_tensor_dataset).
+  ProblemType problem_type() const override {
+    if (labels_.scalar_type() == at::kLong) return ProblemType::kSingleLabel;
+    return labels_.dim() == 1 ? ProblemType::kRegression : ProblemType::kMultiLabel;
+  }
 
   std::vector<int64_t> labels() const override {
+    if (labels_.scalar_type() != at::kLong) return {};
     const int64_t* p = labels_.data_ptr<int64_t>();
     return {p, p + labels_.size(0)};
   }
 
   Batch collate(const std::vector<int64_t>& rows) const override {
     check_rows(rows, size(), path_);
-    const auto n = static_cast<int64_t>(rows.size());
     const int64_t full = ids_.size(1);
     int64_t width = full;
     if (padding_ == Padding::Longest) {
@@ -167,10 +200,7 @@ class TensorDataset final : public Dataset {
     b.input_ids = slice(ids_, rows, width);
     b.attention_mask = slice(mask_, rows, width);
     b.token_type_ids = slice(types_, rows, width);
-    b.labels = empty_long({n});
-    const int64_t* src = labels_.data_ptr<int64_t>();
-    int64_t* dst = b.labels.data_ptr<int64_t>();
-    for (size_t i = 0; i < rows.size(); ++i) dst[i] = src[rows[i]];
+    b.labels = labels_.index_select(0, at::tensor(rows, at::kLong));
     return b;
   }
 
@@ -214,6 +244,8 @@ std::unique_ptr<Dataset> load_tensor_dataset(const std::string& path, int64_t nu
   auto get = [&](const char* name) {
     for (auto& [n, t] : tensors)
       if (n == name) {
+        // Labels may be float: regression scores [rows] or multi-label [rows, labels].
+        if (std::string(name) == "labels" && t.scalar_type() == at::kFloat) return t.contiguous();
         if (t.scalar_type() != at::kLong)
           fail("{}: tensor '{}' has dtype {}, expected I64; re-export it as int64", path, name,
                safetensors::dtype_name(t.scalar_type()));
@@ -234,15 +266,24 @@ std::unique_ptr<Dataset> load_tensor_dataset(const std::string& path, int64_t nu
     if (!t->sizes().equals(ids.sizes()))
       fail("{}: tensor '{}' has shape {} but input_ids has {}; they must match", path, name,
            shape_string(*t), shape_string(ids));
-  if (labels.dim() != 1 || labels.size(0) != ids.size(0))
-    fail("{}: tensor 'labels' has shape {}, expected [{}] (one per input_ids row)", path,
-         shape_string(labels), ids.size(0));
+  const bool multi_label = labels.scalar_type() == at::kFloat && labels.dim() == 2;
+  if ((labels.dim() != 1 && !multi_label) || labels.size(0) != ids.size(0))
+    fail("{}: tensor 'labels' has shape {}, expected [{}] (one per input_ids row; F32 [{}, labels] for multi-label)",
+         path, shape_string(labels), ids.size(0), ids.size(0));
   if (max_rows < 0) fail("{}: max_rows is {}; use 0 for all rows", path, max_rows);
   if (max_rows > 0 && max_rows < ids.size(0)) {
     ids = ids.narrow(0, 0, max_rows).contiguous();
     mask = mask.narrow(0, 0, max_rows).contiguous();
     types = types.narrow(0, 0, max_rows).contiguous();
     labels = labels.narrow(0, 0, max_rows).contiguous();
+  }
+  if (labels.scalar_type() == at::kFloat) {
+    if (!labels.isfinite().all().item<bool>()) fail("{}: tensor 'labels' holds a NaN or an infinity", path);
+    if (multi_label && num_labels > 0 && labels.size(1) != num_labels)
+      fail("{}: tensor 'labels' has {} columns but the model has num_labels {}", path, labels.size(1), num_labels);
+    if (multi_label && (labels.lt(0).any().item<bool>() || labels.gt(1).any().item<bool>()))
+      fail("{}: tensor 'labels' holds multi-label targets outside [0, 1]", path);
+    return std::make_unique<TensorDataset>(path, ids, mask, types, labels, multi_label ? labels.size(1) : 1, padding);
   }
   const int64_t n = ids.size(0);
   const int64_t* lab = labels.data_ptr<int64_t>();

@@ -17,67 +17,13 @@
 
 #include "ft/data.h"
 #include "ft/error.h"
-#include "ft/sampler.h"
+#include "data/data_labels.h"
 
 namespace ft {
 namespace {
 
 using json = nlohmann::json;
-
-constexpr const char* kRowFix = "fix or remove the row, or skip bad rows (data.bad_rows: skip)";
-
-// Offset of the first byte that is not well-formed UTF-8 (no overlongs,
-// surrogates or code points past U+10FFFF), or npos.
-size_t invalid_utf8_at(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned char c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len = 0;
-    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return i;
-    }
-    if (i + len > n) return i;
-    if (p[i + 1] < lo || p[i + 1] > hi) return i;
-    for (size_t k = 2; k < len; ++k)
-      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
-    i += len;
-  }
-  return std::string_view::npos;
-}
-
-std::string_view trim(std::string_view s) {
-  const char* ws = " \t\r\n";
-  const size_t b = s.find_first_not_of(ws);
-  if (b == std::string_view::npos) return {};
-  return s.substr(b, s.find_last_not_of(ws) - b + 1);
-}
-
-std::optional<int64_t> parse_int(std::string_view s) {
-  s = trim(s);
-  if (!s.empty() && s.front() == '+') s.remove_prefix(1);
-  if (s.empty()) return std::nullopt;
-  int64_t v = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
-  return v;
-}
+using namespace data_detail;  // the label cells and the Collector
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -85,189 +31,6 @@ std::string read_file(const std::string& path) {
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-std::string list_names(const std::vector<std::string>& names) {
-  std::string out;
-  for (size_t i = 0; i < names.size() && i < 10; ++i) out += (i ? ", " : "") + names[i];
-  if (names.size() > 10) out += fmt::format(", ... ({} in all)", names.size());
-  return out;
-}
-
-// A label as the file has it, before it becomes an id.
-struct RawLabel {
-  std::optional<int64_t> id;  // a JSON integer, or a string that is an integer literal
-  std::string name;           // the string as written (empty for JSON numbers)
-};
-
-// A row problem: thrown through the reader, caught per row.
-struct BadRow {
-  std::string problem;
-};
-
-// Accumulates rows, resolves labels, applies the bad-row policy.
-class Collector {
- public:
-  explicit Collector(const DataSource& src) : src_(src) {
-    for (size_t i = 0; i < src.label_names.size(); ++i) {
-      if (!index_.emplace(src.label_names[i], static_cast<int64_t>(i)).second)
-        fail("{}: label name '{}' is given twice; label names must be unique", src.path,
-             src.label_names[i]);
-    }
-  }
-
-  // Stops reading once max_rows rows are kept (Take::First only).
-  bool full() const {
-    return src_.take == Take::First && src_.max_rows > 0 &&
-           static_cast<int64_t>(data_.rows.size()) >= src_.max_rows;
-  }
-
-  void bad(int64_t row, const std::string& problem) {
-    const std::string msg = fmt::format("{}: row {}: {}", src_.path, row, problem);
-    if (src_.bad_rows == BadRows::Error) fail("{}; {}", msg, kRowFix);
-    ++data_.skipped;
-    if (data_.skip_notes.size() < 5) data_.skip_notes.push_back(msg);
-  }
-
-  // Validates and stores one row; a BadRow escapes for the caller to report.
-  void add(std::string text, std::string pair, const RawLabel& raw) {
-    check_utf8(text, "text");
-    check_utf8(pair, "pair text");
-    check_utf8(raw.name, "label");
-    TextExample ex;
-    ex.label = resolve(raw);
-    if (src_.strip_spaces) {
-      text.erase(std::remove(text.begin(), text.end(), ' '), text.end());
-      pair.erase(std::remove(pair.begin(), pair.end(), ' '), pair.end());
-    }
-    ex.text = std::move(text);
-    ex.pair = std::move(pair);
-    data_.rows.push_back(std::move(ex));
-  }
-
-  TextData finish() {
-    data_.source = src_.path;
-    if (data_.rows.empty()) {
-      if (data_.skipped > 0)
-        fail("{}: no usable rows ({} bad rows skipped, e.g. {}); fix the file", src_.path,
-             data_.skipped, data_.skip_notes.front());
-      fail("{}: the file has no rows; give a data file with at least one example", src_.path);
-    }
-    if (!src_.label_names.empty()) {
-      data_.label_names = src_.label_names;
-    } else if (mode_ == Mode::Ids) {
-      for (int64_t i = 0; i <= max_id_; ++i) data_.label_names.push_back(std::to_string(i));
-    } else {
-      // Sorted names give every run (and every rank) the same ids.
-      std::vector<std::string> names = pending_names_;
-      std::sort(names.begin(), names.end());
-      names.erase(std::unique(names.begin(), names.end()), names.end());
-      std::unordered_map<std::string, int64_t> ids;
-      for (size_t i = 0; i < names.size(); ++i) ids[names[i]] = static_cast<int64_t>(i);
-      for (size_t r = 0; r < data_.rows.size(); ++r) data_.rows[r].label = ids[pending_names_[r]];
-      data_.label_names = std::move(names);
-    }
-    if (src_.take == Take::Random && src_.max_rows > 0 &&
-        static_cast<int64_t>(data_.rows.size()) > src_.max_rows) {
-      std::vector<int64_t> pick = seeded_permutation(static_cast<int64_t>(data_.rows.size()),
-                                                     src_.take_seed);
-      pick.resize(static_cast<size_t>(src_.max_rows));
-      std::sort(pick.begin(), pick.end());
-      std::vector<TextExample> kept;
-      kept.reserve(pick.size());
-      for (int64_t i : pick) kept.push_back(std::move(data_.rows[static_cast<size_t>(i)]));
-      data_.rows = std::move(kept);
-    }
-    return std::move(data_);
-  }
-
- private:
-  enum class Mode { Unknown, Ids, Names };
-
-  static void check_utf8(std::string_view s, const char* what) {
-    const size_t at = invalid_utf8_at(s);
-    if (at != std::string_view::npos)
-      throw BadRow{fmt::format("{} is not valid UTF-8 (byte 0x{:02X} at offset {}); re-encode "
-                               "the file as UTF-8",
-                               what, static_cast<unsigned char>(s[at]), at)};
-  }
-
-  int64_t resolve(const RawLabel& raw) {
-    const auto k = static_cast<int64_t>(src_.label_names.size());
-    if (k > 0) {
-      if (!raw.name.empty()) {
-        auto it = index_.find(raw.name);
-        if (it != index_.end()) return it->second;
-        if (!raw.id)
-          throw BadRow{fmt::format("unknown label '{}' (label names: {})", raw.name,
-                                   list_names(src_.label_names))};
-      }
-      if (!raw.id) throw BadRow{"empty label"};
-      if (*raw.id < 0 || *raw.id >= k)
-        throw BadRow{fmt::format("label id {} is outside [0, {}) ({} label names given)", *raw.id,
-                                 k, k)};
-      return *raw.id;
-    }
-    const Mode mode = raw.id ? Mode::Ids : Mode::Names;
-    if (mode == Mode::Names && raw.name.empty()) throw BadRow{"empty label"};
-    if (mode_ != Mode::Unknown && mode != mode_)
-      throw BadRow{fmt::format(
-          "label '{}' is {} but earlier rows use {}; set data.labels (the label names, in id order) to map both",
-          raw.id ? std::to_string(*raw.id) : raw.name, raw.id ? "an integer id" : "a name",
-          mode_ == Mode::Ids ? "integer ids" : "names")};
-    if (mode == Mode::Ids) {
-      if (*raw.id < 0) throw BadRow{fmt::format("negative label id {}", *raw.id)};
-      if (*raw.id > 100000)
-        throw BadRow{fmt::format("label id {} is implausibly large; give label_names", *raw.id)};
-      max_id_ = std::max(max_id_, *raw.id);
-      mode_ = mode;
-      return *raw.id;
-    }
-    mode_ = mode;
-    pending_names_.push_back(raw.name);
-    return -1;  // assigned in finish()
-  }
-
-  const DataSource& src_;
-  TextData data_;
-  std::unordered_map<std::string, int64_t> index_;
-  Mode mode_ = Mode::Unknown;
-  int64_t max_id_ = -1;
-  std::vector<std::string> pending_names_;  // parallel to rows in Names mode
-};
-
-RawLabel label_from_string(std::string_view s) {
-  RawLabel raw;
-  raw.name = std::string(trim(s));
-  raw.id = parse_int(raw.name);
-  return raw;
-}
-
-// A row value for a message: short, and without dump()'s recursion, which a
-// row nested 100 000 deep turns into a stack overflow.
-std::string quoted_value(const json& v) {
-  if (v.is_array()) return fmt::format("a list of {} item(s)", v.size());
-  if (v.is_object()) return fmt::format("an object with {} key(s)", v.size());
-  std::string s = v.dump();
-  if (s.size() > 40) {
-    std::size_t cut = 40;
-    while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // keep UTF-8 whole
-    s = s.substr(0, cut) + "...";
-  }
-  return s;
-}
-
-RawLabel label_from_json(const json& v) {
-  if (v.is_number_integer()) return RawLabel{v.get<int64_t>(), {}};
-  if (v.is_number_float()) {
-    const double d = v.get<double>();
-    // Range check first: casting an out-of-range double to int64 is undefined.
-    if (std::abs(d) < 1e15 && d == std::floor(d)) return RawLabel{static_cast<int64_t>(d), {}};
-    throw BadRow{fmt::format("label {} is not an integer id or a name", quoted_value(v))};
-  }
-  if (v.is_string()) return label_from_string(v.get_ref<const std::string&>());
-  throw BadRow{fmt::format("label is {} ({}); expected an integer id or a name", v.type_name(),
-                           quoted_value(v))};
 }
 
 std::string string_field(const json& v, const std::string& what) {
@@ -278,14 +41,14 @@ std::string string_field(const json& v, const std::string& what) {
 }
 
 // One parsed JSON row: [text, label], [text, pair, label] or an object.
-void add_json_row(Collector& out, const json& v, const DataSource& src) {
+void add_json_row(Collector& out, const json& v, int64_t row, const DataSource& src) {
   if (v.is_array()) {
     if (v.size() != 2 && v.size() != 3)
       throw BadRow{fmt::format("expected [text, label] or [text, pair, label], got {} items",
                                v.size())};
     std::string text = string_field(v[0], "text");
     std::string pair = v.size() == 3 ? string_field(v[1], "pair text") : std::string();
-    out.add(std::move(text), std::move(pair), label_from_json(v.back()));
+    out.add(row, std::move(text), std::move(pair), label_from_json(v.back(), src.label_delimiter));
     return;
   }
   if (!v.is_object())
@@ -301,8 +64,8 @@ void add_json_row(Collector& out, const json& v, const DataSource& src) {
   if (!src.pair_field.empty())
     pair = string_field(field(src.pair_field), "field '" + src.pair_field + "'");
   // No label field: unlabelled text (pretraining reads it), every row label 0.
-  out.add(std::move(text), std::move(pair),
-          src.label_field.empty() ? RawLabel{0, {}} : label_from_json(field(src.label_field)));
+  out.add(row, std::move(text), std::move(pair),
+          src.label_field.empty() ? no_label() : label_from_json(field(src.label_field), src.label_delimiter));
 }
 
 // Parses one row's bytes, turning any problem into a numbered bad row.
@@ -319,7 +82,7 @@ void json_row(Collector& out, std::string_view bytes, int64_t row, const DataSou
     } catch (const json::exception& e) {
       throw BadRow{fmt::format("invalid JSON ({})", e.what())};
     }
-    add_json_row(out, v, src);
+    add_json_row(out, v, row, src);
   } catch (const BadRow& b) {
     out.bad(row, b.problem);
   }
@@ -427,7 +190,7 @@ Columns find_columns(const std::vector<std::string>& header, const DataSource& s
 }
 
 void add_delimited_row(Collector& out, const std::vector<std::string>& fields, const Columns& c,
-                       int64_t row) {
+                       int64_t row, const DataSource& src) {
   try {
     if (fields.size() != c.count)
       throw BadRow{fmt::format("has {} fields but the header has {}", fields.size(), c.count)};
@@ -437,8 +200,8 @@ void add_delimited_row(Collector& out, const std::vector<std::string>& fields, c
         throw BadRow{fmt::format("invalid UTF-8 (byte 0x{:02X}); re-encode the file as UTF-8",
                                  static_cast<unsigned char>(f[at]))};
     }
-    out.add(fields[c.text], c.pair ? fields[*c.pair] : std::string(),
-            c.label ? label_from_string(fields[*c.label]) : RawLabel{0, {}});
+    out.add(row, fields[c.text], c.pair ? fields[*c.pair] : std::string(),
+            c.label ? label_from_string(fields[*c.label], src.label_delimiter) : no_label());
   } catch (const BadRow& b) {
     out.bad(row, b.problem);
   }
@@ -523,7 +286,7 @@ void read_csv(Collector& out, std::string_view buf, const DataSource& src) {
       out.bad(row, *problem);
       continue;
     }
-    add_delimited_row(out, fields, *columns, row);
+    add_delimited_row(out, fields, *columns, row, src);
   }
 }
 
@@ -542,7 +305,7 @@ void read_tsv(Collector& out, std::string_view buf, const DataSource& src) {
           start = tab + 1;
         }
         if (!columns) columns = find_columns(fields, src);
-        else add_delimited_row(out, fields, *columns, line);
+        else add_delimited_row(out, fields, *columns, line, src);
       },
       out);
 }

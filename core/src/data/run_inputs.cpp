@@ -107,7 +107,11 @@ class SubsetDataset final : public Dataset {
       : base_(std::move(base)), rows_(std::move(rows)) {}
   int64_t size() const override { return static_cast<int64_t>(rows_.size()); }
   int64_t num_labels() const override { return base_->num_labels(); }
-  std::vector<int64_t> labels() const override { return pick(base_->labels()); }
+  ProblemType problem_type() const override { return base_->problem_type(); }
+  std::vector<int64_t> labels() const override {
+    auto all = base_->labels();
+    return all.empty() ? all : pick(all);  // empty: not class ids (Dataset::labels)
+  }
   std::vector<int64_t> lengths() const override { return pick(base_->lengths()); }
   Batch collate(const std::vector<int64_t>& rows) const override {
     std::vector<int64_t> mapped;
@@ -171,6 +175,9 @@ DataSource make_source(const RunConfig& config, const std::string& path) {
   src.strip_spaces = d.strip_spaces;
   src.bad_rows = d.bad_rows == "skip" ? BadRows::Skip : BadRows::Error;
   src.label_names = d.labels;
+  src.problem_type = parse_problem_type(config.model.problem_type);  // empty: nullopt
+  src.label_delimiter = d.label_delimiter;
+  src.label_scale = d.label_scale;
   return src;
 }
 
@@ -191,15 +198,19 @@ void attach_tokenizer(const RunConfig& config, RunInputs& in) {
   }
 }
 
-std::pair<TextData, TextData> read_train_dev(const RunConfig& config, int64_t& skipped) {
+std::pair<TextData, TextData> read_train_dev(const RunConfig& config, int64_t& skipped,
+                                            std::optional<ProblemType> model_problem) {
   const auto& d = config.data;
-  TextData train = read_text_data(make_source(config, d.train));
+  auto source = make_source(config, d.train);
+  if (!source.problem_type) source.problem_type = model_problem;
+  TextData train = read_text_data(source);
   TextData dev;
   skipped = train.skipped;
   if (!d.dev.empty()) {
     auto dev_source = make_source(config, d.dev);
     dev_source.max_rows = 0;
     dev_source.label_names = train.label_names;
+    dev_source.problem_type = train.problem_type;  // the dev file is read as the model was
     dev = read_text_data(dev_source);
     skipped += dev.skipped;
   } else if (d.dev_fraction > 0) {
@@ -262,6 +273,21 @@ void prepare_tensor_inputs(const RunConfig& config, RunInputs& in) {
     in.train = subset(all, all_rows(*all));
   }
   in.label_names = in.model_config.id2label;
+  // Float labels are scores or label sets: the model must be built for them.
+  const ProblemType type = in.train->problem_type();
+  if (!config.model.problem_type.empty() && parse_problem_type(config.model.problem_type) != type) {
+    fail("{}: its labels are {} but model.problem_type is {}", d.train, problem_type_name(type),
+         config.model.problem_type);
+  }
+  if (type == ProblemType::kRegression && in.model_config.num_labels != 1) {
+    fail("{}: its labels are regression scores but the model has num_labels {}; give a config.json with num_labels 1",
+         d.train, in.model_config.num_labels);
+  }
+  if (config.model.problem_type.empty() && in.model_config.problem_type && *in.model_config.problem_type != type) {
+    fail("{}: its labels are {} but {} says problem_type {}; set model.problem_type or use matching labels", d.train,
+         problem_type_name(type), config.model.config, problem_type_name(*in.model_config.problem_type));
+  }
+  if (type != ProblemType::kSingleLabel) in.model_config.problem_type = type;
 }
 
 void prepare_text_inputs(const RunConfig& config, RunInputs& in) {
@@ -271,7 +297,14 @@ void prepare_text_inputs(const RunConfig& config, RunInputs& in) {
          "ft pretrain)", config.source);
   }
   detail::attach_tokenizer(config, in);
-  auto [train, dev] = detail::read_train_dev(config, in.skipped_rows);
+  // A classifier's own problem_type (a checkpoint's config.json) decides
+  // unless model.problem_type does; an encoder's leaves it to the data.
+  const std::string classifier = head_names(in.model_config, BertHead::kSequenceClassification).output_weight;
+  const bool has_classifier =
+      in.initial_weights && std::any_of(in.initial_weights->begin(), in.initial_weights->end(),
+                                        [&](const auto& named) { return named.first == classifier; });
+  auto [train, dev] = detail::read_train_dev(
+      config, in.skipped_rows, has_classifier ? in.model_config.problem_type : std::nullopt);
   for (const auto* part : {&train, &dev}) {  // a split's halves both carry the file's notes
     for (const auto& note : part->skip_notes) {
       if (in.skip_notes.size() < 5 && std::find(in.skip_notes.begin(), in.skip_notes.end(), note) == in.skip_notes.end())
@@ -279,12 +312,9 @@ void prepare_text_inputs(const RunConfig& config, RunInputs& in) {
     }
   }
   in.label_names = train.label_names;
-  const auto n_labels = static_cast<int64_t>(in.label_names.size());
-  const std::string classifier = head_names(in.model_config, BertHead::kSequenceClassification).output_weight;
-  const bool has_classifier =
-      in.initial_weights && std::any_of(in.initial_weights->begin(), in.initial_weights->end(),
-                                        [&](const auto& named) { return named.first == classifier; });
-  if (has_classifier && relabelled(in.model_config.id2label, in.label_names)) {
+  const bool regression = train.problem_type == ProblemType::kRegression;
+  const auto n_labels = regression ? int64_t{1} : static_cast<int64_t>(in.label_names.size());
+  if (has_classifier && !regression && relabelled(in.model_config.id2label, in.label_names)) {
     // Re-heading: the weights' classifier answers another question; as
     // from_pretrained(..., num_labels=N, ignore_mismatched_sizes=True) does,
     // the encoder is kept and the classifier starts afresh (said at load).
@@ -295,6 +325,8 @@ void prepare_text_inputs(const RunConfig& config, RunInputs& in) {
   // Weights without a classifier (an encoder, an ft pretrain checkpoint) get a fresh one of the data's size.
   in.model_config.num_labels = n_labels;
   in.model_config.id2label = in.label_names;
+  in.model_config.problem_type = train.problem_type;
+  in.model_config.text_pair = !d.pair_field.empty();
   const Padding padding = parse_padding(d.padding);
   const int max_len = static_cast<int>(d.max_seq_len);
   const PairTruncation pair_rule = d.pair_truncation == "slow" ? PairTruncation::kSlow : PairTruncation::kFast;
@@ -316,6 +348,7 @@ BertConfig planned_model_config(const RunConfig& config) {
                     detect_data_format(config.data.train, parse_data_format(config.data.format)) != DataFormat::Safetensors;
   if (text && detail::weights_source(config).empty()) c.vocab_size = load_tokenizer(config)->vocab_size();
   if (!config.data.labels.empty()) c.num_labels = static_cast<int64_t>(config.data.labels.size());
+  if (config.model.problem_type == "regression") c.num_labels = 1;
   return c;
 }
 

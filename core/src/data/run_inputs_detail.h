@@ -18,8 +18,10 @@ DataSource make_source(const RunConfig& config, const std::string& path);
 // (random init) or checks they agree (initial weights); checks max_seq_len.
 void attach_tokenizer(const RunConfig& config, RunInputs& in);
 // data.train and the dev rows `ft run` evaluates on (data.dev, or the
-// dev_fraction split); adds the skipped bad rows to `skipped`.
-std::pair<TextData, TextData> read_train_dev(const RunConfig& config, int64_t& skipped);
+// dev_fraction split); adds the skipped bad rows to `skipped`. The labels
+// are read as model.problem_type, else `model_problem`, else as they look.
+std::pair<TextData, TextData> read_train_dev(const RunConfig& config, int64_t& skipped,
+                                            std::optional<ProblemType> model_problem = std::nullopt);
 // model.weights, else a model directory's own weights ("" for random init).
 std::string weights_source(const RunConfig& config);
 // Reads weights_source(config) into `in` (a model directory without weights is an error).

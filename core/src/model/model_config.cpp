@@ -33,7 +33,7 @@ const char* const kKnownKeys[] = {
     "num_attention_heads", "intermediate_size",
     "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
     "type_vocab_size", "initializer_range", "layer_norm_eps", "pad_token_id", "num_labels",
-    "id2label", "label2id", "architectures"};
+    "id2label", "label2id", "architectures", "problem_type", "text_pair"};
 
 // Keys whose non-default values change the network in ways ft does not
 // build: one line naming the key, never a silently different model.
@@ -105,9 +105,28 @@ BertConfig BertConfig::from_json_string(const std::string& text, const std::stri
     if (c.num_labels == 0) c.num_labels = static_cast<int64_t>(names.size());
   }
   if (c.num_labels == 0) c.num_labels = 2;  // HF's default
+  if (auto it = j.find("problem_type"); it != j.end() && !it->is_null()) {
+    if (!it->is_string() || !parse_problem_type(it->get<std::string>()))
+      fail("{}: problem_type is {}; transformers knows single_label_classification, multi_label_classification and "
+           "regression",
+           source, it->dump());
+    c.problem_type = parse_problem_type(it->get<std::string>());
+  }
+  read_key(j, "text_pair", c.text_pair, source);
   if (auto it = j.find("architectures"); it != j.end() && it->is_array()) {
-    for (const auto& a : *it)
-      if (a.is_string() && a.get<std::string>() == head_names(c, BertHead::kMaskedLM).architecture) c.head = BertHead::kMaskedLM;
+    for (const auto& a : *it) {
+      if (!a.is_string()) continue;
+      const std::string name = a.get<std::string>();
+      if (name == head_names(c, BertHead::kMaskedLM).architecture) c.head = BertHead::kMaskedLM;
+      // The base model (XModel) and pretraining heads carry an encoder and
+      // nothing to infer with; a task head ft lacks is named at inference.
+      for (const char* task : {"ForTokenClassification", "ForQuestionAnswering", "ForMultipleChoice",
+                               "ForNextSentencePrediction", "ForCausalLM", "ForSequenceClassification"}) {
+        const std::string suffix(task);
+        const bool ends = name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+        if (ends && name != head_names(c, BertHead::kSequenceClassification).architecture) c.unbuilt_head = name;
+      }
+    }
   }
   json extra = j;
   for (const char* key : kKnownKeys) extra.erase(key);
@@ -187,6 +206,8 @@ std::string BertConfig::to_json() const {
   j["layer_norm_eps"] = layer_norm_eps;
   j["pad_token_id"] = pad_token_id;
   j["num_labels"] = num_labels;
+  if (problem_type) j["problem_type"] = problem_type_name(*problem_type);
+  if (text_pair) j["text_pair"] = true;
   json id2label_json = json::object(), label2id_json = json::object();
   for (int64_t i = 0; i < num_labels; ++i) {
     std::string label = i < static_cast<int64_t>(id2label.size()) ? id2label[i] : "LABEL_" + std::to_string(i);

@@ -177,6 +177,8 @@ void EventLog::eval(int64_t step, int64_t epoch, const ClassificationReport& r,
                     const std::vector<std::string>& label_names) {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   if (!rank0_) return;
+  report_labels_ = label_names;
+  if (r.problem_type != ProblemType::kSingleLabel) return eval_scores(step, epoch, r);
   nlohmann::json j{{"event", "eval"},     {"step", step},         {"epoch", epoch},
                    {"loss", number(r.loss)}, {"accuracy", r.accuracy}, {"macro_f1", r.macro_f1},
                    {"samples", r.total}};
@@ -189,7 +191,22 @@ void EventLog::eval(int64_t step, int64_t epoch, const ClassificationReport& r,
   info(fmt::format("eval step {}: loss {:.4f} accuracy {:.4f} macro_f1 {:.4f} ({} samples)", step, r.loss,
                    r.accuracy, r.macro_f1, r.total));
   // One line per evaluation; the per-label table once, at the end (summary).
-  report_labels_ = label_names;
+}
+
+// Multi-label and regression: every score under its own name.
+void EventLog::eval_scores(int64_t step, int64_t epoch, const ClassificationReport& r) {
+  nlohmann::json j{{"event", "eval"}, {"step", step}, {"epoch", epoch}, {"problem_type", problem_type_name(r.problem_type)},
+                   {"loss", number(r.loss)}};
+  std::string line = fmt::format("eval step {}: loss {:.4f}", step, r.loss);
+  for (const auto& [name, value] : r.scores) {
+    j[name] = number(value);
+    line += fmt::format(" {} {:.4f}", name, value);
+    if (tensorboard_) tensorboard_->add_scalar("eval/" + name, value, step);
+  }
+  j["samples"] = r.total;
+  write_json(j.dump());
+  if (tensorboard_) tensorboard_->add_scalar("eval/loss", r.loss, step);
+  info(fmt::format("{} ({} samples)", line, r.total));
 }
 
 void EventLog::report(const ClassificationReport& r, const std::vector<std::string>& label_names) {

@@ -1,6 +1,7 @@
 #include "ft/metrics.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include <fmt/format.h>
@@ -113,7 +114,14 @@ ClassificationReport report_from_confusion(std::vector<std::vector<int64_t>> con
   }
   r.weighted_f1 = r.total > 0 ? weighted / static_cast<double>(r.total) : 0.0;
   r.confusion = std::move(confusion);
+  r.scores = {{"accuracy", r.accuracy}, {"macro_f1", r.macro_f1}};
   return r;
+}
+
+std::optional<double> ClassificationReport::score(const std::string& name) const {
+  for (const auto& [key, value] : scores)
+    if (key == name) return value;
+  return std::nullopt;
 }
 
 ClassificationReport classification_report(const std::vector<int64_t>& predictions,
@@ -133,8 +141,158 @@ std::vector<int64_t> class_counts(const std::vector<int64_t>& labels, int64_t nu
   return counts;
 }
 
+MultiLabelCounts multi_label_counts(const std::vector<uint8_t>& predicted, const std::vector<uint8_t>& truth,
+                                    int64_t num_labels) {
+  if (num_labels <= 0) fail("metrics: num_labels is {}; it must be >= 1", num_labels);
+  const auto k = static_cast<size_t>(num_labels);
+  if (predicted.size() != truth.size() || truth.size() % k != 0)
+    fail("metrics: {} predicted and {} true decisions for {} labels; both must be rows x labels", predicted.size(),
+         truth.size(), k);
+  MultiLabelCounts c;
+  c.tp.assign(k, 0), c.fp.assign(k, 0), c.fn.assign(k, 0);
+  c.rows = static_cast<int64_t>(truth.size() / k);
+  for (size_t row = 0; row < truth.size() / k; ++row) {
+    bool all = true;
+    for (size_t j = 0; j < k; ++j) {
+      const bool p = predicted[row * k + j] != 0, t = truth[row * k + j] != 0;
+      c.tp[j] += p && t;
+      c.fp[j] += p && !t;
+      c.fn[j] += !p && t;
+      all = all && p == t;
+    }
+    c.exact += all;
+  }
+  return c;
+}
+
+ClassificationReport multi_label_report(const MultiLabelCounts& c, double loss) {
+  const size_t k = c.tp.size();
+  ClassificationReport r;
+  r.problem_type = ProblemType::kMultiLabel;
+  r.loss = loss;
+  r.total = c.rows;
+  r.precision.assign(k, 0.0), r.recall.assign(k, 0.0), r.f1.assign(k, 0.0), r.support.assign(k, 0);
+  int64_t tp = 0, fp = 0, fn = 0;
+  double sum_p = 0, sum_r = 0, sum_f = 0, weighted = 0;
+  int64_t support = 0;
+  for (size_t j = 0; j < k; ++j) {
+    r.support[j] = c.tp[j] + c.fn[j];
+    r.precision[j] = ratio(c.tp[j], c.tp[j] + c.fp[j]);
+    r.recall[j] = ratio(c.tp[j], r.support[j]);
+    r.f1[j] = ratio(2 * c.tp[j], 2 * c.tp[j] + c.fp[j] + c.fn[j]);
+    sum_p += r.precision[j], sum_r += r.recall[j], sum_f += r.f1[j];
+    weighted += r.f1[j] * static_cast<double>(r.support[j]);
+    support += r.support[j];
+    tp += c.tp[j], fp += c.fp[j], fn += c.fn[j];
+  }
+  // sklearn's macro average over indicator columns counts every label.
+  if (k > 0) {
+    r.macro_precision = sum_p / static_cast<double>(k);
+    r.macro_recall = sum_r / static_cast<double>(k);
+    r.macro_f1 = sum_f / static_cast<double>(k);
+  }
+  r.weighted_f1 = support > 0 ? weighted / static_cast<double>(support) : 0.0;
+  r.accuracy = ratio(c.exact, c.rows);
+  r.scores = {{"micro_f1", ratio(2 * tp, 2 * tp + fp + fn)},
+              {"macro_f1", r.macro_f1},
+              {"subset_accuracy", r.accuracy},
+              {"micro_precision", ratio(tp, tp + fp)},
+              {"micro_recall", ratio(tp, tp + fn)}};
+  return r;
+}
+
+namespace {
+
+// 1-based ranks, ties sharing their mean rank (scipy.stats.rankdata's 'average').
+std::vector<double> average_ranks(const std::vector<double>& v) {
+  std::vector<size_t> order(v.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return v[a] < v[b]; });
+  std::vector<double> ranks(v.size());
+  for (size_t i = 0; i < order.size();) {
+    size_t j = i;
+    while (j + 1 < order.size() && v[order[j + 1]] == v[order[i]]) ++j;
+    const double mean = (static_cast<double>(i) + static_cast<double>(j)) / 2.0 + 1.0;
+    for (size_t m = i; m <= j; ++m) ranks[order[m]] = mean;
+    i = j + 1;
+  }
+  return ranks;
+}
+
+double pearson(const std::vector<double>& x, const std::vector<double>& y) {
+  const auto n = static_cast<double>(x.size());
+  if (x.size() < 2) return 0.0;
+  double mx = 0, my = 0;
+  for (size_t i = 0; i < x.size(); ++i) mx += x[i], my += y[i];
+  mx /= n, my /= n;
+  double sxy = 0, sxx = 0, syy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    sxy += (x[i] - mx) * (y[i] - my);
+    sxx += (x[i] - mx) * (x[i] - mx);
+    syy += (y[i] - my) * (y[i] - my);
+  }
+  return sxx > 0 && syy > 0 ? sxy / std::sqrt(sxx * syy) : 0.0;
+}
+
+}  // namespace
+
+ClassificationReport regression_report(const std::vector<double>& predictions, const std::vector<double>& labels,
+                                       double loss) {
+  if (predictions.size() != labels.size())
+    fail("metrics: {} predictions for {} labels; give one prediction per row", predictions.size(), labels.size());
+  ClassificationReport r;
+  r.problem_type = ProblemType::kRegression;
+  r.loss = loss;
+  r.total = static_cast<int64_t>(labels.size());
+  double se = 0, ae = 0;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    se += (predictions[i] - labels[i]) * (predictions[i] - labels[i]);
+    ae += std::abs(predictions[i] - labels[i]);
+  }
+  const double n = std::max<double>(1.0, static_cast<double>(labels.size()));
+  r.scores = {{"mse", se / n},
+              {"mae", ae / n},
+              {"pearson", pearson(predictions, labels)},
+              {"spearman", pearson(average_ranks(predictions), average_ranks(labels))}};
+  return r;
+}
+
+std::string format_task_report(const ClassificationReport& report, const std::vector<std::string>& label_names,
+                               int digits) {
+  digits = std::clamp(digits, 0, 8);
+  std::string out;
+  if (report.problem_type == ProblemType::kMultiLabel) {
+    const size_t k = report.support.size();
+    if (label_names.size() != k) fail("metrics: {} label names for {} labels; give one name per label", label_names.size(), k);
+    size_t width = std::string("subset accuracy").size();
+    for (const auto& n : label_names) width = std::max(width, display_width(n));
+    auto row = [&](const std::string& name, double p, double rc, double f, int64_t support) {
+      return fmt::format("{}  {:>9.{}f} {:>9.{}f} {:>9.{}f} {:>9}\n", pad_left(name, width), p, digits, rc, digits, f,
+                         digits, support);
+    };
+    out = fmt::format("{}  {:>9} {:>9} {:>9} {:>9}\n\n", std::string(width, ' '), "precision", "recall", "f1-score",
+                      "support");
+    int64_t support = 0;
+    for (size_t c = 0; c < k; ++c) {
+      out += row(label_names[c], report.precision[c], report.recall[c], report.f1[c], report.support[c]);
+      support += report.support[c];
+    }
+    out += "\n" + row("micro avg", *report.score("micro_precision"), *report.score("micro_recall"),
+                      *report.score("micro_f1"), support);
+    out += row("macro avg", report.macro_precision, report.macro_recall, report.macro_f1, support);
+    out += fmt::format("{}  {:>9} {:>9} {:>9.{}f} {:>9}\n", pad_left("subset accuracy", width), "", "",
+                       report.accuracy, digits, report.total);
+  } else {
+    for (const auto& [name, value] : report.scores) out += fmt::format("{:>9}  {:.{}f}\n", name, value, digits);
+    out += fmt::format("{:>9}  {}\n", "rows", report.total);
+  }
+  out += fmt::format("{:>9}  {:.{}f}\n", "loss", report.loss, digits);
+  return out;
+}
+
 std::string format_report(const ClassificationReport& report,
                           const std::vector<std::string>& label_names, int digits) {
+  if (report.problem_type != ProblemType::kSingleLabel) return format_task_report(report, label_names, digits);
   const size_t k = report.support.size();
   std::vector<std::string> names = label_names;
   if (names.empty()) {

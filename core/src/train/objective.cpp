@@ -7,6 +7,9 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "ft/comm.h"
 #include "ft/error.h"
 #include "ft/events.h"
@@ -17,15 +20,18 @@
 namespace ft {
 namespace {
 
+// Sequence classification of every problem type (ft/problem_type.h): the
+// losses transformers' XForSequenceClassification takes for each.
 class Classification final : public Objective {
  public:
+  Classification(ProblemType type, bool huber, double threshold)
+      : type_(type), huber_(huber), threshold_(threshold) {}
+
   Batch batch(const Dataset& data, const std::vector<int64_t>& rows, int64_t) const override {
     return data.collate(rows);
   }
   at::Tensor loss(const at::Tensor& logits, const Batch& batch) const override {
-    // Strategies move the model inputs, never the caller's batch, so its
-    // labels are still on the CPU (a no-op copy there; dp gathers its logits on ctx.device).
-    return at::cross_entropy_loss(logits, batch.labels.to(logits.device()));
+    return loss_of(logits, batch.labels, at::Reduction::Mean);
   }
   // The mean over the step's micro-batches (each already a mean over its rows).
   double step_divisor(const std::vector<Batch>& micro_batches, Comm&) const override {
@@ -35,7 +41,7 @@ class Classification final : public Objective {
   ClassificationReport evaluate(Strategy& strategy, const Dataset& dev, Comm& comm, EventLog& events,
                                 int64_t per_rank) const override {
     auto batches = eval_batches(dev.size(), per_rank, comm.world_size(), comm.rank());
-    std::vector<int64_t> preds, labels;
+    std::vector<at::Tensor> outputs, labels;  // the valid rows' logits and labels, on the CPU
     double loss_sum = 0.0;
     const auto total = static_cast<int64_t>(batches.size());
     int64_t done = 0;
@@ -45,34 +51,97 @@ class Classification final : public Objective {
       auto logits = strategy.forward(batch);
       auto n = b.num_valid;
       if (n == 0) continue;
-      auto valid_logits = logits.narrow(0, 0, n).to(at::kCPU, at::kFloat);
-      auto valid_labels = batch.labels.narrow(0, 0, n);
-      loss_sum += at::cross_entropy_loss(valid_logits, valid_labels, {}, at::Reduction::Sum).item<double>();
-      auto p = valid_logits.argmax(1).contiguous();
-      preds.insert(preds.end(), p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + n);
-      auto l = valid_labels.contiguous();
-      labels.insert(labels.end(), l.data_ptr<int64_t>(), l.data_ptr<int64_t>() + n);
+      outputs.push_back(logits.narrow(0, 0, n).to(at::kCPU, at::kFloat));
+      labels.push_back(batch.labels.narrow(0, 0, n));
+      // A row's loss: multi-label's BCE is its mean over the labels, as in training.
+      const double width = type_ == ProblemType::kMultiLabel ? static_cast<double>(outputs.back().size(1)) : 1.0;
+      loss_sum += loss_of(outputs.back(), labels.back(), at::Reduction::Sum).item<double>() / width;
     }
     events.eval_progress(total, total);
-    auto both = at::cat({at::tensor(preds, at::kLong), at::tensor(labels, at::kLong)});
-    auto gathered = comm.all_gather_varlen(both);
-    std::vector<int64_t> all_preds, all_labels;
-    for (const auto& g : gathered) {
-      const int64_t half = g.numel() / 2;
-      auto* d = g.data_ptr<int64_t>();
-      all_preds.insert(all_preds.end(), d, d + half);
-      all_labels.insert(all_labels.end(), d + half, d + 2 * half);
-    }
-    auto loss_t = at::tensor({loss_sum}, at::kDouble);
+    auto loss_t = at::tensor({loss_sum, 0.0}, at::kDouble);
+    for (const auto& l : labels) loss_t[1] += static_cast<double>(l.size(0));
     comm.all_reduce(loss_t, ReduceOp::Sum);
-    const double mean_loss = all_labels.empty() ? 0.0 : loss_t.item<double>() / static_cast<double>(all_labels.size());
-    return classification_report(all_preds, all_labels, dev.num_labels(), mean_loss);
+    const double rows = loss_t[1].item<double>();
+    const double mean_loss = rows > 0 ? loss_t[0].item<double>() / rows : 0.0;
+    const int64_t k = dev.num_labels();
+    if (type_ == ProblemType::kMultiLabel) return multi_label(outputs, labels, k, comm, mean_loss);
+    // Regression's correlations and single-label's report need every row: gather them.
+    const at::ScalarType kind = type_ == ProblemType::kRegression ? at::kDouble : at::kLong;
+    at::Tensor preds = outputs.empty() ? at::empty({0}, kind) : at::cat(outputs);
+    at::Tensor truth = labels.empty() ? at::empty({0}, kind) : at::cat(labels).to(kind);
+    preds = type_ == ProblemType::kRegression ? preds.view({-1}).to(kind) : preds.argmax(1).to(kind);
+    std::vector<double> p_all, l_all;
+    std::vector<int64_t> pi_all, li_all;
+    for (const auto& g : comm.all_gather_varlen(at::cat({preds, truth}))) {
+      const int64_t half = g.numel() / 2;
+      if (kind == at::kDouble) {
+        const double* d = g.data_ptr<double>();
+        p_all.insert(p_all.end(), d, d + half);
+        l_all.insert(l_all.end(), d + half, d + 2 * half);
+      } else {
+        const int64_t* d = g.data_ptr<int64_t>();
+        pi_all.insert(pi_all.end(), d, d + half);
+        li_all.insert(li_all.end(), d + half, d + 2 * half);
+      }
+    }
+    if (type_ == ProblemType::kRegression) return regression_report(p_all, l_all, mean_loss);
+    return classification_report(pi_all, li_all, k, mean_loss);
   }
 
   void report(EventLog& events, int64_t step, int64_t epoch, const ClassificationReport& r,
               const std::vector<std::string>& label_names) const override {
     events.eval(step, epoch, r, label_names);
   }
+
+ private:
+  at::Tensor loss_of(const at::Tensor& logits, const at::Tensor& cpu_labels, at::Reduction::Reduction how) const {
+    // Strategies move the model inputs, never the caller's batch, so its
+    // labels are still on the CPU (a no-op copy there; dp gathers its logits on ctx.device).
+    const at::Tensor labels = cpu_labels.to(logits.device());
+    switch (type_) {
+      case ProblemType::kSingleLabel: return at::cross_entropy_loss(logits, labels, {}, how);
+      // fp32 as autocast runs these losses; the labels are float already.
+      case ProblemType::kMultiLabel:
+        return at::binary_cross_entropy_with_logits(logits.to(at::kFloat), labels, {}, {}, how);
+      case ProblemType::kRegression: {
+        const at::Tensor scores = logits.to(at::kFloat).view({-1});
+        return huber_ ? at::huber_loss(scores, labels, how, 1.0) : at::mse_loss(scores, labels, how);
+      }
+    }
+    return {};
+  }
+
+  // Decisions at the threshold, counted per label and summed over ranks.
+  ClassificationReport multi_label(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& labels,
+                                   int64_t k, Comm& comm, double mean_loss) const {
+    MultiLabelCounts counts;
+    counts.tp.assign(static_cast<size_t>(k), 0), counts.fp.assign(static_cast<size_t>(k), 0);
+    counts.fn.assign(static_cast<size_t>(k), 0);
+    at::Tensor sums = at::zeros({3 * k + 2}, at::kDouble);
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const at::Tensor predicted = outputs[i].sigmoid().ge(threshold_);
+      const at::Tensor truth = labels[i].gt(0.5);
+      sums.narrow(0, 0, k) += (predicted & truth).sum(0).to(at::kDouble);
+      sums.narrow(0, k, k) += (predicted & ~truth).sum(0).to(at::kDouble);
+      sums.narrow(0, 2 * k, k) += (~predicted & truth).sum(0).to(at::kDouble);
+      sums[3 * k] += predicted.eq(truth).all(1).sum().item<double>();
+      sums[3 * k + 1] += static_cast<double>(outputs[i].size(0));
+    }
+    comm.all_reduce(sums, ReduceOp::Sum);
+    const double* s = sums.data_ptr<double>();
+    for (int64_t j = 0; j < k; ++j) {
+      counts.tp[static_cast<size_t>(j)] = static_cast<int64_t>(s[j]);
+      counts.fp[static_cast<size_t>(j)] = static_cast<int64_t>(s[k + j]);
+      counts.fn[static_cast<size_t>(j)] = static_cast<int64_t>(s[2 * k + j]);
+    }
+    counts.exact = static_cast<int64_t>(s[3 * k]);
+    counts.rows = static_cast<int64_t>(s[3 * k + 1]);
+    return multi_label_report(counts, mean_loss);
+  }
+
+  ProblemType type_;
+  bool huber_;
+  double threshold_;
 };
 
 class MaskedLm final : public Objective {
@@ -142,10 +211,31 @@ class MaskedLm final : public Objective {
   MaskingOptions masking_;
 };
 
+// The best checkpoint is judged by a metric this problem type reports.
+void check_best_metric(const RunConfig& config, ProblemType type) {
+  const std::string& metric = config.train.best_metric;
+  std::vector<std::string> names{"loss"};
+  ClassificationReport empty;
+  if (type == ProblemType::kSingleLabel) empty = classification_report({}, {}, 1, 0.0);
+  if (type == ProblemType::kMultiLabel) empty = multi_label_report(MultiLabelCounts{{0}, {0}, {0}, 0, 0}, 0.0);
+  if (type == ProblemType::kRegression) empty = regression_report({}, {}, 0.0);
+  for (const auto& [name, value] : empty.scores) names.push_back(name);
+  if (std::find(names.begin(), names.end(), metric) != names.end()) return;
+  // The default (accuracy) follows the problem type rather than failing.
+  if (metric == "accuracy" && type != ProblemType::kSingleLabel) return;
+  fail("{}: train.best_metric: '{}' is not a metric of {} (its metrics: {})", config.source, metric,
+       problem_type_name(type), fmt::format("{}", fmt::join(names, ", ")));
+}
+
 }  // namespace
 
 std::unique_ptr<Objective> make_objective(const RunConfig& config, const RunInputs& inputs) {
-  if (config.task == RunConfig::Task::kClassify) return std::make_unique<Classification>();
+  if (config.task == RunConfig::Task::kClassify) {
+    const ProblemType type = inputs.train ? inputs.train->problem_type() : inputs.model_config.problem();
+    check_best_metric(config, type);
+    return std::make_unique<Classification>(type, config.train.regression_loss == "huber",
+                                            config.train.multi_label_threshold);
+  }
   if (!inputs.tokenizer) fail("{}: masked-LM pretraining needs text data and data.vocab", config.source);
   // Its own stream of the run seed: masks do not move when dropout or init draws do.
   return std::make_unique<MaskedLm>(

@@ -204,10 +204,14 @@ struct Trainer::Impl {
     return report;
   }
 
+  // Higher is better: losses and errors count negated. The default,
+  // accuracy, is subset accuracy for multi-label and the loss for regression.
   double metric_value(const ClassificationReport& r) const {
-    if (config.train.best_metric == "loss") return -r.loss;
-    if (config.train.best_metric == "macro_f1") return r.macro_f1;
-    return r.accuracy;
+    const std::string& name = config.train.best_metric;
+    if (name == "loss" || (name == "accuracy" && r.problem_type == ProblemType::kRegression)) return -r.loss;
+    if (name == "accuracy") return r.accuracy;
+    const double v = r.score(name).value_or(r.accuracy);
+    return name == "mse" || name == "mae" ? -v : v;
   }
 
   void run_eval(int64_t epoch) {
