@@ -40,6 +40,12 @@ struct Encoding {
   std::vector<int64_t> token_type_ids;  ///< 0 for "[CLS] a [SEP]", 1 for "b [SEP]", 0 for padding
 };
 
+/// An Encoding of words given already split, and the word each token came from.
+struct WordsEncoding {
+  Encoding encoding;
+  std::vector<int64_t> word_ids;  ///< per token, the index of its word; -1 for special tokens and padding
+};
+
 /// Whether the basic tokenizer lower-cases and strips accents.
 enum class Lowercase {
   Auto,  ///< yes unless a token (other than bracketed specials) has an ASCII uppercase letter
@@ -104,6 +110,18 @@ class Tokenizer {
   /// type 0). Throws ft::Error when max_length cannot hold the special tokens.
   virtual Encoding encode(std::string_view text, std::optional<std::string_view> pair, int max_length,
                           bool pad_to_max_length, PairTruncation rule = PairTruncation::kFast) const = 0;
+  /// The model inputs for a text given as words (transformers'
+  /// `is_split_into_words=True`, as run_ner.py tokenizes): every word goes
+  /// through the whole pipeline on its own (added tokens, normalizer,
+  /// pre-tokenizer, model), so each word is the start of a text: a byte-level
+  /// BPE with add_prefix_space gives every word its leading space, a
+  /// Metaspace pre-tokenizer every word its "▁" (for RoBERTa, transformers
+  /// requires add_prefix_space=True here), an empty word gives no token.
+  /// Special tokens, truncation (to max_length, cutting whole tokens off the
+  /// end, so a word may keep only its first pieces) and padding as encode().
+  /// ft::Error "word K: invalid UTF-8 at byte N" (K from 0) on a malformed word.
+  virtual WordsEncoding encode_words(const std::vector<std::string>& words, int max_length,
+                                     bool pad_to_max_length) const = 0;
   /// The id of `token` in the vocabulary (added tokens included), if any.
   virtual std::optional<int64_t> token_to_id(std::string_view token) const = 0;
   /// Every token, index = id (the model's embedding rows).
@@ -187,6 +205,9 @@ class WordPieceTokenizer final : public Tokenizer {
   Encoding encode(std::string_view text, std::optional<std::string_view> pair,
                   int max_length, bool pad_to_max_length,
                   PairTruncation rule = PairTruncation::kFast) const override;
+  /// Each word through tokenize_to_ids, laid out as "[CLS] words [SEP]".
+  WordsEncoding encode_words(const std::vector<std::string>& words, int max_length,
+                             bool pad_to_max_length) const override;
 
   int64_t pad_id() const override;
   int64_t cls_id() const override;

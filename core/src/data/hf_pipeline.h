@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -117,6 +118,19 @@ struct Template {
   std::vector<TemplateItem> pair;
   std::size_t added(bool is_pair) const;
 };
+
+// Tokenizer::encode_words for any pipeline: `ids_of` appends one word's ids;
+// the words are laid out by `single` (the template of one sequence),
+// truncated and padded as encode() does, with the word of each token.
+// ft::Error "word K: ..." when ids_of throws one for word K.
+WordsEncoding encode_words_with(const std::vector<std::string>& words,
+                                const std::function<void(std::string_view, std::vector<int64_t>&)>& ids_of,
+                                const std::vector<TemplateItem>& single, int64_t pad_id, int max_length,
+                                bool pad_to_max_length);
+
+// Pads `e` to max_length with pad_id (mask 0, type 0) when max_length > 0,
+// pad_to_max_length is set and e is shorter; encode()'s last step.
+void pad_encoding(Encoding& e, int max_length, bool pad_to_max_length, int64_t pad_id);
 
 // The post_processor object; null gives "A" and "A B:1" (no special tokens).
 Template read_post_processor(const json& j, const std::string& key, const Where& w,

@@ -141,13 +141,19 @@ class JsonTokenizer final : public Tokenizer {
       e.token_type_ids.resize(e.input_ids.size(), item.type_id);
     }
     e.attention_mask.assign(e.input_ids.size(), 1);
-    if (max_length > 0 && pad_to_max_length && e.input_ids.size() < static_cast<std::size_t>(max_length)) {
-      const auto total = static_cast<std::size_t>(max_length);
-      e.input_ids.resize(total, pad_);
-      e.attention_mask.resize(total, 0);
-      e.token_type_ids.resize(total, 0);
-    }
+    hf::pad_encoding(e, max_length, pad_to_max_length, pad_);
     return e;
+  }
+
+  WordsEncoding encode_words(const std::vector<std::string>& words, int max_length,
+                             bool pad_to_max_length) const override {
+    // ids_of takes each word as a text of its own: it starts at the origin,
+    // which is what gives it Metaspace's marker and ByteLevel's prefix space.
+    const auto word_ids = [this](std::string_view word, std::vector<int64_t>& out) {
+      const std::vector<int64_t> ids = ids_of(word);
+      out.insert(out.end(), ids.begin(), ids.end());
+    };
+    return hf::encode_words_with(words, word_ids, template_.single, pad_, max_length, pad_to_max_length);
   }
 
   std::optional<int64_t> token_to_id(std::string_view token) const override {

@@ -8,6 +8,7 @@
 
 #include "ft/error.h"
 #include "ft/fs.h"
+#include "hf_pipeline.h"
 #include "tokenizer_text.h"
 
 namespace ft {
@@ -317,6 +318,16 @@ Encoding WordPieceTokenizer::encode(std::string_view text, std::optional<std::st
   e.attention_mask.resize(total, 0);
   e.token_type_ids.resize(total, 0);
   return e;
+}
+
+WordsEncoding WordPieceTokenizer::encode_words(const std::vector<std::string>& words, int max_length,
+                                               bool pad_to_max_length) const {
+  const auto word_ids = [this](std::string_view word, std::vector<int64_t>& out) {
+    IdSink sink{*vocab_, out};
+    run(*vocab_, options_, lowercase_, word, sink);
+  };
+  const std::vector<hf::TemplateItem> layout{{-1, {vocab_->cls}, 0}, {0, {}, 0}, {-1, {vocab_->sep}, 0}};
+  return hf::encode_words_with(words, word_ids, layout, vocab_->pad, max_length, pad_to_max_length);
 }
 
 int64_t WordPieceTokenizer::pad_id() const { return vocab_->pad; }
