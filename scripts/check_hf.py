@@ -8,7 +8,9 @@ mismatching examples) and PASS or FAIL. Exit 1 when any check fails.
 
 1. predict   AutoModelForSequenceClassification + pipeline("text-classification",
              top_k=None) vs `ft predict --checkpoint CKPT --logits`: probabilities
-             and logits within 1e-5, the same top label.
+             and logits within 1e-5, the same top label; for problem_type
+             multi_label_classification the sigmoids and the labels at 0.5, for
+             regression the score (the pipeline with function_to_apply="none").
 2. tokenize  AutoTokenizer.from_pretrained(CKPT) vs `ft tokenize --checkpoint CKPT
              --max-length N` (singles and TAB-separated pairs, N = 128 and 32):
              input_ids and token_type_ids equal.
@@ -130,23 +132,35 @@ def check_predict(ft, ckpt):
         return
     model = AutoModelForSequenceClassification.from_pretrained(ckpt).eval()
     tok = AutoTokenizer.from_pretrained(ckpt)
-    clf = pipeline("text-classification", model=model, tokenizer=tok, top_k=None, device="cpu")
-    ref = clf(texts, truncation=True)
-    names = [model.config.id2label[i] for i in range(model.config.num_labels)]
-    p_ft, p_hf, label_bad, missing = [], [], 0, set()
-    for g, r in zip(got, ref):
-        hf = {d["label"]: d["score"] for d in r}
-        missing |= set(names) - set(g.get("probabilities", {}))
-        p_ft.append([g.get("probabilities", {}).get(n, float("nan")) for n in names])
-        p_hf.append([hf[n] for n in names])
-        if g.get("label") != max(hf, key=hf.get):
-            label_bad += 1
-    d = max_diff(p_ft, p_hf)
-    ok = not missing and d <= TOL and label_bad == 0
-    extra = f", ft lacks labels {sorted(missing)}" if missing else ""
-    report("predict probabilities",
-           f"{len(texts)} texts, labels {names}, max abs diff {d:.3e} (tol {TOL:g}), "
-           f"top label differs on {label_bad}{extra}", ok)
+    problem = model.config.problem_type or "single_label_classification"
+    if problem == "regression":
+        # The pipeline's default for one label is a sigmoid; ft predicts the score itself.
+        clf = pipeline("text-classification", model=model, tokenizer=tok, top_k=None, device="cpu",
+                       function_to_apply="none")
+        ref = clf(texts, truncation=True)
+        d = max_diff([g.get("score", float("nan")) for g in got], [r[0]["score"] for r in ref])
+        report("predict score (regression)", f"{len(texts)} texts, max abs diff {d:.3e} (tol {TOL:g})", d <= TOL)
+    else:
+        # Multi-label: the pipeline applies a sigmoid per label, as ft does; single-label a softmax.
+        clf = pipeline("text-classification", model=model, tokenizer=tok, top_k=None, device="cpu")
+        ref = clf(texts, truncation=True)
+        names = [model.config.id2label[i] for i in range(model.config.num_labels)]
+        p_ft, p_hf, label_bad, missing = [], [], 0, set()
+        for g, r in zip(got, ref):
+            hf = {d["label"]: d["score"] for d in r}
+            missing |= set(names) - set(g.get("probabilities", {}))
+            p_ft.append([g.get("probabilities", {}).get(n, float("nan")) for n in names])
+            p_hf.append([hf[n] for n in names])
+            if problem == "multi_label_classification":
+                label_bad += sorted(g.get("labels", [])) != sorted(n for n in names if hf[n] >= 0.5)
+            elif g.get("label") != max(hf, key=hf.get):
+                label_bad += 1
+        d = max_diff(p_ft, p_hf)
+        ok = not missing and d <= TOL and label_bad == 0
+        extra = f", ft lacks labels {sorted(missing)}" if missing else ""
+        report(f"predict probabilities ({problem})",
+               f"{len(texts)} texts, labels {names}, max abs diff {d:.3e} (tol {TOL:g}), "
+               f"predicted labels differ on {label_bad}{extra}", ok)
     if any("logits" not in g for g in got):
         report("predict logits", "ft predict printed no \"logits\" (needs --logits)", False)
         return

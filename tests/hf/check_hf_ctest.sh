@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ctest entry: fine-tunes the pretrained all-MiniLM-L6-v2, and the tiny RoBERTa, ELECTRA, DistilBERT,
 # XLM-R, DeBERTa-v3 and ModernBERT of tests/data/hf/families, on IMDB with ft for a few steps, fully
-# and with LoRA, then cross-checks each checkpoint against
+# and with LoRA, and the MiniLM as a multi-label and a regression model, then cross-checks each checkpoint against
 # Hugging Face transformers/PEFT (scripts/check-hf.sh: probabilities, logits,
 # tokenizer ids, the LoRA adapter through PeftModel).
 #
@@ -105,5 +105,32 @@ for fam in roberta:roberta-bpe xlm-roberta:xlmr-unigram electra:wordend-bpe dist
   [[ "$name" == deberta-v2 ]] && lora_targets="[query_proj, value_proj]"
   [[ "$name" == modernbert ]] && lora_targets="[Wqkv]"  # q, k and v in one Linear
   check_model "$name" "$tmp/$name-base" --set data.vocab=
+done
+
+# Multi-label and regression: the MiniLM fine-tuned by ft on IMDB reviews with
+# labels derived by scripts/hf-task-fixtures.py's rules (no registry package
+# ships such data here), then checked as above: transformers' pipeline gives
+# the same sigmoids and labels, or the same score.
+"$repo/.venv-hf/bin/python" - "$repo/data/imdb/train.jsonl" "$tmp" <<'PY'
+import json, re, sys
+acting = re.compile(r"\b(act|acting|actor|actors|actress)\b", re.IGNORECASE)
+rows = [json.loads(line) for line in open(sys.argv[1], encoding="utf-8")]
+picked = rows[20000:20200] + rows[45000:45200]  # 200 of each label, away from the fixtures' rows
+with open(f"{sys.argv[2]}/multi.jsonl", "w") as m, open(f"{sys.argv[2]}/regression.jsonl", "w") as r:
+    for row in picked:
+        t, y = row["text"], int(row["label"])
+        labels = [n for n, on in (("positive", y == 1), ("long", len(t) > 1000), ("acting", acting.search(t))) if on]
+        m.write(json.dumps({"text": t, "label": labels}) + "\n")
+        r.write(json.dumps({"text": t, "label": y + min(len(t) / 4000, 0.75)}) + "\n")
+PY
+for problem in multi regression; do
+  out="$tmp/minilm-$problem"
+  echo "check_hf_ctest: minilm-$problem: ft run -> $out"
+  "$ft" run "${common[@]}" --set data.train="$tmp/$problem.jsonl" --set 'data.labels=[]' --set data.take=first \
+    --set data.max_rows=0 --set train.best_metric=loss --set model.config=data/all-minilm-l6-v2 \
+    --set model.weights=data/all-minilm-l6-v2 --set data.vocab=data/all-minilm-l6-v2/vocab.txt --set train.lr=5e-5 \
+    --set train.output_dir="$out" >"$out.log" 2>&1 \
+    || { tail -n 30 "$out.log"; echo "check_hf_ctest: minilm-$problem: ft run failed"; exit 1; }
+  FT="$ft" "$repo/scripts/check-hf.sh" "$out/final" || rc=1
 done
 exit "$rc"

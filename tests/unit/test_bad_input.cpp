@@ -240,7 +240,7 @@ std::vector<Case> catalogue() {
          write(d / "t.jsonl", R"({"text": "a film", "label": )" + std::string(100000, '[') + std::string(100000, ']') +
                                   "}\n");
          return Call{run_args(b, d, {"--set", "data.train=" + (d / "t.jsonl").string()}),
-                     V{(d / "t.jsonl").string(), "row 1", "label is array"}};
+                     V{(d / "t.jsonl").string(), "row 1", "a label list holds array"}};
        }},
       {"data: CSV without the label column", [](const Base& b, const fsys::path& d) {
          write(d / "t.csv", "text,stars\nthe film was good,5\n");
