@@ -43,7 +43,8 @@ std::optional<int64_t> saved_step(const fsys::path& checkpoint) {
 
 // What the checkpoint says about its inputs, as --set overrides placed below
 // the user's own --set.
-std::vector<std::string> checkpoint_overrides(const fsys::path& dir, const std::string& data, int max_length) {
+std::vector<std::string> checkpoint_overrides(const fsys::path& dir, const std::optional<BertConfig>& saved,
+                                              const std::string& data, int max_length) {
   std::vector<std::string> out;
   // Tokenise as training did: the checkpoint's model_max_length unless
   // --max-length says otherwise; --set data.max_seq_len still wins.
@@ -55,10 +56,7 @@ std::vector<std::string> checkpoint_overrides(const fsys::path& dir, const std::
   out.push_back("strategy.precision=fp32");
   // Labels by name, in the model's order: a file whose labels the training
   // run never saw fails naming the label and the model's names.
-  if (fsys::exists(dir / "config.json")) {
-    const auto labels = BertConfig::from_json_file((dir / "config.json").string()).id2label;
-    if (!labels.empty()) out.push_back("data.labels=" + nlohmann::json(labels).dump());
-  }
+  if (saved && !saved->id2label.empty()) out.push_back("data.labels=" + nlohmann::json(saved->id2label).dump());
   // The run's side outputs are its own, not this evaluation's.
   for (const char* key : {"runtime.metrics_out=", "runtime.tensorboard_dir=", "runtime.profile_steps=",
                           "strategy.options={}", "train.resume_from=", "train.output_dir=", "train.save_every=0",
@@ -72,10 +70,7 @@ std::vector<std::string> checkpoint_overrides(const fsys::path& dir, const std::
 }
 
 // A checkpoint of a task ft has no head for would load as something else.
-void refuse_unbuilt_head(const std::string& checkpoint) {
-  const fsys::path config = fsys::path(checkpoint) / "config.json";
-  if (!fsys::exists(config)) return;
-  const BertConfig c = BertConfig::from_json_file(config.string());
+void refuse_unbuilt_head(const std::string& checkpoint, const BertConfig& c) {
   if (c.unbuilt_head.empty()) return;
   fail("checkpoint {}: its architecture {} is a head ft does not build; ft runs {} and {} (fine-tune its encoder "
        "with ft run --set model.config={})",
@@ -88,8 +83,10 @@ void refuse_unbuilt_head(const std::string& checkpoint) {
 int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint, const std::string& data, int max_length) {
   // Else model.config would read it as a config.json and blame its JSON.
   if (!fsys::is_directory(checkpoint)) fail("checkpoint {}: not a directory", checkpoint);
-  refuse_unbuilt_head(checkpoint);
   const fsys::path dir(checkpoint);
+  std::optional<BertConfig> saved;
+  if (fsys::exists(dir / "config.json")) saved = BertConfig::from_json_file((dir / "config.json").string());
+  if (saved) refuse_unbuilt_head(checkpoint, *saved);
   // Loading the weights verifies a checkpoint that has a manifest; one
   // without is said after it loaded, so a bad one still gets one line.
   const bool unverified = !fsys::exists(dir / kManifestFile) && verify_checkpoint(checkpoint) == CheckpointCheck::kUnverified;
@@ -98,7 +95,7 @@ int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint,
   const fsys::path run_yaml = dir / "training_state" / "run.yaml";
   const bool own_run = f.config_path.empty() && fsys::exists(run_yaml);
   if (own_run) f.config_path = run_yaml.string();
-  std::vector<std::string> overrides = checkpoint_overrides(dir, data, max_length);
+  std::vector<std::string> overrides = checkpoint_overrides(dir, saved, data, max_length);
   overrides.insert(overrides.end(), flags.overrides.begin(), flags.overrides.end());
   for (const char* fixed : {"model.weights=", "strategy.name=single"}) overrides.emplace_back(fixed);
   overrides.push_back("model.config=" + checkpoint);
@@ -136,7 +133,9 @@ int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint,
 int predict(const std::string& checkpoint, std::vector<std::string> texts, int max_length, bool logits,
             double threshold) {
   configure_threads({});
-  refuse_unbuilt_head(checkpoint);
+  // Before loading: the head's name is the cause, whatever else the files say.
+  const fsys::path config_json = fsys::path(checkpoint) / "config.json";
+  if (fsys::exists(config_json)) refuse_unbuilt_head(checkpoint, BertConfig::from_json_file(config_json.string()));
   auto ckpt = load_checkpoint(checkpoint, false);
   const auto tokenizer = load_model_dir_tokenizer(checkpoint);
   if (!tokenizer) fail("checkpoint {}: neither tokenizer.json nor vocab.txt; predict needs the tokenizer", checkpoint);
