@@ -14,7 +14,6 @@ Deterministic: torch.manual_seed(0) before each model is built, one intra-op
 thread, fp32 on the CPU, dropout 0 in every config.
 """
 import argparse
-import json
 import os
 import sys
 
@@ -35,7 +34,7 @@ from transformers import (  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_fixture_common import (  # noqa: E402
     IMDB, IMDB_REL, REPO, WEIBO, WEIBO_REL, one_key, read_imdb, read_weibo, sha256_file)
-from hf_fixture_trainer import TINY_HP, tiny_trainer_losses  # noqa: E402
+from hf_fixture_trainer import tiny_trainer_losses, write_ref_losses  # noqa: E402
 
 TOKENIZERS = os.path.join(REPO, "tests", "data", "hf", "tokenizers")
 MAX_LEN = 64
@@ -175,15 +174,10 @@ def make_family(name, out, imdb, weibo):
         "imdb_file": IMDB_REL, "imdb_rows": TRAIN_ROWS, "tokenizer": spec["tokenizer"]}))
     model = AutoModelForSequenceClassification.from_pretrained(d, attn_implementation="eager")
     losses = tiny_trainer_losses(model, data, name)
-    hp = TINY_HP
-    ref = {"what": f"transformers.Trainer, 8 steps of the tiny {spec['model_type']} classifier on "
-                   "train.safetensors; global step s trains on rows [16 s, 16 s + 16) in file order",
-           "hyperparameters": {**hp, "precision": "fp32", "device": "cpu", "dropout": 0.0,
-                               "sampler": "SequentialSampler", "seq_len": "longest, at most 64"},
-           "losses": losses, "versions": versions()}
-    with open(os.path.join(d, "ref_losses.json"), "w", encoding="utf-8") as f:
-        json.dump(ref, f, indent=2)
-        f.write("\n")
+    write_ref_losses(os.path.join(d, "ref_losses.json"),
+                     f"transformers.Trainer, 8 steps of the tiny {spec['model_type']} classifier on "
+                     "train.safetensors; global step s trains on rows [16 s, 16 s + 16) in file order",
+                     losses, versions())
     print(f"{name}: logits {tuple(logits.shape)}, loss {out_.loss.item():.6f}, "
           f"Trainer {losses[0]:.6f} .. {losses[-1]:.6f}")
 

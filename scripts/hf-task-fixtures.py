@@ -23,8 +23,6 @@ transformers.Trainer). Only token ids and numbers are written, never text.
 Deterministic as scripts/hf-family-fixtures.py, whose tiny configs these are.
 """
 import argparse
-import importlib.util
-import json
 import os
 import re
 import sys
@@ -43,13 +41,11 @@ from transformers import AutoModelForSequenceClassification  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from hf_fixture_common import IMDB, IMDB_REL, REPO, one_key, read_imdb, sha256_file  # noqa: E402
-from hf_fixture_trainer import TINY_HP, tiny_trainer_losses  # noqa: E402
+from hf_fixture_common import IMDB, IMDB_REL, REPO, load_script, one_key, read_imdb, sha256_file  # noqa: E402
+from hf_fixture_trainer import tiny_trainer_losses, write_ref_losses  # noqa: E402
 
 # The family fixtures' tiny configs, tokenizers and row choices.
-_spec = importlib.util.spec_from_file_location("hf_family_fixtures", os.path.join(HERE, "hf-family-fixtures.py"))
-families = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(families)
+families = load_script("hf-family-fixtures.py")
 
 FAMILIES = dict(families.FAMILIES)
 FAMILIES["bert"] = {"model_type": "bert", "tokenizer": "wordend-bpe", "pad": "[PAD]", "config": {}}
@@ -123,16 +119,10 @@ def make(name, problem, out, imdb):
     save_file(data, os.path.join(d, "train.safetensors"), metadata=one_key({**meta, "imdb_rows": families.TRAIN_ROWS}))
     model = AutoModelForSequenceClassification.from_pretrained(d, attn_implementation="eager")
     losses = tiny_trainer_losses(model, data, f"{name} {problem}")
-    hp = TINY_HP
-    ref = {"what": f"transformers.Trainer, 8 steps of the tiny {spec['model_type']} {problem} model on "
-                   "train.safetensors; global step s trains on rows [16 s, 16 s + 16) in file order",
-           "labels": RULES[problem],
-           "hyperparameters": {**hp, "precision": "fp32", "device": "cpu", "dropout": 0.0,
-                               "sampler": "SequentialSampler", "seq_len": "longest, at most 64"},
-           "losses": losses, "versions": families.versions()}
-    with open(os.path.join(d, "ref_losses.json"), "w", encoding="utf-8") as f:
-        json.dump(ref, f, indent=2)
-        f.write("\n")
+    write_ref_losses(os.path.join(d, "ref_losses.json"),
+                     f"transformers.Trainer, 8 steps of the tiny {spec['model_type']} {problem} model on "
+                     "train.safetensors; global step s trains on rows [16 s, 16 s + 16) in file order",
+                     losses, families.versions(), labels=RULES[problem])
     print(f"{name} {problem}: logits {tuple(out_.logits.shape)}, loss {out_.loss.item():.6f}, "
           f"Trainer {losses[0]:.6f} .. {losses[-1]:.6f}")
 

@@ -1,7 +1,9 @@
-"""What the Hugging Face fixture scripts (hf-fixtures.py, hf-tokenizer-fixtures.py)
-share: where the data lies and how a file or text is fingerprinted. Imports
-nothing heavy, so the tokenizer script runs without torch."""
+"""What the Hugging Face fixture scripts (hf-fixtures.py, hf-tokenizer-fixtures.py,
+hf-family-, hf-task- and hf-token-fixtures.py) share: where the data lies and how a
+file or text is fingerprinted. Imports nothing heavy, so the tokenizer script runs
+without torch."""
 import hashlib
+import importlib.util
 import json
 import os
 
@@ -15,6 +17,16 @@ WEIBO_REL = "../shared/data/weibo-emotion/train.json"
 # The texts of the ids fixtures: 32 negative and 32 positive reviews, and the first 64 posts.
 IMDB_ROWS = list(range(0, 32)) + list(range(25000, 25032))
 WEIBO_ROWS = list(range(0, 64))
+
+
+def load_script(filename):
+    """A sibling script whose name has hyphens (hf-family-fixtures.py), as a module."""
+    name = filename.removesuffix(".py").replace("-", "_")
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), filename)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def sha256_file(path):

@@ -1,6 +1,7 @@
 """The transformers.Trainer that the fixture scripts (hf-fixtures.py,
 hf-family-fixtures.py) record their reference trajectories with. Imports torch
 and transformers, which hf_fixture_common.py must not."""
+import json
 import math
 import tempfile
 
@@ -8,7 +9,7 @@ import torch
 from torch.utils.data import Dataset, SequentialSampler
 from transformers import Trainer, TrainingArguments
 
-# The tiny models' 8-step run (hf-family-fixtures.py, hf-task-fixtures.py).
+# The tiny models' 8-step run (hf-family-fixtures.py, hf-task-fixtures.py, hf-token-fixtures.py).
 TINY_HP = dict(optim="adamw_torch", learning_rate=3e-3, weight_decay=0.01, adam_beta1=0.9, adam_beta2=0.999,
                adam_epsilon=1e-8, lr_scheduler_type="linear", warmup_steps=2, max_steps=8, max_grad_norm=1.0,
                per_device_train_batch_size=16, gradient_accumulation_steps=1, seed=0)
@@ -61,7 +62,8 @@ class FixedOrderTrainer(Trainer):
 
 def tiny_trainer_losses(model, data, what):
     """TINY_HP's 8 steps of `model` on `data` (input_ids, attention_mask,
-    labels) in file order, on the CPU in fp32: the exact losses."""
+    labels: [N] or per token [N, L]) in file order, on the CPU in fp32, with
+    the default collator (the rows come padded): the exact losses."""
     with tempfile.TemporaryDirectory() as tmp:
         args = TrainingArguments(output_dir=tmp, report_to=[], use_cpu=True, save_strategy="no", logging_steps=1,
                                  disable_tqdm=True, dataloader_num_workers=0, remove_unused_columns=False, **TINY_HP)
@@ -72,3 +74,14 @@ def tiny_trainer_losses(model, data, what):
     if len(losses) != 8 or not all(math.isfinite(v) for v in losses):
         raise SystemExit(f"{what}: expected 8 finite losses, got {losses}")
     return losses
+
+
+def write_ref_losses(path, what, losses, versions, **extra):
+    """ref_losses.json of a TINY_HP run: what it ran, `extra` (the label rule, ...), the settings, the losses."""
+    ref = {"what": what, **extra,
+           "hyperparameters": {**TINY_HP, "precision": "fp32", "device": "cpu", "dropout": 0.0,
+                               "sampler": "SequentialSampler", "seq_len": "longest, at most 64"},
+           "losses": losses, "versions": versions}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(ref, f, indent=2)
+        f.write("\n")
