@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Cross-checks an ft checkpoint against Hugging Face transformers/PEFT:
-# probabilities and logits (pipeline), tokenizer ids (AutoTokenizer, singles
-# and pairs) and, with a second argument, an ft LoRA checkpoint loaded by PEFT.
+# probabilities and logits (pipeline), or for a token-classification checkpoint
+# the entities, their offsets and scores (pipeline "token-classification"),
+# tokenizer ids (AutoTokenizer, singles and pairs) and, with a second
+# argument, an ft LoRA checkpoint loaded by PEFT.
 # One line per check with its max abs difference and PASS/FAIL.
 #
 #   scripts/check-hf.sh CKPT [LORA_CKPT]

