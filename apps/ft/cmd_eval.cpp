@@ -24,6 +24,7 @@
 #include "ft/plugin_host.h"
 #include "ft/predictions.h"
 #include "ft/runtime.h"
+#include "ft/token_classification.h"
 #include "ft/tokenizer.h"
 #include "ft/trainer.h"
 #include "ft/tuning_method.h"
@@ -57,6 +58,7 @@ std::vector<std::string> checkpoint_overrides(const fsys::path& dir, const std::
   // Labels by name, in the model's order: a file whose labels the training
   // run never saw fails naming the label and the model's names.
   if (saved && !saved->id2label.empty()) out.push_back("data.labels=" + nlohmann::json(saved->id2label).dump());
+  if (saved && saved->head == BertHead::kTokenClassification) out.push_back("task=token-classification");
   // The run's side outputs are its own, not this evaluation's.
   for (const char* key : {"runtime.metrics_out=", "runtime.tensorboard_dir=", "runtime.profile_steps=",
                           "strategy.options={}", "train.resume_from=", "train.output_dir=", "train.save_every=0",
@@ -75,7 +77,7 @@ void refuse_unbuilt_head(const std::string& checkpoint, const BertConfig& c) {
   fail("checkpoint {}: its architecture {} is a head ft does not build; ft runs {} and {} (fine-tune its encoder "
        "with ft run --set model.config={})",
        checkpoint, c.unbuilt_head, head_names(c, BertHead::kSequenceClassification).architecture,
-       head_names(c, BertHead::kMaskedLM).architecture, checkpoint);
+       head_names(c, BertHead::kTokenClassification).architecture, checkpoint);
 }
 
 // Evaluation reuses the Trainer with a one-process `single` strategy, so
@@ -130,6 +132,31 @@ int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint,
   return 0;
 }
 
+// A token classifier's answer for raw text: its words through the model,
+// every token scored, grouped into entities as the pipeline groups them.
+nlohmann::ordered_json predict_entities(EncoderModel& model, const Tokenizer& tok, const BertConfig& config,
+                                        const std::string& text, int max_length) {
+  const TextWords words = split_text_words(text);
+  const WordsEncoding enc = tok.encode_words(words.words, max_length, false);
+  const auto n = static_cast<int64_t>(enc.encoding.input_ids.size());
+  Batch b;
+  b.input_ids = at::tensor(enc.encoding.input_ids, at::kLong).view({1, n});
+  b.attention_mask = at::tensor(enc.encoding.attention_mask, at::kLong).view({1, n});
+  b.token_type_ids = at::tensor(enc.encoding.token_type_ids, at::kLong).view({1, n});
+  b.positions = at::arange(n, at::kLong);
+  const at::Tensor probs = model.forward(b).to(at::kFloat).softmax(1).contiguous();
+  TokenPredictions tp;
+  tp.word_ids = enc.word_ids;
+  tp.offsets = token_offsets(enc, words, tok.tokens());
+  const at::Tensor best = probs.argmax(1);
+  for (int64_t t = 0; t < n; ++t) {
+    tp.labels.push_back(best[t].item<int64_t>());
+    const float* row = probs[t].data_ptr<float>();
+    tp.scores.emplace_back(row, row + probs.size(1));
+  }
+  return entity_record(text, group_entities(text, tp, config.id2label));
+}
+
 int predict(const std::string& checkpoint, std::vector<std::string> texts, int max_length, bool logits,
             double threshold) {
   configure_threads({});
@@ -153,6 +180,10 @@ int predict(const std::string& checkpoint, std::vector<std::string> texts, int m
       if (!line.empty()) texts.push_back(line);
   }
   torch::NoGradGuard no_grad;
+  if (ckpt.config.head == BertHead::kTokenClassification) {
+    for (const auto& text : texts) std::cout << predict_entities(model, tok, ckpt.config, text, max_length).dump() << "\n";
+    return 0;
+  }
   bool warned = false;
   for (size_t i = 0; i < texts.size(); ++i) {
     const std::string where = from_stdin ? fmt::format("stdin line {}", i + 1) : fmt::format("input {}", i + 1);

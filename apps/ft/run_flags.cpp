@@ -72,7 +72,9 @@ bool overrides_key(const std::vector<std::string>& overrides, const std::string&
 std::vector<std::string> flag_overrides(const RunFlags& f) {
   std::vector<std::string> out = f.hf_overrides;
   if (!f.data.empty()) out.push_back("data.train=" + f.data);
+  if (!f.task.empty()) out.push_back("task=" + f.task);
   if (!f.text_field.empty()) out.push_back("data.text_field=" + f.text_field);
+  if (!f.pair_field.empty()) out.push_back("data.pair_field=" + f.pair_field);
   if (!f.label_field.empty()) out.push_back("data.label_field=" + f.label_field);
   if (!f.lr.empty()) out.push_back("train.lr=" + f.lr);
   if (!f.batch_size.empty()) out.push_back("train.batch_size=" + f.batch_size);
@@ -175,7 +177,9 @@ std::vector<std::string> map_hf_names(const std::vector<std::string>& overrides,
 void add_run_flags(CLI::App& cmd, RunFlags& flags) {
   add_config_flags(cmd, flags.config);
   cmd.add_option("--data", flags.data, "training data file (json, jsonl, csv, tsv): your own data, all of it");
+  cmd.add_option("--task", flags.task, "what to train: text-classification (default) or token-classification (task)");
   cmd.add_option("--text-field", flags.text_field, "the field or column holding the text (data.text_field)");
+  cmd.add_option("--pair-field", flags.pair_field, "the field or column holding a pair's second text (data.pair_field)");
   cmd.add_option("--label-field", flags.label_field, "the field or column holding the label (data.label_field)");
   cmd.add_option("--lr", flags.lr, "peak learning rate (train.lr)");
   cmd.add_option("--batch-size", flags.batch_size, "examples per rank per step (train.batch_size)");
@@ -286,7 +290,11 @@ ResolvedRun resolve_run(RunFlags& flags, RunConfig::Task task, bool quiet) {
                                        "(--output-dir DIR to keep the model)",
                                        config.source));
   }
-  config.task = task;
+  if (pretrain) {
+    config.task = task;
+  } else if (config.task == RunConfig::Task::kMaskedLm) {
+    fail("{}: task fill-mask is masked-LM pretraining: run it with `ft pretrain`", config.source);
+  }
   out.config = std::move(config);
   return out;
 }

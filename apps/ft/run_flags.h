@@ -16,7 +16,7 @@ namespace ft::app {
 struct RunFlags {
   ConfigFlags config;
   std::string strategy, precision, metrics_out, output_dir, resume, profile_steps;
-  std::string data, text_field, label_field;
+  std::string task, data, text_field, pair_field, label_field;
   std::string lr, batch_size, epochs;  // as typed: validation names the key
   int nproc = 1, nnodes = 1, node_rank = 0, master_port = 0;
   std::string master_addr = "127.0.0.1";

@@ -195,7 +195,7 @@ TEST_CASE("RobertaForMaskedLM, DistilBertForMaskedLM, DebertaV2ForMaskedLM and M
   b.input_ids = ref.at("input_ids");
   b.attention_mask = ref.at("attention_mask");
   b.token_type_ids = ref.at("token_type_ids");
-  b.mlm_positions = ref.at("mlm_positions");
+  b.positions = ref.at("mlm_positions");
   model.eval();
   torch::NoGradGuard no_grad;
   for (bool padding_free : {true, false}) {

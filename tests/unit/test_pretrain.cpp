@@ -84,7 +84,7 @@ TEST_CASE("masking: BERT's 15 % and 80/10/10, specials and padding never chosen,
   const ft::Batch b = word_batch(400, 64);
   const auto rows = iota(400, 1000);
   const ft::Batch m = ft::mask_tokens(b, rows, 0, opts);
-  const auto pos = m.mlm_positions;
+  const auto pos = m.positions;
   REQUIRE(pos.numel() == m.labels.numel());
   CHECK(at::equal(pos, std::get<0>(at::sort(pos))));  // ascending
   const auto flat_in = b.input_ids.reshape(-1), flat_out = m.input_ids.reshape(-1);
@@ -128,7 +128,7 @@ TEST_CASE("whole-word masking chooses every piece of a word or none") {
     col.copy_(at::where(col.ge(5), 45 + col.remainder(5), col));
   }
   const auto m = ft::mask_tokens(b, iota(200), 0, masking(tok, true, 0.3));
-  const auto chosen = at::zeros({200 * 40}, at::kBool).index_fill_(0, m.mlm_positions, true).view({200, 40});
+  const auto chosen = at::zeros({200 * 40}, at::kBool).index_fill_(0, m.positions, true).view({200, 40});
   int64_t pieces = 0;
   for (int64_t c = 2; c < 38; c += 3) {
     const auto piece = ids.select(1, c).ge(45);
@@ -178,7 +178,7 @@ TEST_CASE("BertForMaskedLM: HF names, no pooler, the decoder tied to the word em
   CHECK(config.to_json().find("\"BertForMaskedLM\"") != std::string::npos);
 
   auto batch = ft_test::small_batch();
-  batch.mlm_positions = at::tensor({1, 5, 9, 20, 30}, at::kLong);  // rows 0, 0, 1, 2, 3
+  batch.positions = at::tensor({1, 5, 9, 20, 30}, at::kLong);  // rows 0, 0, 1, 2, 3
   torch::NoGradGuard no_grad;
   const auto logits = m.forward(batch);
   REQUIRE(logits.sizes() == at::IntArrayRef({5, 50}));
@@ -193,7 +193,7 @@ TEST_CASE("BertForMaskedLM: HF names, no pooler, the decoder tied to the word em
   const auto after = m.forward(batch);
   CHECK_FALSE(at::allclose(after.select(1, 7), logits.select(1, 7)));
   // Without positions the masked-LM model says what to do.
-  batch.mlm_positions = at::Tensor();
+  batch.positions = at::Tensor();
   CHECK_THROWS_WITH_AS(m.forward(batch), doctest::Contains("fine-tune it with `ft run --set model.weights=DIR`"), ft::Error);
 }
 

@@ -105,8 +105,8 @@ TEST_CASE("bad word/tag data: one line naming the file and the line") {
   CHECK(error_parsing("{\"tokens\": [\"a\"], \"ner_tags\": [\"O\"]}\n{\"tokens\": [\"a\", \"b\"], \"ner_tags\": [\"O\"]}\n",
                       F::JsonLines) == "tags.data: line 2: 2 words but 1 tags; give one tag per word");
   CHECK(error_parsing("a O\nb PER\n", F::Conll) ==
-        "tags.data: line 2: tag 'PER' is not an IOB2 tag (O, B-<type>, I-<type>); fix the tag, or read with the "
-        "tag scheme 'any' for tags without entity spans");
+        "tags.data: line 2: tag 'PER' is not an IOB2 tag (O, B-<type>, I-<type>); fix the tag, or set "
+        "data.tag_scheme=any for tags without entity spans");
   CHECK(error_parsing("a O\n\nb B-PER\nc B-LOC\n", F::Conll, {"O", "B-PER"}) ==
         "tags.data: line 4: tag 'B-LOC' is not one of the label names (O, B-PER)");
   CHECK(error_parsing("\n{\"tokens\": [\"a\", \"\"], \"ner_tags\": [\"O\", \"O\"]}\n", F::JsonLines) ==
@@ -118,10 +118,10 @@ TEST_CASE("bad word/tag data: one line naming the file and the line") {
   CHECK(error_parsing("{\"tokens\": [\"a\", \"b\"], \"ner_tags\": [0, \"O\"]}\n", F::JsonLines) ==
         "tags.data: line 1: tags mix names and integer ids; use one kind in the whole file");
   CHECK(error_parsing("{\"words\": [\"a\"]}\n", F::JsonLines) ==
-        "tags.data: line 1: no list 'tokens'; give the words as a list of strings (or set the words field)");
+        "tags.data: line 1: no list 'tokens'; give the words as a list of strings (or name the field with data.tokens_field)");
   CHECK(error_parsing("a O\n", F::Conll, {"O", "PER"}) ==
-        "tags.data: label name 'PER' is not an IOB2 tag (O, B-<type>, I-<type>); fix the label names or read "
-        "with the tag scheme 'any'");
+        "tags.data: label name 'PER' is not an IOB2 tag (O, B-<type>, I-<type>); fix the label names or set "
+        "data.tag_scheme=any");
   CHECK(error_parsing("-DOCSTART- O\n\n", F::Conll) ==
         "tags.data: the file has no sentences; give a file with at least one tagged sentence");
   CHECK(error_parsing("{\"tokens\": [\"a\"], \"ner_tags\": [\"O\"]}\n{oops\n", F::JsonLines)

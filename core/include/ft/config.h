@@ -68,6 +68,17 @@ struct DataConfig {
   std::string pair_field = "";
   /// Field holding the label (a name from `labels` or an integer id).
   std::string label_field = "label";
+  /// Token classification: the word list and the tag list of each JSON
+  /// line (HF datasets' names); CoNLL files take the first and last column.
+  std::string tokens_field = "tokens";
+  std::string tags_field = "ner_tags";
+  /// Token classification: every sub-token of a word gets a label (its
+  /// later ones I-X for a B-X word), not only the first (run_ner.py's
+  /// label_all_tokens).
+  bool label_all_tokens = false;
+  /// Token classification: iob2 (O, B-X, I-X: entities, scored with
+  /// seqeval) or any (every tag a label of its own, POS tags).
+  std::string tag_scheme = "iob2";
   /// Multi-label: labels held in one string, cut at this delimiter ("a|b");
   /// setting it makes the run multi-label. Empty: lists in JSON rows.
   std::string label_delimiter;
@@ -373,10 +384,17 @@ struct RunConfig {
   /// error line each (config/default_data.h); a command that reads its
   /// inputs calls require_default_data() first. Not part of the YAML.
   std::vector<std::string> missing_default_data;
-  /// What the command trains (ft run: a classifier, ft pretrain: the
-  /// masked LM); not part of the YAML.
-  enum class Task { kClassify, kMaskedLm } task = Task::kClassify;
+  /// What is trained, as Hugging Face names the task (the YAML's top-level
+  /// `task`, `--task`): "text-classification" (sequence classification of
+  /// every problem type, the default), "token-classification" (NER, POS) or
+  /// "fill-mask" (the masked LM, which `ft pretrain` trains).
+  enum class Task { kClassify, kMaskedLm, kTokenClassify } task = Task::kClassify;
 };
+
+/// A task's Hugging Face name ("text-classification", ...), and back
+/// (nullopt for a name ft does not train).
+std::string task_name(RunConfig::Task task);
+std::optional<RunConfig::Task> parse_task(const std::string& name);
 
 /// Reads `yaml_path`, applies `overrides` ("train.lr=3e-5",
 /// "strategy.options.bucket_mb=25", "data.labels=[a,b]") on the YAML tree,

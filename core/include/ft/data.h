@@ -144,7 +144,15 @@ class Dataset {
   virtual Batch collate(const std::vector<int64_t>& rows) const = 0;
   /// Tokens of every row after truncation, pads excluded (group_by_length).
   virtual std::vector<int64_t> lengths() const = 0;
+  /// Token classification: collate() gives `positions` and one label per
+  /// labelled token (set_token_labels) rather than one per row.
+  virtual bool labels_per_token() const { return false; }
 };
+
+/// Token classification's labels: per_token [rows, seq] int64 with
+/// kIgnoreLabel (-100) where a token has none -> batch.positions (the flat
+/// positions of the labelled tokens) and batch.labels (their labels).
+void set_token_labels(Batch& batch, const at::Tensor& per_token);
 
 /// Text rows tokenized in collate with `tok` (truncated to max_length; pairs
 /// by `pair_rule`).
@@ -153,8 +161,16 @@ std::unique_ptr<Dataset> make_text_dataset(TextData data,
                                            int max_length, Padding padding,
                                            PairTruncation pair_rule = PairTruncation::kFast);
 
+/// Word/tag rows (token classification, ft/token_classification.h)
+/// tokenized in collate with encode_words (truncated to max_length), the
+/// word tags aligned onto the tokens by run_ner.py's rule (LabelAligner).
+struct TaggedData;
+std::unique_ptr<Dataset> make_tagged_dataset(TaggedData data, std::shared_ptr<const Tokenizer> tok, int max_length,
+                                             Padding padding, bool label_all_tokens);
+
 /// Pre-tokenized rows: a safetensors file with I64 input_ids,
-/// attention_mask, token_type_ids [N, L] and labels [N]. Names, dtypes,
+/// attention_mask, token_type_ids [N, L] and labels [N] (I64 [N, L] with
+/// -100 on unlabelled tokens: token classification). Names, dtypes,
 /// shapes and label range are validated (ft::Error naming file and tensor).
 /// num_labels <= 0: max label + 1. max_rows > 0 keeps the first rows.
 /// Longest trims the batch's trailing columns whose attention_mask is 0 on

@@ -43,6 +43,12 @@ struct EncoderFamily {
   // "lm_head", ...; empty: ft builds no masked-LM head for it).
   std::string classification_head = "pooler";
   std::string mlm_head;
+  // The token-classification head's form (heads/token_classification/):
+  // "classifier" (dropout at classifier_dropout, else hidden_dropout_prob, then
+  // the classifier), "hidden_dropout" (the same at hidden_dropout_prob, as
+  // DistilBERT and DeBERTa build it) or "prediction_head" (ModernBERT's
+  // dense, gelu, norm first).
+  std::string token_classification_head = "classifier";
   // Capabilities.
   bool token_types = true;    // token type embeddings (DistilBERT and ModernBERT have none)
   bool prefix_tuning = true;  // past key values in transformers' attention, which PEFT's prefix tuning needs

@@ -44,6 +44,12 @@ struct ClassificationReport {
   /// subset_accuracy, micro_precision, micro_recall; regression mse, mae,
   /// pearson, spearman.
   std::vector<std::pair<std::string, double>> scores;
+  /// Token classification ("token-classification"; empty: sequence
+  /// classification of problem_type): scores are seqeval's precision,
+  /// recall, f1 (entity level, micro) and accuracy (tokens); the per-row
+  /// vectors above are per entity type, named by row_names.
+  std::string task;
+  std::vector<std::string> row_names;
   /// scores' value of `name`, if it has one.
   std::optional<double> score(const std::string& name) const;
 };

@@ -41,7 +41,7 @@ constexpr int64_t kEvalMaskEpoch = -1;
 // each real, non-special token (with whole_word, each word) with
 // `probability`; of those 80 % become [MASK], 10 % a uniformly drawn token,
 // 10 % stay. Sets labels to the chosen tokens' original ids and
-// mlm_positions to their flat positions (ascending).
+// positions to their flat positions (ascending).
 Batch mask_tokens(Batch batch, const std::vector<int64_t>& rows, int64_t epoch, const MaskingOptions& options);
 
 // Packing: "[CLS] text [SEP]" (or "[CLS] text [SEP] pair [SEP]") of every row,

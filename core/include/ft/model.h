@@ -49,11 +49,12 @@ class AdaptableLinearImpl : public torch::nn::LinearImpl {
 TORCH_MODULE(AdaptableLinear);
 
 // Which head sits on the encoder: HF's BertForSequenceClassification
-// (pooler + classifier) or BertForMaskedLM (cls.predictions, its decoder tied
-// to the word embeddings, no pooler). config.json's "architectures" says
-// which; the command decides what it builds (ft run fine-tunes a classifier
-// from either, ft pretrain trains the masked-LM head).
-enum class BertHead { kSequenceClassification, kMaskedLM };
+// (pooler + classifier), BertForMaskedLM (cls.predictions, its decoder tied
+// to the word embeddings, no pooler) or BertForTokenClassification (a
+// classifier on every token). config.json's "architectures" says which; the
+// command decides what it builds (ft run fine-tunes a classifier of its
+// task from any of them, ft pretrain trains the masked-LM head).
+enum class BertHead { kSequenceClassification, kMaskedLM, kTokenClassification };
 
 // The fields of an HF BertConfig (or RobertaConfig, ...: model_type picks the
 // family, ft/encoder_family.h) that ft uses; unknown fields are kept verbatim
@@ -245,7 +246,7 @@ class EncoderModel : public torch::nn::Module {
   ~EncoderModel() override;
 
   // Logits [rows, num_labels] (sequence classification), or [M, vocab] at
-  // the batch's mlm_positions (masked LM: only the masked tokens reach the
+  // the batch's positions (masked LM: only the masked tokens reach the
   // vocabulary projection, the largest matmul of a small BERT). Attention-
   // masked positions never influence unmasked ones.
   at::Tensor forward(const Batch& batch);

@@ -52,6 +52,14 @@ class Objective {
                       const std::vector<std::string>& label_names) const = 0;
 };
 
+// The tokens the step's micro-batches score (their labels) on all ranks,
+// over the world size (collective): the step divisor of a loss summed over
+// tokens, so that any split of the global batch trains as one process.
+double global_token_divisor(const std::vector<Batch>& micro_batches, Comm& comm);
+
+// Token classification over these tags (their ids are the model's labels).
+std::unique_ptr<Objective> make_token_classification_objective(std::vector<std::string> label_names);
+
 // config.task's objective (the masked LM masks with inputs.tokenizer).
 std::unique_ptr<Objective> make_objective(const RunConfig& config, const RunInputs& inputs);
 

@@ -16,6 +16,9 @@
 #include <utility>
 #include <vector>
 
+#include "ft/metrics.h"
+#include "ft/tokenizer.h"  // WordsEncoding
+
 namespace ft {
 
 // ---- reading word/tag data -------------------------------------------------
@@ -189,6 +192,12 @@ struct EntityReport {
 
 EntityReport entity_report(const EntityCounts& counts);
 
+/// The report as the Trainer logs and judges evaluations: task
+/// "token-classification", scores precision, recall, f1 (entities) and
+/// accuracy (tokens), per entity type P/R/F1/support (row_names the types;
+/// macro the mean over them), total the tokens compared.
+ClassificationReport entity_task_report(const EntityReport& report, double loss);
+
 // ---- entity grouping for predict --------------------------------------------
 
 /// What the model said about each token of one text.
@@ -207,6 +216,24 @@ struct PredictedEntity {
   std::string word;          ///< text[start, end)
   int64_t start = 0, end = 0;
 };
+
+/// Raw text as the words encode_words reads, with their [start, end) byte
+/// spans: whitespace separates words, and each punctuation or CJK character
+/// is a word of its own (BERT's pre-tokenizer; a WordPiece model therefore
+/// tokenizes the words as it does the text). ft::Error on invalid UTF-8.
+struct TextWords {
+  std::vector<std::string> words;
+  std::vector<std::pair<int64_t, int64_t>> spans;
+};
+TextWords split_text_words(std::string_view text);
+
+/// Per token of `encoding` (encode_words of `words`), its [start, end) byte
+/// span in the text: the pieces of a word split its span by their lengths
+/// when those add up to the word's (no normaliser changed it; an uncased
+/// model's lower-casing of ASCII keeps lengths); otherwise the first piece
+/// spans the word and the others are empty at its end. Special tokens: {0, 0}.
+std::vector<std::pair<int64_t, int64_t>> token_offsets(const WordsEncoding& encoding, const TextWords& words,
+                                                       const std::vector<std::string>& vocabulary);
 
 /// The entities of one text as transformers' TokenClassificationPipeline
 /// with aggregation_strategy="simple" groups them: special tokens (word id

@@ -20,12 +20,16 @@ struct Batch {
   at::Tensor input_ids;       // [rows, seq]
   at::Tensor attention_mask;  // [rows, seq]
   at::Tensor token_type_ids;  // [rows, seq]
-  // Classification: [rows] label ids. Masked LM: [M] original ids of the
-  // masked tokens, in the order of mlm_positions.
+  // Sequence classification: [rows] label ids (float [rows, K] or [rows]
+  // for multi-label and regression). Masked LM and token classification:
+  // [M] label ids of the tokens at `positions` (the masked tokens' original
+  // ids; the labelled tokens' tags), in that order.
   at::Tensor labels;
-  // Masked LM only: [M] flat positions (row * seq + column) of the masked
-  // tokens, ascending; the model predicts only these (logits [M, vocab]).
-  at::Tensor mlm_positions;
+  // Masked LM and token classification: [M] flat positions (row * seq +
+  // column) of the tokens the head scores, ascending; the model computes
+  // logits [M, ...] for these only (the masked tokens; the labelled tokens,
+  // or at prediction every token).
+  at::Tensor positions;
   int64_t rows() const { return input_ids.defined() ? input_ids.size(0) : 0; }
 };
 
@@ -33,7 +37,7 @@ struct Batch {
 // loss), on `device`. The CPU batch itself is returned unchanged there.
 Batch model_inputs_on(const Batch& batch, c10::Device device);
 
-// Rows [offset, offset + count) of the model inputs, mlm_positions rebased
+// Rows [offset, offset + count) of the model inputs, positions rebased
 // to the slice (dp splits a batch across replicas this way).
 Batch slice_rows(const Batch& batch, int64_t offset, int64_t count);
 

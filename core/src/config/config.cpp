@@ -218,6 +218,17 @@ RunConfig convert(const YAML::Node& root, const Origins& origins) {
   for (const auto& kv : root) {
     if (!kv.first.IsScalar()) fail("{}: keys must be names, got {}", origins.file(), describe(kv.first));
     const std::string section = kv.first.Scalar();
+    if (section == "task") {  // the one top-level key: what is trained
+      if (!kv.second.IsScalar()) fail("{}: task: expected a name, got {}", origins.of(section), describe(kv.second));
+      const auto task = parse_task(kv.second.Scalar());
+      if (!task) {
+        fail("{}: task: '{}' is not a task ft trains (text-classification, token-classification; fill-mask is "
+             "ft pretrain's)",
+             origins.of(section), kv.second.Scalar());
+      }
+      config.task = *task;
+      continue;
+    }
     if (std::find(sections().begin(), sections().end(), section) == sections().end()) {
       unknown_key(origins.of(section), section);
     }
@@ -330,7 +341,7 @@ YAML::Node parse_yaml(const std::string& yaml, const std::string& source) {
 namespace config_detail {
 
 std::vector<std::string> known_keys() {
-  std::vector<std::string> keys;
+  std::vector<std::string> keys{"task"};
   const RunConfig probe;
   for_each_field(probe, [&](const char* sec, const char* name, const auto&) {
     keys.push_back(std::string(sec) + "." + name);
@@ -349,6 +360,22 @@ std::vector<std::string> yaml_keys(const std::string& yaml, const std::string& s
     for (const auto& kv : section.second) keys.push_back(section.first.Scalar() + "." + kv.first.Scalar());
   }
   return keys;
+}
+
+std::string task_name(RunConfig::Task task) {
+  switch (task) {
+    case RunConfig::Task::kClassify: return "text-classification";
+    case RunConfig::Task::kTokenClassify: return "token-classification";
+    case RunConfig::Task::kMaskedLm: return "fill-mask";
+  }
+  return "";
+}
+
+std::optional<RunConfig::Task> parse_task(const std::string& name) {
+  for (auto task : {RunConfig::Task::kClassify, RunConfig::Task::kTokenClassify, RunConfig::Task::kMaskedLm}) {
+    if (task_name(task) == name) return task;
+  }
+  return std::nullopt;
 }
 
 RunConfig config_from_yaml_string(const std::string& yaml, const std::string& source_name,

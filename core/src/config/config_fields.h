@@ -27,6 +27,10 @@ void for_each_field(Config& c, F&& f) {
   f("data", "text_field", c.data.text_field);
   f("data", "pair_field", c.data.pair_field);
   f("data", "label_field", c.data.label_field);
+  f("data", "tokens_field", c.data.tokens_field);
+  f("data", "tags_field", c.data.tags_field);
+  f("data", "label_all_tokens", c.data.label_all_tokens);
+  f("data", "tag_scheme", c.data.tag_scheme);
   f("data", "label_delimiter", c.data.label_delimiter);
   f("data", "label_scale", c.data.label_scale);
   f("data", "labels", c.data.labels);

@@ -97,6 +97,7 @@ void check_data(const Checker& ck, const RunConfig& c) {
   if (!(d.label_scale > 0)) ck.bad("data.label_scale", "must be > 0 (regression labels are divided by it)");
   ck.at_least("data.max_rows", d.max_rows, 0);
   ck.one_of("data.take", d.take, {"first", "random"});
+  ck.one_of("data.tag_scheme", d.tag_scheme, {"iob2", "any"});
   ck.in_range("data.dev_fraction", d.dev_fraction, 0.0, 1.0, false);
   ck.one_of("data.bad_rows", d.bad_rows, {"error", "skip"});
   ck.one_of("data.lowercase", d.lowercase, {"auto", "true", "false"});

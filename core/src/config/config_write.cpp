@@ -53,6 +53,7 @@ std::string to_yaml(const RunConfig& config) {
   // quoted or they come back empty; the emitter quotes those by itself.
   out << YAML::Comment("ft run configuration, every key (docs/configuration.md)");
   out << YAML::BeginMap;
+  out << YAML::Key << "task" << YAML::Value << task_name(config.task);
   std::string section;
   config_detail::for_each_field(config, [&](const char* sec, const char* key, const auto& field) {
     if (section != sec) {

@@ -13,7 +13,7 @@ Batch model_inputs_on(const Batch& batch, c10::Device device) {
   b.input_ids = move(batch.input_ids);
   b.attention_mask = move(batch.attention_mask);
   b.token_type_ids = move(batch.token_type_ids);
-  b.mlm_positions = move(batch.mlm_positions);
+  b.positions = move(batch.positions);
   // Labels stay with the caller: the Trainer moves them next to the logits.
   b.labels = batch.labels;
   return b;
@@ -24,12 +24,12 @@ Batch slice_rows(const Batch& batch, int64_t offset, int64_t count) {
   b.input_ids = batch.input_ids.narrow(0, offset, count);
   b.attention_mask = batch.attention_mask.narrow(0, offset, count);
   b.token_type_ids = batch.token_type_ids.narrow(0, offset, count);
-  if (batch.mlm_positions.defined()) {
+  if (batch.positions.defined()) {
     // Positions are ascending, so a block of rows is a block of positions.
     const int64_t seq = batch.input_ids.size(1);
-    const auto begin = at::searchsorted(batch.mlm_positions, offset * seq).item<int64_t>();
-    const auto end = at::searchsorted(batch.mlm_positions, (offset + count) * seq).item<int64_t>();
-    b.mlm_positions = batch.mlm_positions.narrow(0, begin, end - begin) - offset * seq;
+    const auto begin = at::searchsorted(batch.positions, offset * seq).item<int64_t>();
+    const auto end = at::searchsorted(batch.positions, (offset + count) * seq).item<int64_t>();
+    b.positions = batch.positions.narrow(0, begin, end - begin) - offset * seq;
   }
   return b;
 }

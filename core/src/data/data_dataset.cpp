@@ -13,6 +13,7 @@
 #include "ft/data.h"
 #include "ft/error.h"
 #include "ft/safetensors.h"
+#include "ft/token_classification.h"  // kIgnoreLabel
 #include "ft/tokenizer.h"
 
 namespace ft {
@@ -176,6 +177,7 @@ class TensorDataset final : public Dataset {
     return {p, p + attended.size(0)};
   }
   int64_t num_labels() const override { return num_labels_; }
+  bool labels_per_token() const override { return labels_.dim() == 2 && labels_.scalar_type() == at::kLong; }
   // Float labels: one score per row, or a 0/1 row per label (load_tensor_dataset).
   ProblemType problem_type() const override {
     if (labels_.scalar_type() == at::kLong) return ProblemType::kSingleLabel;
@@ -183,7 +185,7 @@ class TensorDataset final : public Dataset {
   }
 
   std::vector<int64_t> labels() const override {
-    if (labels_.scalar_type() != at::kLong) return {};
+    if (labels_.scalar_type() != at::kLong || labels_per_token()) return {};
     const int64_t* p = labels_.data_ptr<int64_t>();
     return {p, p + labels_.size(0)};
   }
@@ -200,7 +202,11 @@ class TensorDataset final : public Dataset {
     b.input_ids = slice(ids_, rows, width);
     b.attention_mask = slice(mask_, rows, width);
     b.token_type_ids = slice(types_, rows, width);
-    b.labels = labels_.index_select(0, at::tensor(rows, at::kLong));
+    if (labels_per_token()) {
+      set_token_labels(b, slice(labels_, rows, width));
+    } else {
+      b.labels = labels_.index_select(0, at::tensor(rows, at::kLong));
+    }
     return b;
   }
 
@@ -231,6 +237,12 @@ std::string shape_string(const at::Tensor& t) {
 }
 
 }  // namespace
+
+void set_token_labels(Batch& batch, const at::Tensor& per_token) {
+  const at::Tensor flat = per_token.reshape({-1});
+  batch.positions = flat.ne(kIgnoreLabel).nonzero().view({-1});  // ascending
+  batch.labels = flat.index_select(0, batch.positions);
+}
 
 std::unique_ptr<Dataset> make_text_dataset(TextData data,
                                            std::shared_ptr<const Tokenizer> tok,
@@ -267,9 +279,12 @@ std::unique_ptr<Dataset> load_tensor_dataset(const std::string& path, int64_t nu
       fail("{}: tensor '{}' has shape {} but input_ids has {}; they must match", path, name,
            shape_string(*t), shape_string(ids));
   const bool multi_label = labels.scalar_type() == at::kFloat && labels.dim() == 2;
-  if ((labels.dim() != 1 && !multi_label) || labels.size(0) != ids.size(0))
-    fail("{}: tensor 'labels' has shape {}, expected [{}] (one per input_ids row; F32 [{}, labels] for multi-label)",
-         path, shape_string(labels), ids.size(0), ids.size(0));
+  const bool per_token = labels.scalar_type() == at::kLong && labels.dim() == 2;
+  if ((labels.dim() != 1 && !multi_label && !per_token) || labels.size(0) != ids.size(0) ||
+      (per_token && labels.size(1) != ids.size(1)))
+    fail("{}: tensor 'labels' has shape {}, expected [{}] (one per input_ids row; F32 [{}, labels] for multi-label; "
+         "I64 {} for token classification)",
+         path, shape_string(labels), ids.size(0), ids.size(0), shape_string(ids));
   if (max_rows < 0) fail("{}: max_rows is {}; use 0 for all rows", path, max_rows);
   if (max_rows > 0 && max_rows < ids.size(0)) {
     ids = ids.narrow(0, 0, max_rows).contiguous();
@@ -285,16 +300,19 @@ std::unique_ptr<Dataset> load_tensor_dataset(const std::string& path, int64_t nu
       fail("{}: tensor 'labels' holds multi-label targets outside [0, 1]", path);
     return std::make_unique<TensorDataset>(path, ids, mask, types, labels, multi_label ? labels.size(1) : 1, padding);
   }
-  const int64_t n = ids.size(0);
   const int64_t* lab = labels.data_ptr<int64_t>();
-  int64_t max_label = 0;
-  for (int64_t r = 0; r < n; ++r) {
-    if (lab[r] < 0 || (num_labels > 0 && lab[r] >= num_labels))
-      fail("{}: tensor 'labels' row {}: label {} is outside [0, {}); check the model's num_labels",
-           path, r + 1, lab[r], num_labels > 0 ? std::to_string(num_labels) : std::string("inf"));
-    max_label = std::max(max_label, lab[r]);
-  }
+  const int64_t per_row = per_token ? labels.size(1) : 1;
   const int64_t* m = mask.data_ptr<int64_t>();
+  int64_t max_label = 0;
+  for (int64_t i = 0; i < labels.numel(); ++i) {
+    if (per_token && lab[i] == kIgnoreLabel) continue;
+    if (lab[i] < 0 || (num_labels > 0 && lab[i] >= num_labels))
+      fail("{}: tensor 'labels' row {}: label {} is outside [0, {}){}; check the model's num_labels", path,
+           i / per_row + 1, lab[i], num_labels > 0 ? std::to_string(num_labels) : std::string("inf"),
+           per_token ? " and is not -100" : "");
+    if (per_token && m[i] == 0) fail("{}: tensor 'labels' row {}: a padding token has label {}; give it -100", path, i / per_row + 1, lab[i]);
+    max_label = std::max(max_label, lab[i]);
+  }
   const int64_t* id = ids.data_ptr<int64_t>();
   for (int64_t i = 0; i < ids.numel(); ++i) {
     if (m[i] != 0 && m[i] != 1)

@@ -143,7 +143,7 @@ Batch mask_tokens(Batch batch, const std::vector<int64_t>& rows, int64_t epoch, 
   }
   batch.input_ids = ids_t;
   batch.labels = at::tensor(targets, at::kLong);
-  batch.mlm_positions = at::tensor(positions, at::kLong);
+  batch.positions = at::tensor(positions, at::kLong);
   return batch;
 }
 

@@ -13,6 +13,7 @@
 #include "hf_pipeline.h"
 #include "run_inputs_detail.h"
 #include "ft/safetensors.h"
+#include "ft/token_classification.h"
 #include "ft/sampler.h"
 #include "ft/manifest.h"
 #include "ft/torch_bin.h"
@@ -108,6 +109,7 @@ class SubsetDataset final : public Dataset {
   int64_t size() const override { return static_cast<int64_t>(rows_.size()); }
   int64_t num_labels() const override { return base_->num_labels(); }
   ProblemType problem_type() const override { return base_->problem_type(); }
+  bool labels_per_token() const override { return base_->labels_per_token(); }
   std::vector<int64_t> labels() const override {
     auto all = base_->labels();
     return all.empty() ? all : pick(all);  // empty: not class ids (Dataset::labels)
@@ -254,25 +256,41 @@ using detail::make_source;
 using detail::parse_padding;
 
 // Pre-tokenized data: the label count comes from the model config.
+// Train and dev rows of `all`: all of it to train when data.dev names a file
+// (read by the caller) or no dev split is asked for, else the seeded split.
+void split_dataset(const RunConfig& config, std::shared_ptr<Dataset> all, RunInputs& in) {
+  const auto& d = config.data;
+  if (!d.dev.empty() || d.dev_fraction <= 0) {
+    in.train = subset(all, all_rows(*all));
+    return;
+  }
+  std::vector<int64_t> perm(all->size());
+  std::iota(perm.begin(), perm.end(), 0);
+  if (d.shuffle_before_split) perm = seeded_permutation(all->size(), static_cast<uint64_t>(d.split_seed));
+  const auto n_dev = static_cast<int64_t>(std::llround(all->size() * d.dev_fraction));
+  std::vector<int64_t> train_rows(perm.begin(), perm.end() - n_dev), dev_rows(perm.end() - n_dev, perm.end());
+  in.train = subset(all, train_rows);
+  in.dev = subset(all, dev_rows);
+}
+
 void prepare_tensor_inputs(const RunConfig& config, RunInputs& in) {
   const auto& d = config.data;
   const Padding padding = parse_padding(d.padding);
   std::shared_ptr<Dataset> all = load_tensor_dataset(d.train, in.model_config.num_labels, padding, d.max_rows);
-  if (!d.dev.empty()) {
-    in.train = subset(all, all_rows(*all));
-    in.dev = load_tensor_dataset(d.dev, in.model_config.num_labels, padding);
-  } else if (d.dev_fraction > 0) {
-    std::vector<int64_t> perm(all->size());
-    std::iota(perm.begin(), perm.end(), 0);
-    if (d.shuffle_before_split) perm = seeded_permutation(all->size(), static_cast<uint64_t>(d.split_seed));
-    const auto n_dev = static_cast<int64_t>(std::llround(all->size() * d.dev_fraction));
-    std::vector<int64_t> train_rows(perm.begin(), perm.end() - n_dev), dev_rows(perm.end() - n_dev, perm.end());
-    in.train = subset(all, train_rows);
-    in.dev = subset(all, dev_rows);
-  } else {
-    in.train = subset(all, all_rows(*all));
-  }
+  split_dataset(config, all, in);
+  if (!d.dev.empty()) in.dev = load_tensor_dataset(d.dev, in.model_config.num_labels, padding);
   in.label_names = in.model_config.id2label;
+  const bool per_token = in.train->labels_per_token();
+  if (per_token != (config.task == RunConfig::Task::kTokenClassify)) {
+    fail(per_token ? "{}: its labels are per token (I64 [rows, seq]): train it with --task token-classification"
+                   : "{}: its labels are per row, but task is token-classification: give I64 labels [rows, seq] "
+                     "with -100 on unlabelled tokens",
+         d.train);
+  }
+  if (per_token) {
+    in.model_config.head = BertHead::kTokenClassification;
+    return;
+  }
   // Float labels are scores or label sets: the model must be built for them.
   const ProblemType type = in.train->problem_type();
   if (!config.model.problem_type.empty() && parse_problem_type(config.model.problem_type) != type) {
@@ -334,6 +352,47 @@ void prepare_text_inputs(const RunConfig& config, RunInputs& in) {
   if (!dev.rows.empty()) in.dev = make_text_dataset(std::move(dev), in.tokenizer, max_len, padding, pair_rule);
 }
 
+// Word/tag data (token classification): the tags' names become the labels.
+void prepare_tagged_inputs(const RunConfig& config, RunInputs& in, BertHead weights_head) {
+  const auto& d = config.data;
+  detail::attach_tokenizer(config, in);
+  TaggedSource source;
+  source.path = d.train;
+  source.words_field = d.tokens_field;
+  source.tags_field = d.tags_field;
+  source.scheme = d.tag_scheme == "any" ? TagScheme::Any : TagScheme::Iob2;
+  source.label_names = d.labels;
+  TaggedData train = read_tagged_data(source);
+  if (d.max_rows > 0 && static_cast<int64_t>(train.rows.size()) > d.max_rows) train.rows.resize(static_cast<size_t>(d.max_rows));
+  in.label_names = train.label_names;
+  const auto n_labels = static_cast<int64_t>(in.label_names.size());
+  const bool has_classifier =
+      in.initial_weights && std::any_of(in.initial_weights->begin(), in.initial_weights->end(),
+                                        [](const auto& named) { return named.first == "classifier.weight"; });
+  if (has_classifier && (weights_head != BertHead::kTokenClassification ||
+                         relabelled(in.model_config.id2label, in.label_names))) {
+    // Another task's classifier, or another tag set: the encoder is kept and the classifier starts afresh.
+    in.notes.push_back(fmt::format("re-heading: the weights' classifier is not a token classifier for [{}]: new classifier",
+                                   fmt::join(in.label_names, ", ")));
+    in.replace_classifier = in.model_config.num_labels == n_labels;
+  }
+  in.model_config.head = BertHead::kTokenClassification;
+  in.model_config.num_labels = n_labels;
+  in.model_config.id2label = in.label_names;
+  in.model_config.problem_type = std::nullopt;
+  in.model_config.text_pair = false;
+  const Padding padding = parse_padding(d.padding);
+  const int max_len = static_cast<int>(d.max_seq_len);
+  std::shared_ptr<Dataset> all;
+  if (!d.dev.empty()) {
+    source.path = d.dev;
+    source.label_names = in.label_names;  // the dev file is read with the train file's ids
+    in.dev = make_tagged_dataset(read_tagged_data(source), in.tokenizer, max_len, padding, d.label_all_tokens);
+  }
+  all = make_tagged_dataset(std::move(train), in.tokenizer, max_len, padding, d.label_all_tokens);
+  split_dataset(config, all, in);
+}
+
 }  // namespace
 
 std::unique_ptr<Dataset> subset(std::shared_ptr<Dataset> base, std::vector<int64_t> rows) {
@@ -342,7 +401,8 @@ std::unique_ptr<Dataset> subset(std::shared_ptr<Dataset> base, std::vector<int64
 
 BertConfig planned_model_config(const RunConfig& config) {
   BertConfig c = resolve_model_config(config);
-  c.head = BertHead::kSequenceClassification;
+  c.head = config.task == RunConfig::Task::kTokenClassify ? BertHead::kTokenClassification
+                                                          : BertHead::kSequenceClassification;
   // As attach_tokenizer: a random-init model reading text gets its tokenizer's vocabulary.
   const bool text = !config.data.train.empty() &&
                     detect_data_format(config.data.train, parse_data_format(config.data.format)) != DataFormat::Safetensors;
@@ -356,11 +416,14 @@ RunInputs prepare_inputs(const RunConfig& config) {
   require_default_data(config);
   RunInputs in;
   in.model_config = resolve_model_config(config);
+  const BertHead weights_head = in.model_config.head;
   in.model_config.head = BertHead::kSequenceClassification;  // whatever the weights were trained as
   detail::resolve_weights(config, in);
   if (config.data.train.empty()) fail("{}: data.train is not set", config.source);
   if (detect_data_format(config.data.train, parse_data_format(config.data.format)) == DataFormat::Safetensors) {
     prepare_tensor_inputs(config, in);
+  } else if (config.task == RunConfig::Task::kTokenClassify) {
+    prepare_tagged_inputs(config, in, weights_head);
   } else {
     prepare_text_inputs(config, in);
   }

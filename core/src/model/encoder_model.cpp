@@ -35,8 +35,8 @@ Batch encoder_input(const Batch& batch, const BertConfig& config, int64_t prompt
   out.input_ids = columns(batch.input_ids, at::arange(config.vocab_size, config.vocab_size + prompt).view({1, prompt}));
   out.attention_mask = columns(batch.attention_mask, at::ones({1, prompt}));
   out.token_type_ids = columns(batch.token_type_ids, at::zeros({1, prompt}));
-  if (batch.mlm_positions.defined()) {  // each row's columns moved right by P
-    out.mlm_positions = batch.mlm_positions + (at::floor_divide(batch.mlm_positions, seq) + 1) * prompt;
+  if (batch.positions.defined()) {  // each row's columns moved right by P
+    out.positions = batch.positions + (at::floor_divide(batch.positions, seq) + 1) * prompt;
   }
   return out;
 }

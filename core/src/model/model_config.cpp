@@ -118,13 +118,16 @@ BertConfig BertConfig::from_json_string(const std::string& text, const std::stri
       if (!a.is_string()) continue;
       const std::string name = a.get<std::string>();
       if (name == head_names(c, BertHead::kMaskedLM).architecture) c.head = BertHead::kMaskedLM;
+      const bool token_head = name == head_names(c, BertHead::kTokenClassification).architecture;
+      if (token_head) c.head = BertHead::kTokenClassification;
       // The base model (XModel) and pretraining heads carry an encoder and
       // nothing to infer with; a task head ft lacks is named at inference.
       for (const char* task : {"ForTokenClassification", "ForQuestionAnswering", "ForMultipleChoice",
                                "ForNextSentencePrediction", "ForCausalLM", "ForSequenceClassification"}) {
         const std::string suffix(task);
         const bool ends = name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-        if (ends && name != head_names(c, BertHead::kSequenceClassification).architecture) c.unbuilt_head = name;
+        if (ends && !token_head && name != head_names(c, BertHead::kSequenceClassification).architecture)
+          c.unbuilt_head = name;
       }
     }
   }

@@ -178,7 +178,7 @@ void EventLog::eval(int64_t step, int64_t epoch, const ClassificationReport& r,
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   if (!rank0_) return;
   report_labels_ = label_names;
-  if (r.problem_type != ProblemType::kSingleLabel) return eval_scores(step, epoch, r);
+  if (r.problem_type != ProblemType::kSingleLabel || !r.task.empty()) return eval_scores(step, epoch, r);
   nlohmann::json j{{"event", "eval"},     {"step", step},         {"epoch", epoch},
                    {"loss", number(r.loss)}, {"accuracy", r.accuracy}, {"macro_f1", r.macro_f1},
                    {"samples", r.total}};
@@ -195,8 +195,9 @@ void EventLog::eval(int64_t step, int64_t epoch, const ClassificationReport& r,
 
 // Multi-label and regression: every score under its own name.
 void EventLog::eval_scores(int64_t step, int64_t epoch, const ClassificationReport& r) {
-  nlohmann::json j{{"event", "eval"}, {"step", step}, {"epoch", epoch}, {"problem_type", problem_type_name(r.problem_type)},
-                   {"loss", number(r.loss)}};
+  nlohmann::json j{{"event", "eval"}, {"step", step}, {"epoch", epoch}, {"loss", number(r.loss)}};
+  if (r.task.empty()) j["problem_type"] = problem_type_name(r.problem_type);
+  if (!r.task.empty()) j["task"] = r.task;
   std::string line = fmt::format("eval step {}: loss {:.4f}", step, r.loss);
   for (const auto& [name, value] : r.scores) {
     j[name] = number(value);
@@ -266,6 +267,7 @@ void EventLog::summary(const SummaryEvent& s) {
   if (s.has_eval) {
     j["eval_accuracy"] = s.eval.accuracy;
     j["eval_macro_f1"] = s.eval.macro_f1;
+    for (const auto& [name, value] : s.eval.scores) j["eval_" + name] = number(value);
     j["eval_loss"] = number(s.eval.loss);
     if (s.masked_lm) j["task"] = "masked_lm";
   }
@@ -276,7 +278,10 @@ void EventLog::summary(const SummaryEvent& s) {
                    s.samples_per_s, s.final_loss));
   if (s.has_eval) {
     info(s.masked_lm ? fmt::format("dev masked-token accuracy {:.4f}, mlm loss {:.4f}", s.eval.accuracy, s.eval.loss)
-                     : fmt::format("dev accuracy {:.4f} macro_f1 {:.4f}", s.eval.accuracy, s.eval.macro_f1));
+         : !s.eval.task.empty() ? fmt::format("dev entity f1 {:.4f} precision {:.4f} recall {:.4f}, token accuracy {:.4f}",
+                                              s.eval.score("f1").value_or(0.0), s.eval.score("precision").value_or(0.0),
+                                              s.eval.score("recall").value_or(0.0), s.eval.accuracy)
+                                : fmt::format("dev accuracy {:.4f} macro_f1 {:.4f}", s.eval.accuracy, s.eval.macro_f1));
     if (!s.masked_lm && !report_labels_.empty()) report(s.eval, report_labels_);
   }
 }

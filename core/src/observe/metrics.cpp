@@ -261,11 +261,14 @@ std::string format_task_report(const ClassificationReport& report, const std::ve
                                int digits) {
   digits = std::clamp(digits, 0, 8);
   std::string out;
-  if (report.problem_type == ProblemType::kMultiLabel) {
+  const bool entities = !report.task.empty();
+  if (report.problem_type == ProblemType::kMultiLabel || entities) {
+    // Entities: one row per entity type (seqeval's table); multi-label: per label.
+    const std::vector<std::string>& names = entities ? report.row_names : label_names;
     const size_t k = report.support.size();
-    if (label_names.size() != k) fail("metrics: {} label names for {} labels; give one name per label", label_names.size(), k);
+    if (names.size() != k) fail("metrics: {} label names for {} labels; give one name per label", names.size(), k);
     size_t width = std::string("subset accuracy").size();
-    for (const auto& n : label_names) width = std::max(width, display_width(n));
+    for (const auto& n : names) width = std::max(width, display_width(n));
     auto row = [&](const std::string& name, double p, double rc, double f, int64_t support) {
       return fmt::format("{}  {:>9.{}f} {:>9.{}f} {:>9.{}f} {:>9}\n", pad_left(name, width), p, digits, rc, digits, f,
                          digits, support);
@@ -274,14 +277,15 @@ std::string format_task_report(const ClassificationReport& report, const std::ve
                       "support");
     int64_t support = 0;
     for (size_t c = 0; c < k; ++c) {
-      out += row(label_names[c], report.precision[c], report.recall[c], report.f1[c], report.support[c]);
+      out += row(names[c], report.precision[c], report.recall[c], report.f1[c], report.support[c]);
       support += report.support[c];
     }
-    out += "\n" + row("micro avg", *report.score("micro_precision"), *report.score("micro_recall"),
-                      *report.score("micro_f1"), support);
+    const char* micro = entities ? "" : "micro_";
+    out += "\n" + row("micro avg", *report.score(fmt::format("{}precision", micro)),
+                      *report.score(fmt::format("{}recall", micro)), *report.score(fmt::format("{}f1", micro)), support);
     out += row("macro avg", report.macro_precision, report.macro_recall, report.macro_f1, support);
-    out += fmt::format("{}  {:>9} {:>9} {:>9.{}f} {:>9}\n", pad_left("subset accuracy", width), "", "",
-                       report.accuracy, digits, report.total);
+    out += fmt::format("{}  {:>9} {:>9} {:>9.{}f} {:>9}\n", pad_left(entities ? "token accuracy" : "subset accuracy", width),
+                       "", "", report.accuracy, digits, report.total);
   } else {
     for (const auto& [name, value] : report.scores) out += fmt::format("{:>9}  {:.{}f}\n", name, value, digits);
     out += fmt::format("{:>9}  {}\n", "rows", report.total);
@@ -292,7 +296,8 @@ std::string format_task_report(const ClassificationReport& report, const std::ve
 
 std::string format_report(const ClassificationReport& report,
                           const std::vector<std::string>& label_names, int digits) {
-  if (report.problem_type != ProblemType::kSingleLabel) return format_task_report(report, label_names, digits);
+  if (report.problem_type != ProblemType::kSingleLabel || !report.task.empty())
+    return format_task_report(report, label_names, digits);
   const size_t k = report.support.size();
   std::vector<std::string> names = label_names;
   if (names.empty()) {

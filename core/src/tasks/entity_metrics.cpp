@@ -194,4 +194,27 @@ EntityReport entity_report(const EntityCounts& counts) {
   return r;
 }
 
+ClassificationReport entity_task_report(const EntityReport& report, double loss) {
+  ClassificationReport r;
+  r.task = "token-classification";
+  r.loss = loss;
+  r.accuracy = report.accuracy;
+  r.total = report.tokens;
+  r.scores = {{"precision", report.precision}, {"recall", report.recall}, {"f1", report.f1}, {"accuracy", report.accuracy}};
+  for (const auto& t : report.per_type) {
+    r.row_names.push_back(t.type);
+    r.precision.push_back(t.precision);
+    r.recall.push_back(t.recall);
+    r.f1.push_back(t.f1);
+    r.support.push_back(t.support);
+  }
+  const auto n = static_cast<double>(std::max<size_t>(1, report.per_type.size()));
+  for (const auto& t : report.per_type) {
+    r.macro_precision += t.precision / n;
+    r.macro_recall += t.recall / n;
+    r.macro_f1 += t.f1 / n;
+  }
+  return r;
+}
+
 }  // namespace ft

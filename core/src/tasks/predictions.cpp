@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "ft/error.h"
+#include "ft/token_classification.h"
 
 namespace ft {
 namespace {
@@ -79,6 +80,21 @@ nlohmann::ordered_json prediction_record(const PredictInput& input, const at::Te
     out["logits"] = raw;
   }
   return out;
+}
+
+nlohmann::ordered_json entity_record(const std::string& text, const std::vector<PredictedEntity>& entities) {
+  // Byte offset -> code point offset: count the bytes that start a code point.
+  auto chars = [&](int64_t byte) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < byte; ++i) n += (static_cast<unsigned char>(text[static_cast<size_t>(i)]) & 0xC0u) != 0x80u;
+    return n;
+  };
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const auto& e : entities) {
+    list.push_back({{"entity_group", e.entity_group}, {"score", e.score}, {"word", e.word},
+                    {"start", chars(e.start)}, {"end", chars(e.end)}});
+  }
+  return {{"text", text}, {"entities", list}};
 }
 
 }  // namespace ft

@@ -80,7 +80,7 @@ class Reader {
         fail("{}: label name '{}' is given twice; label names must be unique", src.path, name);
       if (src.scheme == TagScheme::Iob2 && !is_iob2_tag(name))
         fail("{}: label name '{}' is not an IOB2 tag (O, B-<type>, I-<type>); fix the label names "
-             "or read with the tag scheme 'any'",
+             "or set data.tag_scheme=any",
              src.path, name);
     }
   }
@@ -155,8 +155,8 @@ class Reader {
   std::vector<std::string> words_of(const json& row, int64_t line) const {
     const auto it = row.find(src_.words_field);
     if (it == row.end() || !it->is_array())
-      bad(line, fmt::format("no list '{}'; give the words as a list of strings (or set the words "
-                            "field)",
+      bad(line, fmt::format("no list '{}'; give the words as a list of strings (or name "
+                            "the field with data.tokens_field)",
                             src_.words_field));
     std::vector<std::string> words;
     for (const json& w : *it) {
@@ -170,7 +170,7 @@ class Reader {
   std::vector<RawTag> tags_of(const json& row, int64_t line) {
     const auto it = row.find(src_.tags_field);
     if (it == row.end() || !it->is_array())
-      bad(line, fmt::format("no list '{}'; give one tag per word (or set the tags field)", src_.tags_field));
+      bad(line, fmt::format("no list '{}'; give one tag per word (or name the field with data.tags_field)", src_.tags_field));
     std::vector<RawTag> tags;
     for (const json& t : *it) {
       const size_t k = tags.size() + 1;
@@ -211,7 +211,7 @@ class Reader {
     if (name.empty()) bad(line, "a tag is empty; every word needs a tag");
     if (src_.scheme == TagScheme::Iob2 && !is_iob2_tag(name))
       bad(line, fmt::format("tag '{}' is not an IOB2 tag (O, B-<type>, I-<type>); fix the tag, or "
-                            "read with the tag scheme 'any' for tags without entity spans",
+                            "set data.tag_scheme=any for tags without entity spans",
                             name));
     seen_.insert(name);
   }

@@ -155,14 +155,7 @@ class MaskedLm final : public Objective {
     return at::cross_entropy_loss(logits, batch.labels.to(logits.device()), {}, at::Reduction::Sum);
   }
   double step_divisor(const std::vector<Batch>& micro_batches, Comm& comm) const override {
-    double masked = 0;
-    for (const auto& b : micro_batches) masked += static_cast<double>(b.labels.numel());
-    if (comm.world_size() > 1) {
-      auto t = at::tensor({masked}, at::kDouble);
-      comm.all_reduce(t, ReduceOp::Sum);
-      masked = t.item<double>();
-    }
-    return std::max(1.0, masked) / static_cast<double>(comm.world_size());
+    return global_token_divisor(micro_batches, comm);
   }
 
   // Loss and accuracy over the masked tokens of the dev rows, masked the
@@ -180,7 +173,7 @@ class MaskedLm final : public Objective {
       // Rows past num_valid repeat a row to keep collectives even: their
       // masked tokens (the positions' tail) do not count.
       const int64_t valid_end = b.num_valid * batch.input_ids.size(1);
-      const auto m = at::searchsorted(batch.mlm_positions, valid_end).item<int64_t>();
+      const auto m = at::searchsorted(batch.positions, valid_end).item<int64_t>();
       if (m == 0) continue;
       auto valid_logits = logits.narrow(0, 0, m).to(at::kCPU, at::kFloat);
       auto valid_labels = batch.labels.narrow(0, 0, m);
@@ -229,7 +222,27 @@ void check_best_metric(const RunConfig& config, ProblemType type) {
 
 }  // namespace
 
+double global_token_divisor(const std::vector<Batch>& micro_batches, Comm& comm) {
+  double tokens = 0;
+  for (const auto& b : micro_batches) tokens += static_cast<double>(b.labels.numel());
+  if (comm.world_size() > 1) {
+    auto t = at::tensor({tokens}, at::kDouble);
+    comm.all_reduce(t, ReduceOp::Sum);
+    tokens = t.item<double>();
+  }
+  return std::max(1.0, tokens) / static_cast<double>(comm.world_size());
+}
+
 std::unique_ptr<Objective> make_objective(const RunConfig& config, const RunInputs& inputs) {
+  if (config.task == RunConfig::Task::kTokenClassify) {
+    const std::string& metric = config.train.best_metric;
+    if (metric != "loss" && metric != "accuracy" && metric != "f1" && metric != "precision" && metric != "recall") {
+      fail("{}: train.best_metric: '{}' is not a metric of token classification (its metrics: loss, f1, precision, "
+           "recall, accuracy)",
+           config.source, metric);
+    }
+    return make_token_classification_objective(inputs.label_names);
+  }
   if (config.task == RunConfig::Task::kClassify) {
     const ProblemType type = inputs.train ? inputs.train->problem_type() : inputs.model_config.problem();
     check_best_metric(config, type);

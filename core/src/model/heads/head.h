@@ -64,6 +64,8 @@ std::unique_ptr<Head> make_sequence_classification(torch::nn::Module& root, Base
 HeadNames sequence_classification_names(const BertConfig& c);
 std::unique_ptr<Head> make_masked_lm(torch::nn::Module& root, BaseModelImpl& base, const BertConfig& c);
 HeadNames masked_lm_names(const BertConfig& c);
+std::unique_ptr<Head> make_token_classification(torch::nn::Module& root, BaseModelImpl& base, const BertConfig& c);
+HeadNames token_classification_names(const BertConfig& c);
 
 }  // namespace model_detail
 }  // namespace ft

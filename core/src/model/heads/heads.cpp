@@ -16,6 +16,7 @@ const TaskHead& task_head(BertHead task) {
   static const std::vector<TaskHead> all = {
       {BertHead::kSequenceClassification, make_sequence_classification, sequence_classification_names},
       {BertHead::kMaskedLM, make_masked_lm, masked_lm_names},
+      {BertHead::kTokenClassification, make_token_classification, token_classification_names},
   };
   for (const auto& t : all)
     if (t.task == task) return t;

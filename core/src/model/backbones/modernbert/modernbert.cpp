@@ -177,6 +177,7 @@ std::unique_ptr<Backbone> make_modernbert() {
   f.layers = "layers";
   f.base_modules = {"embeddings.", "layers.", "final_norm."};
   f.classification_head = "prediction_head";
+  f.token_classification_head = "prediction_head";
   f.mlm_head = "decoder";
   f.other_heads = {"decoder."};
   f.token_types = false;

@@ -98,17 +98,17 @@ class MaskedLmTask : public Head {
       : head_(std::move(head)), unit_(std::move(unit)), bias_name_(std::move(bias_name)) {}
   std::shared_ptr<torch::nn::Module> unit() const override { return unit_; }
   std::vector<int64_t> logits_shape(const Batch& batch, const BertConfig& c) const override {
-    return {batch.mlm_positions.size(0), c.vocab_size};
+    return {batch.positions.size(0), c.vocab_size};
   }
   void check(const Batch& batch) const override {
-    if (!batch.mlm_positions.defined()) {
+    if (!batch.positions.defined()) {
       fail("this is a masked-LM model (config.json: BertForMaskedLM); fine-tune it with `ft run --set model.weights=DIR`, "
            "or continue pretraining with `ft pretrain`");
     }
   }
   // Only the masked tokens reach the vocabulary projection, the largest matmul of a small BERT.
   at::Tensor forward(const at::Tensor& tokens, const Batch& batch, const TokenLayout& layout) override {
-    return head_->forward(tokens.index_select(0, layout.token_index(batch.mlm_positions)));
+    return head_->forward(tokens.index_select(0, layout.token_index(batch.positions)));
   }
   void check_features() const override {
     fail("a masked-LM model has no classification head; fine-tune it first (ft run --set model.weights=DIR)");

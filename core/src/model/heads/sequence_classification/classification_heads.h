@@ -120,7 +120,10 @@ struct PredictionHead : ClassificationHead {
     register_module("classifier", classifier);
   }
   at::Tensor forward(const at::Tensor& pooled) override { return classifier(drop(dropout, features(pooled))); }
-  at::Tensor features(const at::Tensor& pooled) override { return norm(at::gelu(dense(pooled))); }
+  // LayerNorm in fp32, as autocast runs it (the masked-LM head's reason): a
+  // no-op in fp32, and under bf16 LibTorch's CPU kernel refuses a bf16 input
+  // with fp32 weights.
+  at::Tensor features(const at::Tensor& pooled) override { return norm(at::gelu(dense(pooled)).to(at::kFloat)); }
 };
 
 }  // namespace model_detail
