@@ -327,3 +327,30 @@ TEST_CASE("LoRA runs: trainable state, zero2/ddp parity, checkpoint, resume, eva
   for (const char* f : {"config.json", "model.safetensors"}) fsys::copy_file(final_dir / f, base_only / f);
   CHECK(std::abs(eval_loss(base_only, "eval-base") - adapted) > 5e-4);
 }
+
+TEST_CASE("lora.targets left empty adapts each family's query and value projections, as PEFT's default") {
+  const struct {
+    const char* family;
+    std::vector<std::string> suffixes;
+  } cases[] = {{"roberta", {"attention.self.query", "attention.self.value"}},
+               {"distilbert", {"attention.q_lin", "attention.v_lin"}},
+               {"deberta-v2", {"attention.self.query_proj", "attention.self.value_proj"}},
+               {"modernbert", {"attn.Wqkv"}}};
+  for (const auto& c : cases) {
+    INFO(c.family);
+    const auto config = ft::BertConfig::from_json_file(
+        (ft_test::source_dir() / "tests/data/hf/families" / c.family / "config.json").string());
+    ft::EncoderModel model(config);
+    ft::LoraConfig lora;
+    lora.rank = 2;
+    REQUIRE(lora.targets.empty());
+    const auto adapted = ft::apply_lora(model, lora, 1);
+    CHECK(adapted.size() == c.suffixes.size() * static_cast<size_t>(config.num_hidden_layers));
+    for (const auto& name : adapted) {
+      bool known = false;
+      for (const auto& s : c.suffixes) known = known || name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+      CHECK_MESSAGE(known, name);
+    }
+    CHECK(ft::with_family_targets(lora, config).targets == config.family().lora_targets);
+  }
+}

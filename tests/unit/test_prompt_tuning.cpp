@@ -219,12 +219,12 @@ TEST_CASE("prefix tuning: names, units, formula, PEFT's table layout") {
   CHECK(table.sizes() == at::IntArrayRef({4, 96}));
   CHECK(at::equal(table.narrow(1, 4 * 16, 16), w.at("bert.encoder.layer.2.attention.self.prefix_key")));
   CHECK(at::equal(table.narrow(1, 3 * 16, 16), w.at("bert.encoder.layer.1.attention.self.prefix_value")));
-  const auto back = ft::prefix_from_peft(table, 3, "test");
+  const auto back = ft::prefix_from_peft(table, 3, "test", "bert.");
   REQUIRE(back.size() == 6u);
   for (const auto& [n, t] : back) CHECK(at::equal(t, w.at(n)));
   // The init is PEFT's (torch.nn.Embedding's) normal(0, 1).
   CHECK(std::abs(table.std().item<double>() - 1.0) < 0.2);
-  CHECK(ft_test::error_of([] { ft::prefix_from_peft(at::zeros({4, 95}), 3, "f.safetensors"); })
+  CHECK(ft_test::error_of([] { ft::prefix_from_peft(at::zeros({4, 95}), 3, "f.safetensors", "bert."); })
             .find("f.safetensors: the prefix table is 4x95") == 0);
 }
 

@@ -231,8 +231,10 @@ struct LoraConfig {
   /// Dropout on the adapter's input, in [0, 1).
   double dropout = 0.0;
   /// Linear modules to adapt, matched by name suffix as PEFT does
-  /// ("query", "value", "attention.output.dense", "dense", ...).
-  std::vector<std::string> targets = {"query", "value"};
+  /// ("query", "value", "attention.output.dense", "dense", ...). Empty: the
+  /// family's default, as PEFT's (query and value; DistilBERT q_lin, v_lin;
+  /// DeBERTa query_proj, value_proj; ModernBERT Wqkv).
+  std::vector<std::string> targets;
   /// Also train the classifier (PEFT's modules_to_save for sequence
   /// classification); everything else but the adapters stays frozen.
   bool train_head = true;

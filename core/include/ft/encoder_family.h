@@ -49,6 +49,9 @@ struct EncoderFamily {
   // DistilBERT and DeBERTa build it) or "prediction_head" (ModernBERT's
   // dense, gelu, norm first).
   std::string token_classification_head = "classifier";
+  // LoRA's default target modules (lora.targets empty), by PEFT's default
+  // mapping for the family: its attention's query and value projections.
+  std::vector<std::string> lora_targets = {"query", "value"};
   // Capabilities.
   bool token_types = true;    // token type embeddings (DistilBERT and ModernBERT have none)
   bool prefix_tuning = true;  // past key values in transformers' attention, which PEFT's prefix tuning needs

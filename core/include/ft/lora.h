@@ -40,7 +40,12 @@ bool is_lora_param(const std::string& hf_name);
 // Trainer passes this to build_param_plan when lora.rank > 0.
 bool is_lora_trainable(const std::string& hf_name, const LoraConfig& lora);
 
-// Adds adapters to every Linear that lora.targets names. A is drawn from a
+// `lora` with its targets made explicit: the model family's default
+// (EncoderFamily::lora_targets) when lora.targets is empty.
+LoraConfig with_family_targets(LoraConfig lora, const BertConfig& model);
+
+// Adds adapters to every Linear that lora.targets names (the family's
+// default when empty). A is drawn from a
 // generator seeded with `seed` (same seed, same adapters on every rank),
 // B is zero. Returns the adapted module names. ft::Error naming lora.targets
 // when a target matches nothing or a module that is not a Linear, or when

@@ -99,7 +99,7 @@ TensorList without_prompt_learning(const TensorList& weights);
 at::Tensor prefix_to_peft(const TensorList& weights, int64_t layers);
 // `base`: the model family's prefix ("bert.", "roberta."; EncoderFamily::prefix).
 TensorList prefix_from_peft(const at::Tensor& table, int64_t layers, const std::string& source,
-                            const std::string& base = "bert.");
+                            const std::string& base);
 
 // --- Adapter files (PEFT's) -------------------------------------------------
 

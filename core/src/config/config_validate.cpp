@@ -147,7 +147,8 @@ void check_train(const Checker& ck, const RunConfig& c) {
   ck.at_least("train.save_every", t.save_every, 0);
   ck.at_least("train.save_total_limit", t.save_total_limit, 0);
   ck.one_of("train.best_metric", t.best_metric,
-            {"accuracy", "macro_f1", "loss", "micro_f1", "subset_accuracy", "mse", "mae", "pearson", "spearman"});
+            {"accuracy", "macro_f1", "loss", "micro_f1", "subset_accuracy", "mse", "mae", "pearson", "spearman", "f1",
+             "precision", "recall"});
   ck.one_of("train.regression_loss", t.regression_loss, {"mse", "huber"});
   ck.in_range("train.multi_label_threshold", t.multi_label_threshold, 0.0, 1.0, false);
   if (t.save_every > 0 && t.output_dir.empty()) {
@@ -180,7 +181,6 @@ void check_lora(const Checker& ck, const RunConfig& c) {
   }
   ck.positive("lora.alpha", l.alpha);
   ck.in_range("lora.dropout", l.dropout, 0.0, 1.0, false);
-  if (l.targets.empty()) ck.bad("lora.targets", "name at least one module (e.g. [query, value])");
   for (const auto& t : l.targets) {
     if (t.empty()) ck.bad("lora.targets", "a module name is empty");
   }

@@ -16,7 +16,7 @@ AppliedMethod apply_tuning_method(EncoderModel& model, const RunConfig& config,
   const auto seed = static_cast<uint64_t>(config.train.seed);
   AppliedMethod m;
   if (config.lora.rank > 0) {
-    const LoraConfig lora = config.lora;
+    const LoraConfig lora = with_family_targets(config.lora, model.config());
     apply_lora(model, lora, seed);
     if (!lora.adapter.empty()) load_adapter(model, lora.adapter, lora);
     m.trainable = [lora](const std::string& name) { return is_lora_trainable(name, lora); };
@@ -50,7 +50,7 @@ AppliedMethod apply_tuning_method(EncoderModel& model, const RunConfig& config,
 
 void describe_tuning_method(CheckpointData& data, const RunConfig& config, const std::string& base_model) {
   if (config.lora.rank > 0) {
-    data.lora = config.lora;
+    data.lora = with_family_targets(config.lora, data.config);
     data.base_model = base_model;
   }
   if (config.adapter.size > 0) data.adapter = config.adapter;

@@ -77,7 +77,13 @@ bool is_lora_trainable(const std::string& hf_name, const LoraConfig& lora) {
   return is_lora_param(hf_name) || (lora.train_head && is_classifier_parameter(hf_name));
 }
 
-std::vector<std::string> apply_lora(EncoderModel& model, const LoraConfig& lora, uint64_t seed) {
+LoraConfig with_family_targets(LoraConfig lora, const BertConfig& model) {
+  if (lora.targets.empty()) lora.targets = model.family().lora_targets;
+  return lora;
+}
+
+std::vector<std::string> apply_lora(EncoderModel& model, const LoraConfig& given, uint64_t seed) {
+  const LoraConfig lora = with_family_targets(given, model.config());
   if (lora.rank <= 0) fail("lora.rank: must be > 0 to add adapters, got {}", lora.rank);
   std::vector<std::pair<std::string, std::shared_ptr<AdaptableLinearImpl>>> chosen;
   std::set<std::string> used_targets;

@@ -125,6 +125,7 @@ std::unique_ptr<Backbone> make_deberta() {
   f.model_type = "deberta-v2", f.class_prefix = "DebertaV2", f.base = "deberta";
   f.classification_head = "context_pooler";
   f.token_classification_head = "hidden_dropout";
+  f.lora_targets = {"query_proj", "value_proj"};
   f.mlm_head = "cls.predictions";
   f.other_heads = {"cls.", "pooler.", "lm_predictions.", "mask_predictions.", "deberta.embeddings.position_embeddings."};
   f.prefix_tuning = false;

@@ -28,6 +28,7 @@ std::unique_ptr<Backbone> make_distilbert() {
   f.model_type = "distilbert", f.class_prefix = "DistilBert", f.base = "distilbert";
   f.classification_head = "pre_classifier";
   f.token_classification_head = "hidden_dropout";
+  f.lora_targets = {"q_lin", "v_lin"};
   f.mlm_head = "vocab_projector";
   f.other_heads = {"vocab_transform.", "vocab_layer_norm.", "vocab_projector.", "pre_classifier."};
   f.token_types = false;

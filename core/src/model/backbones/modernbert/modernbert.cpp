@@ -178,6 +178,7 @@ std::unique_ptr<Backbone> make_modernbert() {
   f.base_modules = {"embeddings.", "layers.", "final_norm."};
   f.classification_head = "prediction_head";
   f.token_classification_head = "prediction_head";
+  f.lora_targets = {"Wqkv"};
   f.mlm_head = "decoder";
   f.other_heads = {"decoder."};
   f.token_types = false;
