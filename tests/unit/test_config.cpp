@@ -228,9 +228,12 @@ TEST_CASE("validation: ranges, enums and cross-field rules") {
         "cfg.yaml: data.pair_truncation: unknown value 'rust' (allowed: fast, slow)");
   CHECK(err("runtime:\n  device: tpu\n") ==
         "cfg.yaml: runtime.device: unknown value 'tpu' (allowed: cpu, cuda)");
-  CHECK(err("train:\n  best_metric: f1\n") ==
-        "cfg.yaml: train.best_metric: unknown value 'f1' (allowed: accuracy, macro_f1, loss, micro_f1, "
-        "subset_accuracy, mse, mae, pearson, spearman)");
+  CHECK(err("train:\n  best_metric: f2\n") ==
+        "cfg.yaml: train.best_metric: unknown value 'f2' (allowed: accuracy, macro_f1, loss, micro_f1, "
+        "subset_accuracy, mse, mae, pearson, spearman, f1, precision, recall)");
+  CHECK(err("task: summarization\n") ==
+        "cfg.yaml: task: 'summarization' is not a task ft trains (text-classification, token-classification; "
+        "fill-mask is ft pretrain's)");
   CHECK(err("train:\n  save_every: 10\n") ==
         "cfg.yaml: train.save_every: needs train.output_dir (where to write the checkpoints)");
   CHECK(err_data("  dev_fraction: 0\ntrain:\n  eval_every: 5\n") ==
