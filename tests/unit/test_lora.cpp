@@ -164,7 +164,7 @@ TEST_CASE("adapter save -> load round trip is byte exact; PEFT files and errors"
     for (auto& item : m->named_parameters())
       if (ft::is_lora_trainable(item.key(), lora)) item.value().normal_();
   }
-  ft::save_adapter(tmp.path(), m->weights(), lora, "some/base");
+  ft::save_adapter(tmp.path(), m->weights(), lora, "some/base", ft::BertHead::kSequenceClassification);
 
   const auto raw = ft::safetensors::load((tmp.path() / "adapter_model.safetensors").string());
   CHECK(raw.size() == 6u * 2u + 2u);  // 6 adapted modules x (A, B) + classifier weight, bias

@@ -135,6 +135,10 @@ TEST_CASE("a token classifier evaluated on sentence labels, and per-token data r
   ft_test::write_tiny_task(dir);
   write_tags(dir / "tags.jsonl", 1);
   ft_test::run_ok(train_args(dir, 1));
+  // LoRA on a tagger: PEFT's adapter_config.json says TOKEN_CLS, so PeftModel builds a token classifier.
+  ft_test::run_ok(train_args(dir, 1, "--set lora.rank=2 --overwrite-output-dir"));
+  const json adapter = json::parse(ft_test::read_text(dir / "out/final/adapter_config.json"));
+  CHECK(adapter.at("task_type") == "TOKEN_CLS");
   // The checkpoint knows its task: sentence-labelled rows are not word/tag rows.
   const auto eval = ft_test::run_ft(fmt::format("eval --checkpoint {0}/out/final --data {0}/train.jsonl", dir.string()));
   CHECK(eval.exit_code != 0);

@@ -27,6 +27,7 @@
 namespace ft {
 
 class EncoderModel;
+enum class BertHead;  // ft/model.h
 
 // PEFT's rule: module `module_name` is adapted when it equals a target or
 // ends with "." + target.
@@ -80,8 +81,9 @@ bool has_adapter(const std::filesystem::path& dir);
 // must exist; each file is written atomically). `weights` is the full model
 // state by HF name; the adapters (and, with train_head, classifier.*) are
 // picked from it.
+// `head` gives PEFT's task_type: TOKEN_CLS for a token classifier, else SEQ_CLS.
 void save_adapter(const std::filesystem::path& dir, const TensorList& weights, const LoraConfig& lora,
-                  const std::string& base_model);
+                  const std::string& base_model, BertHead head);
 
 // adapter_config.json as a LoraConfig, with `adapter` set to `dir`. Errors
 // name the file and field (peft_type other than LORA, missing r, ...).

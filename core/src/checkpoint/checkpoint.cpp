@@ -136,7 +136,7 @@ void write_checkpoint_files(const fsys::path& tmp, const CheckpointData& data) {
   fs::write_file_atomic(tmp / "config.json", data.config.to_json() + "\n");
   if (data.lora) {
     safetensors::save((tmp / "model.safetensors").string(), without_lora(data.model), {{"format", "pt"}});
-    save_adapter(tmp, data.model, *data.lora, data.base_model);
+    save_adapter(tmp, data.model, *data.lora, data.base_model, data.config.head);
   } else if (data.adapter) {
     safetensors::save((tmp / "model.safetensors").string(), without_bottleneck_adapters(data.model), {{"format", "pt"}});
     save_bottleneck_adapter(tmp, data.model, *data.adapter, data.config.hidden_size);

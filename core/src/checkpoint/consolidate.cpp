@@ -124,7 +124,7 @@ ConsolidatedCheckpoint consolidate_checkpoint(const fsys::path& dir, const fsys:
   }
   // Read only when needed: a bare sharded directory has no config.json.
   auto config = [&] { return BertConfig::from_json_file((dir / "config.json").string()); };
-  if (lora) save_adapter(out, c.model, read_adapter_config(dir), base_model);
+  if (lora) save_adapter(out, c.model, read_adapter_config(dir), base_model, config().head);
   // Prompt learning and bottleneck adapters likewise: base weights apart, the method (+ head) in its files.
   if (prompt) save_prompt_learning(out, c.model, read_prompt_learning_config(dir), config(), base_model);
   const bool bottleneck = has_bottleneck_adapter(dir);

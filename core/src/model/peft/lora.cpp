@@ -201,7 +201,7 @@ std::string adapter_peft_type(const fsys::path& dir) {
 bool has_adapter(const fsys::path& dir) { return adapter_peft_type(dir) == "LORA"; }
 
 void save_adapter(const fsys::path& dir, const TensorList& weights, const LoraConfig& lora,
-                  const std::string& base_model) {
+                  const std::string& base_model, BertHead head) {
   TensorList picked;
   for (const auto& [name, t] : weights) {
     if (is_lora_param(name) || (lora.train_head && is_classifier_parameter(name))) {
@@ -211,7 +211,7 @@ void save_adapter(const fsys::path& dir, const TensorList& weights, const LoraCo
   safetensors::save((dir / kPeftWeightsFile).string(), picked, {{"format", "pt"}});
   json j;
   j["peft_type"] = "LORA";
-  j["task_type"] = "SEQ_CLS";
+  j["task_type"] = head == BertHead::kTokenClassification ? "TOKEN_CLS" : "SEQ_CLS";
   j["r"] = lora.rank;
   // PEFT types lora_alpha as int; keep it one when it is whole.
   if (std::floor(lora.alpha) == lora.alpha && std::abs(lora.alpha) < 1e15) {
