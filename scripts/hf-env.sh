@@ -27,6 +27,8 @@ pins=(
   accelerate==1.15.0
   peft==0.21.2
   deepspeed==0.19.8
+  sentence-transformers==6.2.0            # scripts/st-fixtures.py (the sentence-embedding fixtures)
+  datasets==5.2.0                         # SentenceTransformerTrainer's train_dataset
 )
 want="$(printf '%s\n' "${pins[@]}")"
 
@@ -34,7 +36,8 @@ print_versions() {
   "$venv/bin/python" - <<'EOF'
 import importlib
 for name in ("torch", "numpy", "safetensors", "tokenizers", "transformers",
-             "sentencepiece", "google.protobuf", "accelerate", "peft", "deepspeed"):
+             "sentencepiece", "google.protobuf", "accelerate", "peft", "deepspeed",
+             "sentence_transformers", "datasets"):
     try:
         mod = importlib.import_module(name)
         print(f"hf-env: {name} {mod.__version__}")

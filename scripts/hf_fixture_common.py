@@ -47,15 +47,16 @@ def one_key(meta):
     return {"fixture": json.dumps(meta, sort_keys=True)}
 
 
-def read_imdb():
-    """(text, label) of every row of IMDB's train.jsonl, checked to be sorted by label."""
+def read_imdb(path=None):
+    """(text, label) of every row of IMDB's train.jsonl (`path`, default IMDB), checked to be sorted by label."""
+    path = path or IMDB
     rows = []
-    with open(IMDB, encoding="utf-8") as f:
+    with open(path, encoding="utf-8") as f:
         for line in f:
             obj = json.loads(line)
             rows.append((obj["text"], int(obj["label"])))
     if len(rows) != 50000 or rows[24999][1] != 0 or rows[25000][1] != 1:
-        raise SystemExit(f"{IMDB}: expected 50 000 rows sorted by label")
+        raise SystemExit(f"{path}: expected 50 000 rows sorted by label")
     return rows
 
 
