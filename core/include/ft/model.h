@@ -53,8 +53,10 @@ TORCH_MODULE(AdaptableLinear);
 // to the word embeddings, no pooler) or BertForTokenClassification (a
 // classifier on every token). config.json's "architectures" says which; the
 // command decides what it builds (ft run fine-tunes a classifier of its
-// task from any of them, ft pretrain trains the masked-LM head).
-enum class BertHead { kSequenceClassification, kMaskedLM, kTokenClassification };
+// task from any of them, ft pretrain trains the masked-LM head). A
+// sentence-transformers directory (modules.json) is the base model with the
+// pooling modules on top: kSentenceEmbedding, one vector per row.
+enum class BertHead { kSequenceClassification, kMaskedLM, kTokenClassification, kSentenceEmbedding };
 
 // The fields of an HF BertConfig (or RobertaConfig, ...: model_type picks the
 // family, ft/encoder_family.h) that ft uses; unknown fields are kept verbatim
@@ -90,6 +92,20 @@ struct BertConfig {
   std::string unbuilt_head;
   BertHead head = BertHead::kSequenceClassification;
   std::string extra_json = "{}";      // other keys of the source config.json
+
+  // The sentence-transformers modules after the encoder (head
+  // kSentenceEmbedding), as the directory's modules.json and their configs
+  // describe them (ft/sentence_transformers.h reads and writes those files;
+  // config.json holds none of this).
+  struct SentenceModules {
+    std::string pooling = "mean";  // cls | mean | max | mean_sqrt_len_tokens (1_Pooling/config.json's modes)
+    int64_t dense_out = 0;         // a Dense module after the pooling: its out_features; 0: none
+    bool dense_bias = true;
+    std::string dense_activation = "torch.nn.modules.activation.Tanh";  // as 2_Dense/config.json names it
+    bool normalize = false;        // a Normalize module last: unit-length embeddings
+    int64_t max_seq_length = 0;    // sentence_bert_config.json's; 0: not given
+    bool do_lower_case = false;
+  } sentence;
 
   // DeBERTa-v2/v3 (model_type deberta-v2): the keys of DebertaV2Config that
   // shape its disentangled attention. They stay in extra_json too, so the
@@ -140,6 +156,8 @@ struct BertConfig {
     return problem_type.value_or(num_labels == 1 ? ProblemType::kRegression : ProblemType::kSingleLabel);
   }
   int64_t embedding_width() const { return embedding_size > 0 ? embedding_size : hidden_size; }
+  // A sentence embedding's size: the Dense module's output, else the hidden size.
+  int64_t sentence_dimension() const { return sentence.dense_out > 0 ? sentence.dense_out : hidden_size; }
   double head_dropout() const { return classifier_dropout >= 0.0 ? classifier_dropout : hidden_dropout_prob; }
   // DeBERTa's attention span: relative distances fall in [-span, span).
   int64_t relative_span() const {

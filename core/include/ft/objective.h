@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,24 @@ class Objective {
   virtual ClassificationReport evaluate(Strategy& strategy, const Dataset& data, Comm& comm, EventLog& events,
                                         int64_t per_rank_batch) const = 0;
 
+  // Called once the strategy is set up, with its data-parallel group: a
+  // loss that sees other ranks' rows (in-batch negatives) gathers over it.
+  virtual void attach(Comm& data_comm) { (void)data_comm; }
+
+  // One micro-batch's forward and backward, for an objective that runs
+  // several forwards per micro-batch (a cached loss); returns its loss,
+  // already divided by `divisor`. nullopt: the Trainer runs forward, loss()
+  // and backward itself. `sync` as Strategy::backward's.
+  virtual std::optional<double> train_micro_batch(Strategy& strategy, const Batch& batch, double divisor,
+                                                  bool sync) const {
+    (void)strategy, (void)batch, (void)divisor, (void)sync;
+    return std::nullopt;
+  }
+
+  // Whether the untrained model is evaluated once before the first step, so
+  // the gain is visible (embeddings: the pretrained model's retrieval).
+  virtual bool evaluates_first() const { return false; }
+
   // The evaluation's event line and metrics record.
   virtual void report(EventLog& events, int64_t step, int64_t epoch, const ClassificationReport& r,
                       const std::vector<std::string>& label_names) const = 0;
@@ -59,6 +78,11 @@ double global_token_divisor(const std::vector<Batch>& micro_batches, Comm& comm)
 
 // Token classification over these tags (their ids are the model's labels).
 std::unique_ptr<Objective> make_token_classification_objective(std::vector<std::string> label_names);
+
+// Sentence embedding (ft/sentence_pairs.h's batches) with the loss of
+// `config`; `scored`: the rows carry scores; `dimension`: the embeddings'.
+std::unique_ptr<Objective> make_sentence_embedding_objective(const EmbeddingConfig& config, bool scored,
+                                                             int64_t dimension);
 
 // config.task's objective (the masked LM masks with inputs.tokenizer).
 std::unique_ptr<Objective> make_objective(const RunConfig& config, const RunInputs& inputs);

@@ -11,6 +11,7 @@
 #include "ft/lora.h"
 #include "ft/prompt_learning.h"
 #include "ft/safetensors.h"
+#include "ft/sentence_transformers.h"
 #include "ft/tokenizer.h"
 
 namespace ft {
@@ -134,18 +135,22 @@ void save_checkpoint(const fsys::path& dir, const CheckpointData& data) {
 
 void write_checkpoint_files(const fsys::path& tmp, const CheckpointData& data) {
   fs::write_file_atomic(tmp / "config.json", data.config.to_json() + "\n");
+  TensorList weights;
   if (data.lora) {
-    safetensors::save((tmp / "model.safetensors").string(), without_lora(data.model), {{"format", "pt"}});
+    weights = without_lora(data.model);
     save_adapter(tmp, data.model, *data.lora, data.base_model, data.config.head);
   } else if (data.adapter) {
-    safetensors::save((tmp / "model.safetensors").string(), without_bottleneck_adapters(data.model), {{"format", "pt"}});
+    weights = without_bottleneck_adapters(data.model);
     save_bottleneck_adapter(tmp, data.model, *data.adapter, data.config.hidden_size);
   } else if (data.prompt_learning) {
-    safetensors::save((tmp / "model.safetensors").string(), without_prompt_learning(data.model), {{"format", "pt"}});
+    weights = without_prompt_learning(data.model);
     save_prompt_learning(tmp, data.model, *data.prompt_learning, data.config, data.base_model);
   } else {
-    safetensors::save((tmp / "model.safetensors").string(), data.model, {{"format", "pt"}});
+    weights = data.model;
   }
+  // A sentence-transformers directory: the encoder under base-model names, the modules beside it.
+  if (data.config.head == BertHead::kSentenceEmbedding) weights = write_sentence_modules(tmp, data.config, weights);
+  safetensors::save((tmp / "model.safetensors").string(), weights, {{"format", "pt"}});
   const int64_t max_length = data.model_max_length > 0 ? data.model_max_length : data.config.max_tokens();
   if (const auto* wp = dynamic_cast<const WordPieceTokenizer*>(data.tokenizer)) {
     wp->save((tmp / "vocab.txt").string());
@@ -179,6 +184,10 @@ LoadedCheckpoint load_checkpoint(const fsys::path& dir, bool with_training_state
   const fsys::path weights = dir / "model.safetensors";
   if (!fsys::exists(weights)) fail("checkpoint {}: model.safetensors is missing", dir.string());
   c.model = safetensors::load(weights.string());
+  if (has_sentence_modules(dir)) {
+    read_sentence_modules(dir, c.config);
+    for (auto& named : read_sentence_dense(dir, c.config)) c.model.push_back(std::move(named));
+  }
   const std::string peft_type = adapter_peft_type(dir);
   if (peft_type == "LORA") {
     c.lora = read_adapter_config(dir);

@@ -77,7 +77,7 @@ struct Where {
   const std::string near = closest_key(key);
   if (!near.empty()) fail("{}: unknown key '{}' (did you mean '{}'?)", origin, key, near);
   if (key.find('.') == std::string::npos) {
-    fail("{}: unknown key '{}' (the sections are model, data, train, lora, adapter, prompt, prefix, pretrain, strategy, runtime)",
+    fail("{}: unknown key '{}' (the sections are model, data, train, lora, adapter, prompt, prefix, pretrain, embedding, strategy, runtime)",
          origin, key);
   }
   fail("{}: unknown key '{}' (docs/configuration.md lists every key)", origin, key);
@@ -222,7 +222,7 @@ RunConfig convert(const YAML::Node& root, const Origins& origins) {
       if (!kv.second.IsScalar()) fail("{}: task: expected a name, got {}", origins.of(section), describe(kv.second));
       const auto task = parse_task(kv.second.Scalar());
       if (!task) {
-        fail("{}: task: '{}' is not a task ft trains (text-classification, token-classification; fill-mask is "
+        fail("{}: task: '{}' is not a task ft trains (text-classification, token-classification, sentence-embedding; fill-mask is "
              "ft pretrain's)",
              origins.of(section), kv.second.Scalar());
       }
@@ -366,13 +366,15 @@ std::string task_name(RunConfig::Task task) {
   switch (task) {
     case RunConfig::Task::kClassify: return "text-classification";
     case RunConfig::Task::kTokenClassify: return "token-classification";
+    case RunConfig::Task::kSentenceEmbedding: return "sentence-embedding";
     case RunConfig::Task::kMaskedLm: return "fill-mask";
   }
   return "";
 }
 
 std::optional<RunConfig::Task> parse_task(const std::string& name) {
-  for (auto task : {RunConfig::Task::kClassify, RunConfig::Task::kTokenClassify, RunConfig::Task::kMaskedLm}) {
+  for (auto task : {RunConfig::Task::kClassify, RunConfig::Task::kTokenClassify, RunConfig::Task::kSentenceEmbedding,
+                    RunConfig::Task::kMaskedLm}) {
     if (task_name(task) == name) return task;
   }
   return std::nullopt;

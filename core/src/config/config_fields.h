@@ -31,6 +31,7 @@ void for_each_field(Config& c, F&& f) {
   f("data", "tags_field", c.data.tags_field);
   f("data", "label_all_tokens", c.data.label_all_tokens);
   f("data", "tag_scheme", c.data.tag_scheme);
+  f("data", "columns", c.data.columns);
   f("data", "label_delimiter", c.data.label_delimiter);
   f("data", "label_scale", c.data.label_scale);
   f("data", "labels", c.data.labels);
@@ -114,6 +115,14 @@ void for_each_field(Config& c, F&& f) {
   f("pretrain", "packing", c.pretrain.packing);
   f("pretrain", "max_rows", c.pretrain.max_rows);
 
+  f("embedding", "loss", c.embedding.loss);
+  f("embedding", "scale", c.embedding.scale);
+  f("embedding", "symmetric", c.embedding.symmetric);
+  f("embedding", "gather_across_devices", c.embedding.gather_across_devices);
+  f("embedding", "mini_batch_size", c.embedding.mini_batch_size);
+  f("embedding", "pooling", c.embedding.pooling);
+  f("embedding", "normalize", c.embedding.normalize);
+
   f("strategy", "name", c.strategy.name);
   f("strategy", "precision", c.strategy.precision);
   f("strategy", "loss_scale", c.strategy.loss_scale);
@@ -138,7 +147,7 @@ void for_each_field(Config& c, F&& f) {
 /// The section names, in file order.
 inline const std::vector<std::string>& sections() {
   static const std::vector<std::string> names = {"model", "data", "train", "lora", "adapter", "prompt", "prefix",
-                                                 "pretrain", "strategy", "runtime"};
+                                                 "pretrain", "embedding", "strategy", "runtime"};
   return names;
 }
 

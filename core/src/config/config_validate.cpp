@@ -148,7 +148,7 @@ void check_train(const Checker& ck, const RunConfig& c) {
   ck.at_least("train.save_total_limit", t.save_total_limit, 0);
   ck.one_of("train.best_metric", t.best_metric,
             {"accuracy", "macro_f1", "loss", "micro_f1", "subset_accuracy", "mse", "mae", "pearson", "spearman", "f1",
-             "precision", "recall"});
+             "precision", "recall", "recall@1", "recall@10", "mrr@10"});
   ck.one_of("train.regression_loss", t.regression_loss, {"mse", "huber"});
   ck.in_range("train.multi_label_threshold", t.multi_label_threshold, 0.0, 1.0, false);
   if (t.save_every > 0 && t.output_dir.empty()) {
@@ -187,6 +187,16 @@ void check_lora(const Checker& ck, const RunConfig& c) {
   if (!c.train.freeze.empty() || c.train.freeze_layers >= 0) {
     ck.bad("lora.rank", "LoRA already freezes every base weight; drop train.freeze / train.freeze_layers");
   }
+}
+
+void check_embedding(const Checker& ck, const EmbeddingConfig& e) {
+  ck.one_of("embedding.loss", e.loss,
+            {"auto", "MultipleNegativesRankingLoss", "CachedMultipleNegativesRankingLoss", "CoSENTLoss",
+             "CosineSimilarityLoss"});
+  if (!(e.scale > 0)) ck.bad("embedding.scale", "must be above 0 (20 is sentence-transformers' default)");
+  ck.at_least("embedding.mini_batch_size", e.mini_batch_size, 1);
+  ck.one_of("embedding.pooling", e.pooling, {"auto", "cls", "mean", "max", "mean_sqrt_len_tokens"});
+  ck.one_of("embedding.normalize", e.normalize, {"auto", "true", "false"});
 }
 
 void check_pretrain(const Checker& ck, const PretrainConfig& p) {
@@ -372,6 +382,7 @@ void validate(const RunConfig& config) {
   check([&] { check_prompt_learning(ck, config); });
   check([&] { check_one_method(ck, config); });
   check([&] { check_pretrain(ck, config.pretrain); });
+  check([&] { check_embedding(ck, config.embedding); });
   check([&] { check_strategy_runtime(ck, config); });
   if (problems.size() == 1) fail("{}", problems.front());
   if (problems.size() > 1) fail("{} problems: {}", problems.size(), fmt::join(problems, "; "));

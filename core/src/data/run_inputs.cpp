@@ -403,6 +403,7 @@ BertConfig planned_model_config(const RunConfig& config) {
   BertConfig c = resolve_model_config(config);
   c.head = config.task == RunConfig::Task::kTokenClassify ? BertHead::kTokenClassification
                                                           : BertHead::kSequenceClassification;
+  if (config.task == RunConfig::Task::kSentenceEmbedding) detail::apply_sentence_modules(config, c);
   // As attach_tokenizer: a random-init model reading text gets its tokenizer's vocabulary.
   const bool text = !config.data.train.empty() &&
                     detect_data_format(config.data.train, parse_data_format(config.data.format)) != DataFormat::Safetensors;
@@ -420,7 +421,9 @@ RunInputs prepare_inputs(const RunConfig& config) {
   in.model_config.head = BertHead::kSequenceClassification;  // whatever the weights were trained as
   detail::resolve_weights(config, in);
   if (config.data.train.empty()) fail("{}: data.train is not set", config.source);
-  if (detect_data_format(config.data.train, parse_data_format(config.data.format)) == DataFormat::Safetensors) {
+  if (config.task == RunConfig::Task::kSentenceEmbedding) {
+    detail::prepare_sentence_inputs(config, in);  // text or pre-tokenized columns
+  } else if (detect_data_format(config.data.train, parse_data_format(config.data.format)) == DataFormat::Safetensors) {
     prepare_tensor_inputs(config, in);
   } else if (config.task == RunConfig::Task::kTokenClassify) {
     prepare_tagged_inputs(config, in, weights_head);

@@ -26,5 +26,12 @@ std::pair<TextData, TextData> read_train_dev(const RunConfig& config, int64_t& s
 std::string weights_source(const RunConfig& config);
 // Reads weights_source(config) into `in` (a model directory without weights is an error).
 void resolve_weights(const RunConfig& config, RunInputs& in);
+// Sentence embedding (tasks/sentence_inputs.cpp): the model's pooling
+// modules, the tokenizer and the column data, after resolve_weights.
+void prepare_sentence_inputs(const RunConfig& config, RunInputs& in);
+// The sentence modules a run of `config` puts on the encoder `c`: the model
+// directory's (modules.json), else embedding.pooling's; embedding.pooling
+// and .normalize, when not auto, override the directory's.
+void apply_sentence_modules(const RunConfig& config, BertConfig& c);
 
 }  // namespace ft::detail

@@ -243,6 +243,18 @@ std::unique_ptr<Objective> make_objective(const RunConfig& config, const RunInpu
     }
     return make_token_classification_objective(inputs.label_names);
   }
+  if (config.task == RunConfig::Task::kSentenceEmbedding) {
+    const bool scored = inputs.train && inputs.train->problem_type() == ProblemType::kRegression;
+    const std::string& metric = config.train.best_metric;
+    const std::vector<std::string> metrics =
+        scored ? std::vector<std::string>{"loss", "accuracy", "pearson", "spearman"}
+               : std::vector<std::string>{"loss", "accuracy", "recall@1", "recall@10", "mrr@10"};
+    if (std::find(metrics.begin(), metrics.end(), metric) == metrics.end()) {
+      fail("{}: train.best_metric: '{}' is not a metric of {} (its metrics: {})", config.source, metric,
+           scored ? "scored pairs" : "retrieval", fmt::join(metrics, ", "));
+    }
+    return make_sentence_embedding_objective(config.embedding, scored, inputs.model_config.sentence_dimension());
+  }
   if (config.task == RunConfig::Task::kClassify) {
     const ProblemType type = inputs.train ? inputs.train->problem_type() : inputs.model_config.problem();
     check_best_metric(config, type);

@@ -160,6 +160,7 @@ struct Trainer::Impl {
     }
     batching = {config.train.batch_size, config.train.grad_accum};
     strategy->setup(model, spec, plan, ctx);
+    objective->attach(data_comm());
     if (auto* group = strategy->ability<DataParallelGroup>()) {
       batching = group->micro_batching(config.train.batch_size, config.train.grad_accum);
     }
@@ -385,12 +386,17 @@ StepResult Trainer::Impl::train_step(const Schedule& plan, int64_t epoch, double
   data_range.end();
   for (int64_t micro = 0; micro < batching.micro_batches; ++micro) {
     const Batch& batch = micro_batches[static_cast<size_t>(micro)];
+    const bool sync = micro == batching.micro_batches - 1;
+    if (auto replayed = objective->train_micro_batch(*strategy, batch, divisor, sync)) {
+      step_loss += *replayed;
+      continue;
+    }
     TraceRange forward_range(&tracer, "forward");
     auto logits = strategy->forward(batch);
     auto loss = objective->loss(logits, batch) / divisor;
     forward_range.end();
     TraceRange backward_range(&tracer, "backward");
-    strategy->backward(loss, micro == batching.micro_batches - 1);
+    strategy->backward(loss, sync);
     backward_range.end();
     step_loss += loss.item<double>();
   }
@@ -540,6 +546,9 @@ void Trainer::Impl::gather_memory_facts(SummaryEvent& s) {
 TrainResult Trainer::Impl::fit() {
   const Schedule plan = make_schedule();
   begin_fit(plan);
+  if (objective->evaluates_first() && inputs.dev && state.global_step == 0) {
+    objective->report(events, 0, 0, evaluate(), inputs.label_names);  // the untrained model: the gain's baseline
+  }
   FitProgress progress;
   // Throughput leaves out the first steps (allocator and thread-pool warm-up).
   progress.warm_steps = plan.total - state.global_step > 6 ? 2 : 0;

@@ -55,6 +55,12 @@ class Head {
   }
 };
 
+// Each row's attended token states summed, [rows, f], and their count,
+// [rows, 1], from the token matrix `h` [T, f] (column 0 is kept even when
+// unattended, and counts only if attended): mean pooling, as transformers
+// and sentence-transformers weight the padded states by the mask.
+std::pair<at::Tensor, at::Tensor> attended_sums(const at::Tensor& h, const Batch& batch, const TokenLayout& layout);
+
 // The head of task `task` for a model of config `c`, its modules registered
 // at `root` (the model) and, where HF puts them there, in `base`.
 std::unique_ptr<Head> make_head(BertHead task, torch::nn::Module& root, BaseModelImpl& base, const BertConfig& c);
@@ -66,6 +72,8 @@ std::unique_ptr<Head> make_masked_lm(torch::nn::Module& root, BaseModelImpl& bas
 HeadNames masked_lm_names(const BertConfig& c);
 std::unique_ptr<Head> make_token_classification(torch::nn::Module& root, BaseModelImpl& base, const BertConfig& c);
 HeadNames token_classification_names(const BertConfig& c);
+std::unique_ptr<Head> make_sentence_embedding(torch::nn::Module& root, BaseModelImpl& base, const BertConfig& c);
+HeadNames sentence_embedding_names(const BertConfig& c);
 
 }  // namespace model_detail
 }  // namespace ft

@@ -211,7 +211,9 @@ void save_adapter(const fsys::path& dir, const TensorList& weights, const LoraCo
   safetensors::save((dir / kPeftWeightsFile).string(), picked, {{"format", "pt"}});
   json j;
   j["peft_type"] = "LORA";
-  j["task_type"] = head == BertHead::kTokenClassification ? "TOKEN_CLS" : "SEQ_CLS";
+  j["task_type"] = head == BertHead::kTokenClassification ? "TOKEN_CLS"
+                  : head == BertHead::kSentenceEmbedding   ? "FEATURE_EXTRACTION"
+                                                           : "SEQ_CLS";
   j["r"] = lora.rank;
   // PEFT types lora_alpha as int; keep it one when it is whole.
   if (std::floor(lora.alpha) == lora.alpha && std::abs(lora.alpha) < 1e15) {

@@ -107,15 +107,8 @@ class SequenceClassificationTask : public Head {
     if (!final_norm_) return layout.first_tokens(tokens);
     const at::Tensor h = final_norm_->forward(tokens);
     if (!mean_pooling_) return layout.first_tokens(h);
-    // The mean over each row's attended tokens, as transformers weights the
-    // padded states by the mask; column 0 is kept even when unattended, and
-    // counts only if attended.
-    const at::Tensor mask = batch.attention_mask;
-    const at::Tensor row_of = at::arange(layout.rows, mask.options().dtype(at::kLong)).unsqueeze(1).expand(mask.sizes());
-    const at::Tensor weight = layout.gather_tokens(mask).to(h.scalar_type()).unsqueeze(1);
-    const at::Tensor sums =
-        at::zeros({layout.rows, h.size(1)}, h.options()).index_add(0, layout.gather_tokens(row_of), h * weight);
-    return sums / mask.sum(1, /*keepdim=*/true).to(h.scalar_type());
+    const auto [sums, counts] = attended_sums(h, batch, layout);
+    return sums / counts;
   }
 };
 
