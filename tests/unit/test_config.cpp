@@ -173,7 +173,7 @@ TEST_CASE("file errors name the file and the key") {
   CHECK(err("train:\n  lrr: 1\n") == "cfg.yaml: unknown key 'train.lrr' (did you mean 'train.lr'?)");
   CHECK(err("trian:\n  lr: 1\n") == "cfg.yaml: unknown key 'trian' (did you mean 'train'?)");
   CHECK(err("zzz: 1\n") ==
-        "cfg.yaml: unknown key 'zzz' (the sections are model, data, train, lora, adapter, prompt, prefix, pretrain, strategy, runtime)");
+        "cfg.yaml: unknown key 'zzz' (the sections are model, data, train, lora, adapter, prompt, prefix, pretrain, embedding, strategy, runtime)");
   CHECK(err("train:\n  qqqqqqqq: 1\n") ==
         "cfg.yaml: unknown key 'train.qqqqqqqq' (docs/configuration.md lists every key)");
   CHECK(err("train:\n  batch_size: abc\n") ==
@@ -230,9 +230,10 @@ TEST_CASE("validation: ranges, enums and cross-field rules") {
         "cfg.yaml: runtime.device: unknown value 'tpu' (allowed: cpu, cuda)");
   CHECK(err("train:\n  best_metric: f2\n") ==
         "cfg.yaml: train.best_metric: unknown value 'f2' (allowed: accuracy, macro_f1, loss, micro_f1, "
-        "subset_accuracy, mse, mae, pearson, spearman, f1, precision, recall)");
+        "subset_accuracy, mse, mae, pearson, spearman, f1, precision, recall, recall@1, recall@10, mrr@10)");
   CHECK(err("task: summarization\n") ==
-        "cfg.yaml: task: 'summarization' is not a task ft trains (text-classification, token-classification; "
+        "cfg.yaml: task: 'summarization' is not a task ft trains (text-classification, token-classification, "
+            "sentence-embedding; "
         "fill-mask is ft pretrain's)");
   CHECK(err("train:\n  save_every: 10\n") ==
         "cfg.yaml: train.save_every: needs train.output_dir (where to write the checkpoints)");
