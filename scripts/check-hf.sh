@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Cross-checks an ft checkpoint against Hugging Face transformers/PEFT:
 # probabilities and logits (pipeline), or for a token-classification checkpoint
-# the entities, their offsets and scores (pipeline "token-classification"),
+# the entities, their offsets and scores (pipeline "token-classification"), for
+# a sentence-transformers checkpoint (ft run --task sentence-embedding) the
+# embeddings (SentenceTransformer(CKPT).encode against ft predict),
 # tokenizer ids (AutoTokenizer, singles and pairs) and, with a second
 # argument, an ft LoRA checkpoint loaded by PEFT.
 # One line per check with its max abs difference and PASS/FAIL.

@@ -21,7 +21,17 @@ mismatching examples) and PASS or FAIL. Exit 1 when any check fails.
 2. tokenize  AutoTokenizer.from_pretrained(CKPT) vs `ft tokenize --checkpoint CKPT
              --max-length N` (singles and TAB-separated pairs, N = 128 and 32):
              input_ids and token_type_ids equal.
-3. lora      PeftModel.from_pretrained(base, LORA_CKPT) vs `ft predict --checkpoint
+3. embed     for a sentence-transformers checkpoint (modules.json beside config.json,
+             as ft run --task sentence-embedding saves it) instead of 1:
+             SentenceTransformer(CKPT).encode(texts) vs `ft predict --checkpoint CKPT`,
+             one {"text", "embedding"} line per text (halves of data/imdb-pairs/test.jsonl
+             reviews, the texts written for these checks, one word and one text longer than
+             the model's max_seq_length and its 512 positions, which both cut there):
+             embeddings within 1e-5 (max abs), the same dimension and text; the BertModel
+             in it loads with no key missing but the pooler's (which ft does not
+             train: mean pooling never reads it) and none unexpected. SKIPPED (not
+             failed) when sentence-transformers is not installed.
+4. lora      PeftModel.from_pretrained(base, LORA_CKPT) vs `ft predict --checkpoint
              LORA_CKPT --logits`, logits within 1e-5, with base = adapter_config.json's
              base_model_name_or_path and base = LORA_CKPT's own model.safetensors; then
              AutoModelForSequenceClassification.from_pretrained(LORA_CKPT), which
@@ -57,6 +67,7 @@ from transformers.utils import logging as hf_logging  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMDB = os.path.join(REPO, "data", "imdb", "train.jsonl")
+IMDB_PAIRS_TEST = os.path.join(REPO, "data", "imdb-pairs", "test.jsonl")
 NER_TEST = os.path.join(REPO, "data", "ner-4types", "test.jsonl")
 WEIBO = os.path.join(os.path.dirname(REPO), "shared", "data", "weibo-emotion", "train.json")
 TOL = 1e-5
@@ -87,6 +98,7 @@ NER_OWN_TEXTS = [
 ]
 
 failures = []
+skips = []
 
 
 def report(name, detail, ok):
@@ -128,6 +140,108 @@ def ner_texts():
         sents = [" ".join(r["tokens"]) for r in rows if len(r["tokens"]) >= 6][:16]
     texts = sents[:12] + ([" ".join(sents[:10])] if len(sents) >= 10 else []) + NER_OWN_TEXTS
     return [clean(t) for t in texts if clean(t)]
+
+
+def sentence_texts():
+    """Texts of many lengths for an embedding model: halves of reviews from
+    data/imdb-pairs/test.jsonl (the split no ft check trains on; without it, the
+    IMDB rows of check_texts), OWN_TEXTS, one word, and (appended by the check)
+    one text past max_seq_length."""
+    texts = []
+    if os.path.exists(IMDB_PAIRS_TEST):
+        with open(IMDB_PAIRS_TEST, encoding="utf-8") as f:
+            rows = [json.loads(line) for _, line in zip(range(6), f)]
+        for i, r in enumerate(rows):
+            texts.append(r["anchor"] if i % 2 == 0 else r["positive"])
+            if i < 2:  # a review's first sentence or two
+                texts.append(r["anchor"][:120].rsplit(" ", 1)[0])
+    else:
+        texts += check_texts()[:7]
+    texts += OWN_TEXTS + ["Fine."]
+    return [clean(t) for t in texts if clean(t)]
+
+
+def is_sentence_transformers(ckpt):
+    return os.path.isfile(os.path.join(ckpt, "modules.json"))
+
+
+def base_model_dir(ckpt):
+    """The directory the checkpoint was fine-tuned from (training_state/run.yaml's
+    model.weights, else model.config), when it is a local model directory."""
+    path = os.path.join(ckpt, "training_state", "run.yaml")
+    if not os.path.isfile(path):
+        return None
+    try:
+        import yaml
+
+        with open(path, encoding="utf-8") as f:
+            model = (yaml.safe_load(f) or {}).get("model") or {}
+    except Exception:  # an unreadable run.yaml only loses the informative number
+        return None
+    for name in (model.get("weights"), model.get("config")):
+        if not name:
+            continue
+        for cand in (name, os.path.join(REPO, name)):
+            if os.path.isfile(os.path.join(cand, "config.json")):
+                return cand
+    return None
+
+
+def check_sentence_embedding(ft, ckpt):
+    name = "predict embeddings (sentence-embedding)"
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        print(f"{name}: SKIPPED: sentence-transformers is not installed in this env (scripts/hf-env.sh)", flush=True)
+        skips.append(name)
+        return
+    from transformers import AutoModel
+
+    model = SentenceTransformer(ckpt, device="cpu")
+    max_len = model.max_seq_length
+    texts = sentence_texts()
+    # One text past max_seq_length (and past the 512 positions): both sides must cut it there.
+    long_text = " ".join(texts)
+    while len(model.tokenizer(long_text)["input_ids"]) <= max(2 * max_len, 600):
+        long_text += " " + long_text
+    texts.append(long_text)
+    lengths = [len(model.tokenizer(t)["input_ids"]) for t in texts]
+    over = sum(n > max_len for n in lengths)
+    try:
+        got = run_ft(ft, ["predict", "--checkpoint", ckpt], texts)
+    except Exception as exc:  # the failure is the result
+        report(name, f"ft predict failed ({exc})", False)
+        return
+    ref = model.encode(texts, convert_to_tensor=True).to(torch.float64)
+    problems = []
+    bad_text = sum(g.get("text") != t for g, t in zip(got, texts))
+    if bad_text:
+        problems.append(f"{bad_text} lines print another text")
+    dims = sorted({len(g.get("embedding") or []) for g in got})
+    if dims != [ref.shape[1]]:
+        report(name, f"ft's embeddings have {dims} dimensions, sentence-transformers' {ref.shape[1]}", False)
+        return
+    d = max_diff([g["embedding"] for g in got], ref)
+    _, info = AutoModel.from_pretrained(ckpt, output_loading_info=True)
+    missing = sorted(k for k in info["missing_keys"] if not k.startswith("pooler."))
+    unexpected = sorted(info["unexpected_keys"])
+    if missing:
+        problems.append(f"config.json's BertModel lacks keys: {short(missing)}")
+    if unexpected:
+        problems.append(f"keys the BertModel does not know: {short(unexpected)}")
+    # How far fine-tuning moved the embeddings, so that a pass means something.
+    moved = ""
+    base = base_model_dir(ckpt)
+    if base:
+        start = SentenceTransformer(base, device="cpu")
+        start.max_seq_length = max_len
+        effect = max_diff([g["embedding"] for g in got], start.encode(texts, convert_to_tensor=True))
+        moved = f"; fine-tuning moved them by up to {effect:.3e} from {os.path.relpath(base, REPO)}"
+    modules = ", ".join(type(m).__name__ for m in model)
+    report(name, f"{len(texts)} texts of {min(lengths)} to {max(lengths)} tokens, {over} longer than "
+                 f"max_seq_length {max_len}; modules [{modules}], dimension {ref.shape[1]}; max abs diff {d:.3e} "
+                 f"(tol {TOL:g}){'; ' + '; '.join(problems) if problems else ''}{moved}",
+           d <= TOL and not problems)
 
 
 def is_token_classification(ckpt):
@@ -428,7 +542,9 @@ def main():
     if args.lora_checkpoint:
         args.lora_checkpoint = os.path.abspath(args.lora_checkpoint)
     os.chdir(REPO)
-    if is_token_classification(args.checkpoint):
+    if is_sentence_transformers(args.checkpoint):
+        check_sentence_embedding(args.ft, args.checkpoint)
+    elif is_token_classification(args.checkpoint):
         check_token_classification(args.ft, args.checkpoint)
     else:
         check_predict(args.ft, args.checkpoint)
@@ -437,7 +553,8 @@ def main():
         print("lora: SKIPPED: token-classification adapters are not checked yet", flush=True)
     elif args.lora_checkpoint:
         check_lora(args.ft, args.lora_checkpoint)
-    print(f"check-hf: {'FAILED: ' + ', '.join(failures) if failures else 'all checks passed'}")
+    skipped = f" (skipped: {', '.join(skips)})" if skips else ""
+    print(f"check-hf: {'FAILED: ' + ', '.join(failures) if failures else 'all checks passed'}{skipped}")
     return 1 if failures else 0
 
 

@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
 # ctest entry: fine-tunes the pretrained all-MiniLM-L6-v2, and the tiny RoBERTa, ELECTRA, DistilBERT,
 # XLM-R, DeBERTa-v3 and ModernBERT of tests/data/hf/families, on IMDB with ft for a few steps, fully
-# and with LoRA, the MiniLM as a multi-label and a regression model, and the MiniLM as a token classifier
-# on data/ner-4types (CoNLL-2003, scripts/fetch-ner.sh), then cross-checks each checkpoint against
-# Hugging Face transformers/PEFT (scripts/check-hf.sh: probabilities, logits,
-# tokenizer ids, the LoRA adapter through PeftModel, entities with their offsets and scores).
+# and with LoRA, the MiniLM as a multi-label and a regression model, the MiniLM as a token classifier
+# on data/ner-4types (CoNLL-2003, scripts/fetch-ner.sh), and the MiniLM as a sentence-embedding model
+# on data/imdb-pairs (MNRL), then cross-checks each checkpoint against
+# Hugging Face transformers/PEFT/sentence-transformers (scripts/check-hf.sh: probabilities, logits,
+# tokenizer ids, the LoRA adapter through PeftModel, entities with their offsets and scores,
+# SentenceTransformer(dir).encode against ft predict's embeddings).
 #
 #   tests/hf/check_hf_ctest.sh BUILD_DIR REPO
+#   CHECK_HF_ONLY="minilm-sentence-embedding ..." tests/hf/check_hf_ctest.sh BUILD_DIR REPO   only those checks:
+#     minilm roberta xlm-roberta electra distilbert deberta-v2 modernbert minilm-multi
+#     minilm-regression minilm-token-classification minilm-sentence-embedding
 #
 # Exit 77 (ctest: skipped) with one SKIPPED line when the Python env
 # (scripts/hf-env.sh), the MiniLM or the IMDB data (scripts/fetch-data.sh) is
-# missing. Without data/ner-4types the token-classification check alone is left out,
-# with a SKIPPED line, and the test then exits 77 if every other check passed.
+# missing. Without data/ner-4types the token-classification check is left out,
+# without data/imdb-pairs (scripts/fetch-pairs.sh) or sentence-transformers in
+# .venv-hf the sentence-embedding check, each with a SKIPPED line, and the test
+# then exits 77 if every other check passed.
 # Every key is explicit, so the built-in default run does not matter.
 set -euo pipefail
 if [[ $# -ne 2 ]]; then
@@ -70,12 +77,17 @@ common=(
   --set runtime.device=cpu
 )
 
+# wanted NAME: whether CHECK_HF_ONLY (default: every check) names this check.
+wanted() { [[ -z "${CHECK_HF_ONLY:-}" || " $CHECK_HF_ONLY " == *" $1 "* ]]; }
+skipped=()  # the checks left out for want of data or packages
+
 # One model: full fine-tuning and LoRA from MODEL_DIR, both checked.
 #   check_model NAME MODEL_DIR [extra ft flags...]
 rc=0
 check_model() {
   local name="$1" model="$2"
   shift 2
+  wanted "$name" || return 0
   local out="$tmp/$name"
   echo "check_hf_ctest: $name: ft run (full fine-tuning) -> $out/full"
   "$ft" run "${common[@]}" --set model.config="$model" --set model.weights="$model" "$@" --set train.lr=5e-5 \
@@ -98,6 +110,7 @@ check_model minilm data/all-minilm-l6-v2 --set data.vocab=data/all-minilm-l6-v2/
 for fam in roberta:roberta-bpe xlm-roberta:xlmr-unigram electra:wordend-bpe distilbert:wordend-bpe \
   deberta-v2:deberta-unigram modernbert:modern-bpe; do
   name="${fam%%:*}"
+  wanted "$name" || continue
   mkdir -p "$tmp/$name-base"
   cp "$repo/tests/data/hf/families/$name/config.json" "$repo/tests/data/hf/families/$name/model.safetensors" \
     "$tmp/$name-base/"
@@ -127,6 +140,7 @@ with open(f"{sys.argv[2]}/multi.jsonl", "w") as m, open(f"{sys.argv[2]}/regressi
         r.write(json.dumps({"text": t, "label": y + min(len(t) / 4000, 0.75)}) + "\n")
 PY
 for problem in multi regression; do
+  wanted "minilm-$problem" || continue
   out="$tmp/minilm-$problem"
   echo "check_hf_ctest: minilm-$problem: ft run -> $out"
   "$ft" run "${common[@]}" --set data.train="$tmp/$problem.jsonl" --set 'data.labels=[]' --set data.take=first \
@@ -144,23 +158,57 @@ done
 # LOC entities in check_hf's 18 texts; at 5e-5 ~16), then checked against
 # transformers' pipeline("token-classification", aggregation_strategy="simple"):
 # the same entities, offsets and scores.
-if [[ ! -f data/ner-4types/train.jsonl || ! -f data/ner-4types/dev.jsonl ]]; then
+if ! wanted minilm-token-classification; then
+  :
+elif [[ ! -f data/ner-4types/train.jsonl || ! -f data/ner-4types/dev.jsonl ]]; then
   echo "check_hf_ctest: minilm-token-classification: SKIPPED: needs data/ner-4types/{train,dev}.jsonl (scripts/fetch-ner.sh)"
-  if [[ "$rc" -eq 0 ]]; then
-    echo "SKIPPED: the token-classification check (no data/ner-4types: scripts/fetch-ner.sh); every other check passed"
-    exit 77
-  fi
-  exit "$rc"
+  skipped+=("the token-classification check (no data/ner-4types: scripts/fetch-ner.sh)")
+else
+  out="$tmp/minilm-token-classification"
+  echo "check_hf_ctest: minilm-token-classification: ft run -> $out"
+  "$ft" run "${common[@]}" --task token-classification --set data.train=data/ner-4types/train.jsonl \
+    --set data.dev=data/ner-4types/dev.jsonl --set data.tokens_field=tokens --set data.tags_field=ner_tags \
+    --set 'data.labels=[]' --set data.take=first --set data.max_rows=1000 --set data.max_seq_len=128 \
+    --set train.max_steps=0 --set train.batch_size=16 --set train.warmup_steps=0 --set train.warmup_ratio=0.1 \
+    --set train.best_metric=loss --set model.config=data/all-minilm-l6-v2 --set model.weights=data/all-minilm-l6-v2 \
+    --set data.vocab=data/all-minilm-l6-v2/vocab.txt --set train.lr=1e-4 \
+    --set train.output_dir="$out" >"$out.log" 2>&1 \
+    || { tail -n 30 "$out.log"; echo "check_hf_ctest: minilm-token-classification: ft run failed"; exit 1; }
+  FT="$ft" "$repo/scripts/check-hf.sh" "$out/final" || rc=1
 fi
-out="$tmp/minilm-token-classification"
-echo "check_hf_ctest: minilm-token-classification: ft run -> $out"
-"$ft" run "${common[@]}" --task token-classification --set data.train=data/ner-4types/train.jsonl \
-  --set data.dev=data/ner-4types/dev.jsonl --set data.tokens_field=tokens --set data.tags_field=ner_tags \
-  --set 'data.labels=[]' --set data.take=first --set data.max_rows=1000 --set data.max_seq_len=128 \
-  --set train.max_steps=0 --set train.batch_size=16 --set train.warmup_steps=0 --set train.warmup_ratio=0.1 \
-  --set train.best_metric=loss --set model.config=data/all-minilm-l6-v2 --set model.weights=data/all-minilm-l6-v2 \
-  --set data.vocab=data/all-minilm-l6-v2/vocab.txt --set train.lr=1e-4 \
-  --set train.output_dir="$out" >"$out.log" 2>&1 \
-  || { tail -n 30 "$out.log"; echo "check_hf_ctest: minilm-token-classification: ft run failed"; exit 1; }
-FT="$ft" "$repo/scripts/check-hf.sh" "$out/final" || rc=1
+
+# Sentence embeddings: the MiniLM (the sentence-transformers directory it is:
+# Transformer, mean Pooling, Normalize) fine-tuned by ft with
+# MultipleNegativesRankingLoss for the common 10 steps of 8 (anchor, positive)
+# pairs drawn at random from data/imdb-pairs/train.jsonl (64 tokens; the saved
+# max_seq_length stays the model's 256), then loaded with
+# SentenceTransformer(dir): encode gives ft predict's embeddings on halves of
+# test-split reviews and texts of every length, one past max_seq_length.
+if ! wanted minilm-sentence-embedding; then
+  :
+elif [[ ! -f data/imdb-pairs/train.jsonl || ! -f data/imdb-pairs/test.jsonl ]]; then
+  echo "check_hf_ctest: minilm-sentence-embedding: SKIPPED: needs data/imdb-pairs/{train,test}.jsonl (scripts/fetch-pairs.sh)"
+  skipped+=("the sentence-embedding check (no data/imdb-pairs: scripts/fetch-pairs.sh)")
+elif ! "$repo/.venv-hf/bin/python" -c 'import sentence_transformers' 2>/dev/null; then
+  echo "check_hf_ctest: minilm-sentence-embedding: SKIPPED: needs sentence-transformers in .venv-hf"
+  skipped+=("the sentence-embedding check (no sentence-transformers in .venv-hf)")
+else
+  out="$tmp/minilm-sentence-embedding"
+  echo "check_hf_ctest: minilm-sentence-embedding: ft run -> $out"
+  "$ft" run "${common[@]}" --task sentence-embedding --set data.train=data/imdb-pairs/train.jsonl \
+    --set 'data.labels=[]' --set 'data.columns=[]' --set embedding.loss=MultipleNegativesRankingLoss \
+    --set embedding.pooling=auto --set embedding.normalize=auto --set model.config=data/all-minilm-l6-v2 \
+    --set model.weights=data/all-minilm-l6-v2 --set data.vocab=data/all-minilm-l6-v2/vocab.txt --set train.lr=5e-5 \
+    --set train.output_dir="$out" >"$out.log" 2>&1 \
+    || { tail -n 30 "$out.log"; echo "check_hf_ctest: minilm-sentence-embedding: ft run failed"; exit 1; }
+  [[ -f "$out/final/modules.json" ]] \
+    || { ls -R "$out" | head -40; echo "check_hf_ctest: minilm-sentence-embedding: no modules.json in $out/final"; exit 1; }
+  FT="$ft" "$repo/scripts/check-hf.sh" "$out/final" || rc=1
+fi
+
+if [[ "$rc" -eq 0 && ${#skipped[@]} -gt 0 ]]; then
+  printf -v left '%s, ' "${skipped[@]}"
+  echo "SKIPPED: ${left%, }; every other check passed"
+  exit 77
+fi
 exit "$rc"
