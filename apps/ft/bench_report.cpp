@@ -109,6 +109,7 @@ void fill_row_from_summary(BenchRow& row, const std::string& line) {
   row.peak_rss_mb = j.value("peak_rss_mb", std::vector<double>{});
   row.model_state_bytes = j.value("model_state_bytes", std::vector<int64_t>{});
   row.trainable_params = j.value("trainable_params", int64_t{0});
+  row.negatives_per_anchor = j.value("negatives_per_anchor", int64_t{-1});
 }
 
 double speedup_vs_single(const BenchReport& report, const BenchRow& row) {
@@ -132,18 +133,24 @@ std::string bench_markdown(const BenchReport& rep) {
       rep.global_batch / std::max(1, rep.nproc), rep.nproc,
       rep.steps > 0 ? fmt::format("{} steps per row", rep.steps) : std::string("one epoch per row"), rep.cores,
       rep.cores, rep.nproc, rep.cores, per_rank, rep.command.empty() ? "" : fmt::format("\nCommand: `{}`", rep.command));
+  // Ranking losses (the sentence-embedding task) add their negatives per anchor.
+  const bool negatives = std::any_of(rep.rows.begin(), rep.rows.end(), [](const BenchRow& r) { return r.negatives_per_anchor >= 0; });
   out +=
       "| row | strategy | world | precision | train s | samples/s | speed-up | peak RSS/rank MB | model state/rank MB "
-      "[theory] | final loss | dev acc | dev F1 | seeds' min |\n";
-  out += "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+      "[theory] | final loss | dev acc | dev F1 | seeds' min |" + std::string(negatives ? " negatives/anchor |" : "") + "\n";
+  out += "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + std::string(negatives ? "---|" : "") + "\n";
+  auto negatives_cell = [negatives](const BenchRow& r) {
+    if (!negatives) return std::string();
+    return r.negatives_per_anchor >= 0 ? fmt::format(" {} |", r.negatives_per_anchor) : std::string(" — |");
+  };
   for (const auto& r : rep.rows) {
     const std::string seeds =
         finite(r.seed_minutes) ? fmt::format("{:.4f} ({})", r.seed_minutes, r.seed_row) : (r.seed_row.empty() ? "—" : r.seed_row);
     std::string label = md_escape(r.label);
     if (!r.note.empty()) label += " — " + md_escape(r.note);
     if (!r.ok) {
-      out += fmt::format("| {} | {} | — | — | FAILED: {} | | | | | | | | {} |\n", label, r.strategy,
-                         md_escape(r.error), seeds);
+      out += fmt::format("| {} | {} | — | — | FAILED: {} | | | | | | | | {} |{}\n", label, r.strategy,
+                         md_escape(r.error), seeds, negatives_cell(r));
       continue;
     }
     const std::string rss = join(r.peak_rss_mb, " / ", [](double v) { return fmt::format("{:.0f}", v); });
@@ -151,10 +158,11 @@ std::string bench_markdown(const BenchReport& rep) {
     const int64_t theory = theory_bytes(r);
     const std::string formula = theory_formula(r.theory_strategy.empty() ? r.strategy : r.theory_strategy);
     if (theory >= 0) state += fmt::format(" [{} = {:.2f}]", formula, to_mb(theory));
-    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", label, r.strategy,
+    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |{}\n", label, r.strategy,
                        r.world_size, r.precision, cell(r.train_seconds, 2), cell(r.samples_per_s, 1),
                        finite(speedup_vs_single(rep, r)) ? fmt::format("{:.2f}x", speedup_vs_single(rep, r)) : "—",
-                       rss, state, cell(r.final_loss, 4), cell(r.dev_accuracy, 4), cell(r.dev_macro_f1, 4), seeds);
+                       rss, state, cell(r.final_loss, 4), cell(r.dev_accuracy, 4), cell(r.dev_macro_f1, 4), seeds,
+                       negatives_cell(r));
   }
   out +=
       "\nColumns: *train s* is the training loop alone (start-up and data loading left out); *speed-up* is "
@@ -162,7 +170,10 @@ std::string bench_markdown(const BenchReport& rep) {
       "parameters + gradients + optimizer state per rank, with the textbook formula in brackets; *final loss* is the "
       "last logged loss; *dev acc* / *dev F1* are the last evaluation (— without a dev split); *seeds' min* is the "
       "minutes the seed PyTorch scripts took for the matching row on their GPU machine (BENCHMARK.md): an order to "
-      "compare with, not a time on this machine.\n";
+      "compare with, not a time on this machine." +
+      std::string(negatives ? " *negatives/anchor* is each anchor's in-batch negatives (the global micro-batch's other "
+                              "positives and every negative column's rows; the rank's own with gathering off)." : "") +
+      "\n";
   return out;
 }
 
@@ -228,6 +239,7 @@ std::string bench_json(const BenchReport& rep) {
       j["samples_per_s"] = nullable(r.samples_per_s);
       j["speedup_vs_single"] = nullable(speedup_vs_single(rep, r));
       j["peak_rss_mb"] = r.peak_rss_mb;
+      if (r.negatives_per_anchor >= 0) j["negatives_per_anchor"] = r.negatives_per_anchor;
       j["model_state_bytes"] = r.model_state_bytes;
       j["trainable_params"] = r.trainable_params;
       j["theory_formula"] = theory_formula(r.theory_strategy.empty() ? r.strategy : r.theory_strategy);

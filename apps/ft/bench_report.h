@@ -57,6 +57,7 @@ struct BenchRow {
   double dev_macro_f1 = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> peak_rss_mb;
   std::vector<int64_t> model_state_bytes;
+  int64_t negatives_per_anchor = -1;  ///< ranking losses: candidates per anchor besides its positive
   int64_t trainable_params = 0;
 };
 

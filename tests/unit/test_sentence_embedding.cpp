@@ -110,6 +110,19 @@ TEST_CASE("MultipleNegativesRankingLoss follows the SentenceTransformerTrainer, 
   trajectory("train-mnrl-sym", "--set embedding.symmetric=true");
 }
 
+TEST_CASE("every strategy trains MultipleNegativesRankingLoss on its global batch") {
+  for (const char* strategy : {"--strategy dp --set strategy.options.replicas=2 --set train.batch_size=16",
+                               "--strategy zero1 --nproc 2 --set train.batch_size=8",
+                               "--strategy horovod --nproc 2 --set train.batch_size=8",
+                               "--strategy zero3 --nproc 2 --set train.batch_size=8",
+                               "--strategy fsdp --nproc 2 --set train.batch_size=8",
+                               "--strategy pipeline --nproc 2 --set train.batch_size=16",
+                               "--strategy tensor --nproc 2 --set train.batch_size=16"}) {
+    trajectory("train-mnrl", strategy);
+  }
+  trajectory("train-mnrl", "--strategy ddp_amp --precision bf16 --nproc 2 --set train.batch_size=8", 3e-2);
+}
+
 TEST_CASE("negatives from one rank only are a different loss") {
   ft_test::TempDir tmp("st-local");
   const auto metrics = tmp.path() / "m.jsonl";

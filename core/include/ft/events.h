@@ -62,6 +62,10 @@ struct SummaryEvent {
   std::vector<int64_t> model_state_bytes;   // per rank: params + grads + optimizer
   std::vector<int64_t> param_bytes, grad_bytes, optimizer_bytes;  // per rank
   int64_t trainable_params = 0;
+  // A ranking loss's candidates per anchor besides its own positive
+  // (in-batch negatives: the global micro-batch's other positives and every
+  // negative column's rows); -1 where the loss has none.
+  int64_t negatives_per_anchor = -1;
   bool has_eval = false;
   bool masked_lm = false;  // eval is over masked tokens (ft pretrain), not rows
   ClassificationReport eval;

@@ -62,6 +62,14 @@ class Objective {
     return std::nullopt;
   }
 
+  // Candidates per anchor besides its own positive, for a ranking loss
+  // training on `train` with `rows_per_rank` rows per micro-batch on
+  // `data_ranks` data-parallel ranks; -1 for other losses.
+  virtual int64_t negatives_per_anchor(const Dataset& train, int64_t rows_per_rank, int data_ranks) const {
+    (void)train, (void)rows_per_rank, (void)data_ranks;
+    return -1;
+  }
+
   // Whether the untrained model is evaluated once before the first step, so
   // the gain is visible (embeddings: the pretrained model's retrieval).
   virtual bool evaluates_first() const { return false; }

@@ -194,6 +194,15 @@ void EventLog::eval(int64_t step, int64_t epoch, const ClassificationReport& r,
 }
 
 // Multi-label and regression: every score under its own name.
+namespace {
+// "dev recall@1 0.61 recall@10 0.90 ...": every named score.
+std::string dev_scores(const ClassificationReport& r) {
+  std::string line = "dev";
+  for (const auto& [name, value] : r.scores) line += fmt::format(" {} {:.4f}", name, value);
+  return line;
+}
+}  // namespace
+
 void EventLog::eval_scores(int64_t step, int64_t epoch, const ClassificationReport& r) {
   nlohmann::json j{{"event", "eval"}, {"step", step}, {"epoch", epoch}, {"loss", number(r.loss)}};
   if (r.task.empty()) j["problem_type"] = problem_type_name(r.problem_type);
@@ -264,6 +273,7 @@ void EventLog::summary(const SummaryEvent& s) {
                    {"trainable_params", s.trainable_params},
                    {"final_loss", number(s.final_loss)}};
   if (!s.peak_device_mb.empty()) j["peak_device_mb"] = s.peak_device_mb;
+  if (s.negatives_per_anchor >= 0) j["negatives_per_anchor"] = s.negatives_per_anchor;
   if (s.has_eval) {
     j["eval_accuracy"] = s.eval.accuracy;
     j["eval_macro_f1"] = s.eval.macro_f1;
@@ -278,6 +288,7 @@ void EventLog::summary(const SummaryEvent& s) {
                    s.samples_per_s, s.final_loss));
   if (s.has_eval) {
     info(s.masked_lm ? fmt::format("dev masked-token accuracy {:.4f}, mlm loss {:.4f}", s.eval.accuracy, s.eval.loss)
+         : s.eval.task == "sentence-embedding" ? dev_scores(s.eval)
          : !s.eval.task.empty() ? fmt::format("dev entity f1 {:.4f} precision {:.4f} recall {:.4f}, token accuracy {:.4f}",
                                               s.eval.score("f1").value_or(0.0), s.eval.score("precision").value_or(0.0),
                                               s.eval.score("recall").value_or(0.0), s.eval.accuracy)

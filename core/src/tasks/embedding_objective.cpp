@@ -94,6 +94,12 @@ class SentenceEmbedding final : public Objective {
   }
   void attach(Comm& data_comm) override { comm_ = &data_comm; }
   bool evaluates_first() const override { return true; }
+  int64_t negatives_per_anchor(const Dataset& train, int64_t rows_per_rank, int data_ranks) const override {
+    if (loss_ != Loss::kMnrl && loss_ != Loss::kCachedMnrl) return -1;
+    const int64_t candidates = train.collate({0}).rows() - 1;  // positive and negative columns
+    const int64_t rows = rows_per_rank * (config_.gather_across_devices ? data_ranks : 1);
+    return rows * candidates - 1;
+  }
 
   at::Tensor loss(const at::Tensor& embeddings, const Batch& batch) const override {
     return loss_of(embeddings, batch.labels, config_.gather_across_devices ? comm_ : nullptr);

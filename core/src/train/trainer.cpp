@@ -505,6 +505,7 @@ TrainResult Trainer::Impl::finish_fit(FitProgress& p) {
   s.final_loss = p.last_loss;
   gather_memory_facts(s);
   s.trainable_params = trainable_params;
+  s.negatives_per_anchor = objective->negatives_per_anchor(*inputs.train, batching.rows, data_comm().world_size());
   if (last_eval) {
     s.has_eval = true;
     s.masked_lm = config.task == RunConfig::Task::kMaskedLm;
