@@ -479,7 +479,7 @@ void add_bench_command(CLI::App& app, int& exit_code, const std::vector<std::str
   cmd->add_option("--set", flags->sets, "config override applied to every row (repeatable)");
   cmd->add_option_function<std::string>(
       "--task", [flags](const std::string& task) { flags->sets.insert(flags->sets.begin(), "task=" + task); },
-      "what every row trains: text-classification (default) or token-classification (--set task=...)");
+      "what every row trains: text-classification (default), token-classification or sentence-embedding (--set task=...)");
   cmd->add_option("--plugin-dir", flags->plugin_dirs, "extra plugin directory to list strategies from");
   cmd->add_option("--cores", flags->cores, "CPU cores to share out per row (default: all)");
   cmd->add_option("--global-batch", flags->global_batch, "global batch; per rank = global / ranks (default 32)");
