@@ -67,31 +67,8 @@ global=32
 [[ -x "$py" ]] || scripts/hf-env.sh
 mkdir -p "$out_dir/logs"
 
-# Quiet means no other process keeps the cores busy: the share of all cores
-# busy over a 3-second window, from /proc/stat. (The 1-minute load average
-# would still count this script's own previous run for a minute or more.)
-busy_now() {
-  local u1 n1 s1 i1 w1 q1 sq1 st1 u2 n2 s2 i2 w2 q2 sq2 st2
-  read -r _ u1 n1 s1 i1 w1 q1 sq1 st1 _ </proc/stat
-  sleep 3
-  read -r _ u2 n2 s2 i2 w2 q2 sq2 st2 _ </proc/stat
-  local busy=$(((u2 + n2 + s2 + q2 + sq2 + st2) - (u1 + n1 + s1 + q1 + sq1 + st1))) idle=$(((i2 + w2) - (i1 + w1)))
-  awk -v b="$busy" -v i="$idle" 'BEGIN {printf "%.2f", ((b + i) > 0 ? b / (b + i) : 0)}'
-}
-# Wait until busy_now < QUIET_BUSY, at most QUIET_TIMEOUT seconds.
-wait_quiet() {
-  local limit="${QUIET_TIMEOUT:-1800}" want="${QUIET_BUSY:-0.1}" waited=0 b
-  while b="$(busy_now)"; ! awk -v b="$b" -v w="$want" 'BEGIN {exit !(b < w)}'; do
-    if ((waited >= limit)); then
-      echo "bench-hf-peers: cores still $b busy after ${limit}s: measuring anyway (the table says so)" >&2
-      return 0
-    fi
-    ((waited == 0)) && echo "bench-hf-peers: waiting for the cores to go idle (busy $b, want < $want)" >&2
-    sleep 7
-    waited=$((waited + 10))
-  done
-  last_busy="$b"
-}
+# Quiet means no other process keeps the cores busy (busy_now, wait_quiet).
+source "$repo/scripts/wait-low-load.sh"
 
 median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 field() { "$py" -c 'import json,sys; d=json.loads(sys.stdin.read() or "{}"); v=d.get(sys.argv[1]); print(max(v) if isinstance(v, list) else v)' "$1"; }
@@ -223,7 +200,7 @@ bench_workload() {  # bench_workload <name> <data> <model> <padding> <lr> <max_l
     for c in $peer_list ft ft2; do : >"$out_dir/$c.sps"; : >"$out_dir/$c.rss"; : >"$out_dir/$c.err"; done
     local busy=""
     for ((r = 0; r < rounds; r++)); do
-      wait_quiet
+      wait_quiet bench-hf-peers
       busy+="$last_busy "
       for p in $peer_list; do
         echo "bench-hf-peers: $name $row: peer $p, round $((r + 1))/$rounds" >&2
@@ -280,7 +257,7 @@ if [[ -n "$ft2" ]]; then
   ft2_version="$("$py" -c 'import torch; print(torch.__version__.split("+")[0])')"
 fi
 busy0="$(busy_now)"
-wait_quiet
+wait_quiet bench-hf-peers
 {
   echo "ft ($(git rev-parse --short HEAD)) vs Hugging Face peers ($("$py" -c 'import torch, transformers, accelerate, deepspeed, peft; print(f"torch {torch.__version__}, transformers {transformers.__version__}, accelerate {accelerate.__version__}, deepspeed {deepspeed.__version__}, peft {peft.__version__}")' 2>/dev/null | tail -1)), $cores cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(date -u '+%Y-%m-%d %H:%M UTC'), cores busy at start $busy0, then $last_busy after waiting (the share of both cores busy over 3 s, from /proc/stat)"
   if [[ "$which_workloads" == minilm || "$which_workloads" == all ]]; then

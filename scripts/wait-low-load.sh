@@ -1,4 +1,4 @@
-# Sourced by the benchmark scripts (bench-peer.sh, bench-docs.sh, bench-ab.sh,
+# Sourced by the benchmark scripts (bench-peer.sh, bench-docs.sh, bench-ab.sh, bench-hf-peers.sh,
 # bench-st-peer.sh, bench-st-memory.sh): numbers from a busy machine are worthless.
 #
 # wait_low_load NAME: waits (up to 5 min) for the 1-minute load average to drop
