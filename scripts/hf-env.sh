@@ -29,6 +29,8 @@ pins=(
   deepspeed==0.19.8
   sentence-transformers==6.2.0            # scripts/st-fixtures.py (the sentence-embedding fixtures)
   datasets==5.2.0                         # SentenceTransformerTrainer's train_dataset
+  scikit-learn==1.9.1                     # scripts/metrics-fixture.py (reference scores); also an mlflow dependency
+  mlflow==3.17.2                          # tests/mlflow/check-mlflow.sh (the tracking server that `ft run` reports to)
 )
 want="$(printf '%s\n' "${pins[@]}")"
 
@@ -37,7 +39,7 @@ print_versions() {
 import importlib
 for name in ("torch", "numpy", "safetensors", "tokenizers", "transformers",
              "sentencepiece", "google.protobuf", "accelerate", "peft", "deepspeed",
-             "sentence_transformers", "datasets"):
+             "sentence_transformers", "datasets", "sklearn", "mlflow"):
     try:
         mod = importlib.import_module(name)
         print(f"hf-env: {name} {mod.__version__}")
