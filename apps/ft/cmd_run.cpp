@@ -3,6 +3,7 @@
 // by torchrun / mpirun / srun) joins the job from its environment.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -11,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include "commands.h"
+#include "mlflow_tracker.h"
 #include "run_flags.h"
 #include "ft/comm.h"
 #include "ft/config.h"
@@ -19,6 +21,7 @@
 #include "ft/dist_env.h"
 #include "ft/error.h"
 #include "ft/events.h"
+#include "ft/fs.h"
 #include "ft/launcher.h"
 #include "ft/mlm.h"
 #include "ft/plugin_host.h"
@@ -77,7 +80,20 @@ void warn_suspicious_rows(const RunInputs& in, const std::string& file, EventLog
   }
 }
 
-int work(RunConfig config, const std::vector<std::string>& plugin_dirs, const std::vector<std::string>& notes) {
+// The command line as a shell would take it back, for the run report.
+std::string command_line(const std::vector<std::string>& args) {
+  std::string out = "ft";
+  for (const auto& a : args) {
+    const bool plain = !a.empty() && a.find_first_of(" \t\n'\"\\$`*?[]{}();&|<>~#!") == std::string::npos;
+    std::string quoted = "'";
+    for (char ch : a) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    out += " " + (plain ? a : quoted + "'");
+  }
+  return out;
+}
+
+int work(RunConfig config, const std::vector<std::string>& plugin_dirs, const std::vector<std::string>& notes,
+         const std::string& command) {
   const DistEnv env = detect_dist_env(process_env());
   // First: threads started from here on inherit the CPU affinity.
   const ThreadPlan threads = configure_threads(
@@ -97,7 +113,28 @@ int work(RunConfig config, const std::vector<std::string>& plugin_dirs, const st
   // torch's variable for the interface Gloo binds (multi-host jobs).
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) co.network_interface = ifname;
   auto comm = Comm::create(env, co);
+  // Without --metrics-out, a run with an output directory keeps its metrics there, beside
+  // report.html (`ft report DIR` rebuilds it); a resumed run continues that history.
+  const std::string& out = config.train.output_dir;
+  const bool own_metrics = config.runtime.metrics_out.empty() && !out.empty();
+  if (own_metrics) {
+    if (env.rank == 0) std::filesystem::create_directories(out);
+    config.runtime.metrics_out = (std::filesystem::path(out) / "metrics.jsonl").string();
+  }
+  const auto& targets = config.runtime.report_to;
+  auto reports_to = [&](const char* t) { return std::find(targets.begin(), targets.end(), t) != targets.end(); };
+  if (reports_to("tensorboard") && config.runtime.tensorboard_dir.empty()) {  // HF's logging_dir default
+    config.runtime.tensorboard_dir = (std::filesystem::path(out.empty() ? "." : out) / "runs").string();
+  }
   EventLog events(env.rank == 0, config.runtime.metrics_out, config.runtime.progress, config.runtime.tensorboard_dir);
+  if (own_metrics && !config.train.resume_from.empty()) events.append_metrics();
+  std::unique_ptr<MlflowTracker> mlflow;
+  if (env.rank == 0 && reports_to("mlflow")) {
+    mlflow = std::make_unique<MlflowTracker>(config, events);
+    events.listen([t = mlflow.get()](const std::string& record) { t->record(record); });
+  }
+  if (!out.empty()) events.keep_report((std::filesystem::path(out) / "report.html").string());
+  events.run_started(command, to_yaml(config), task_name(config.task), config.strategy.name, env.world_size);
   for (const auto& note : notes) events.info(note);
   if (inputs.skipped_rows > 0) {
     events.info(fmt::format("skipped {} bad row(s) (data.bad_rows=skip){}", inputs.skipped_rows,
@@ -113,8 +150,23 @@ int work(RunConfig config, const std::vector<std::string>& plugin_dirs, const st
                                                problem == ProblemType::kMultiLabel ? ", multi-label" : "");
   events.info(fmt::format("{} train / {} dev rows, {}, {}", inputs.train->size(), inputs.dev ? inputs.dev->size() : 0,
                           labels, threads.describe()));
-  Trainer trainer(config, std::move(inputs), strategy, config.strategy.name, *comm, events);
-  trainer.fit();
+  // The tracker's run ends FINISHED with the report and config, or FAILED with what there is.
+  auto end_tracking = [&](bool ok) {
+    if (!mlflow) return;
+    std::vector<std::pair<std::string, std::string>> artefacts{{"config.yaml", to_yaml(config)}};
+    const auto report = std::filesystem::path(out) / "report.html";
+    std::error_code ec;
+    if (!out.empty() && std::filesystem::is_regular_file(report, ec)) artefacts.emplace_back("report.html", fs::read_file(report));
+    mlflow->finish(ok, artefacts);
+  };
+  try {
+    Trainer trainer(config, std::move(inputs), strategy, config.strategy.name, *comm, events);
+    trainer.fit();
+  } catch (...) {
+    end_tracking(false);
+    throw;
+  }
+  end_tracking(true);
   strategy->teardown();
   return 0;
 }
@@ -168,10 +220,12 @@ void check_output_dir(const RunConfig& config, bool overwrite) {
   const std::string& out = config.train.output_dir;
   std::error_code ec;
   if (out.empty() || overwrite || !config.train.resume_from.empty() || !std::filesystem::is_directory(out, ec)) return;
-  // Hidden entries are interrupted saves' debris, which the run recovers or removes itself.
+  // Hidden entries are interrupted saves' debris, which the run recovers or removes itself;
+  // the metrics and report of a run that saved nothing are simply rewritten.
   bool holds_files = false;
   for (const auto& e : std::filesystem::directory_iterator(out, ec)) {
-    holds_files = holds_files || e.path().filename().string().rfind('.', 0) != 0;
+    const std::string name = e.path().filename().string();
+    holds_files = holds_files || (name.rfind('.', 0) != 0 && name != "metrics.jsonl" && name != "report.html");
   }
   if (!holds_files) return;
   fail("train.output_dir {} is not empty (an earlier run?); pass --overwrite-output-dir to train into it anyway, "
@@ -211,7 +265,7 @@ void add_training_command(CLI::App& app, int& exit_code, const std::vector<std::
       exit_code = launch(*flags, config);
       return;
     }
-    exit_code = work(config, flags->config.plugin_dirs, run.notes);
+    exit_code = work(config, flags->config.plugin_dirs, run.notes, command_line(flags->raw_args));
   });
 }
 

@@ -33,6 +33,8 @@ void add_config_command(CLI::App& app, int& exit_code);
 void add_checkpoint_command(CLI::App& app, int& exit_code);
 void add_features_command(CLI::App& app, int& exit_code);
 void add_tokenize_command(CLI::App& app, int& exit_code);
+void add_report_command(CLI::App& app, int& exit_code);
+void add_sweep_command(CLI::App& app, int& exit_code);
 
 }  // namespace ft::app
 

@@ -68,6 +68,8 @@ int main(int argc, char** argv) {
   ft::app::add_checkpoint_command(app, exit_code);
   ft::app::add_features_command(app, exit_code);
   ft::app::add_tokenize_command(app, exit_code);
+  ft::app::add_report_command(app, exit_code);
+  ft::app::add_sweep_command(app, exit_code);
   if (argc < 2) {
     std::fputs(app.help().c_str(), stdout);  // bare `ft`: what it can do, not an error
     return 0;

@@ -45,6 +45,12 @@ const std::vector<std::pair<std::string, std::string>>& hf_names() {
       {"gradient_checkpointing", "train.activation_checkpointing"},
       {"dataloader_drop_last", "train.drop_last"},
       {"group_by_length", "data.group_by_length"},
+      {"label_smoothing_factor", "train.label_smoothing_factor"},
+      {"metric_for_best_model", "train.best_metric"},
+      {"greater_is_better", "train.greater_is_better"},
+      {"load_best_model_at_end", "train.load_best_model_at_end"},
+      {"early_stopping_patience", "train.early_stopping_patience"},
+      {"early_stopping_threshold", "train.early_stopping_threshold"},
       {"max_seq_length", "data.max_seq_len"},
   };
   return names;

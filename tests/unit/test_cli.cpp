@@ -178,9 +178,9 @@ TEST_CASE("bad input: one line naming the culprit, non-zero exit") {
   CHECK(plugin_error.exit_code == 1);
   CHECK(plugin_error.output.find("strategy.options.bogus") != std::string::npos);
   // TrainingArguments' names without an ft flag are refused by name, with the reason.
-  auto smoothing = ft_test::run_ft(flags(tmp.path(), "--label_smoothing_factor 0.1"));
-  CHECK(smoothing.exit_code != 0);
-  CHECK(smoothing.output.find("ft: error: --label_smoothing_factor: label smoothing is not in ft; remove it") !=
+  auto neftune = ft_test::run_ft(flags(tmp.path(), "--neftune_noise_alpha 5"));
+  CHECK(neftune.exit_code != 0);
+  CHECK(neftune.output.find("ft: error: --neftune_noise_alpha: NEFTune embedding noise is not in ft; remove it") !=
         std::string::npos);
   auto other = ft_test::run_ft(flags(tmp.path(), "--eval_accumulation_steps 2"));
   CHECK(other.exit_code != 0);
@@ -215,7 +215,7 @@ TEST_CASE("checkpoint rotation keeps the newest save_total_limit, never the best
   const std::vector<std::string> kept = sorted_entries(out_dir);
   // Saves at 2,4,6,8,10 (step 12 is `final`); evals after steps 3,6,9,12 with a falling loss,
   // so the best is always the newest save and rotation keeps exactly the two newest.
-  CHECK(kept == std::vector<std::string>{"checkpoint-10", "checkpoint-8", "final"});
+  CHECK(kept == std::vector<std::string>{"checkpoint-10", "checkpoint-8", "final", "report.html"});
 }
 
 TEST_CASE("save_each_epoch checkpoints every epoch but the last, which is final; eval_batch_size changes no metric") {
@@ -228,7 +228,7 @@ TEST_CASE("save_each_epoch checkpoints every epoch but the last, which is final;
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
   const std::vector<std::string> kept = sorted_entries(out_dir);
-  CHECK(kept == std::vector<std::string>{"checkpoint-3", "checkpoint-6", "final"});
+  CHECK(kept == std::vector<std::string>{"checkpoint-3", "checkpoint-6", "final", "report.html"});
 
   auto eval_line = [&](const std::string& extra) {
     auto ev = ft_test::run_ft(fmt::format("eval --config {}/run.yaml --checkpoint {} {}", tmp.path().string(),

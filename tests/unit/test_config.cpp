@@ -230,7 +230,15 @@ TEST_CASE("validation: ranges, enums and cross-field rules") {
         "cfg.yaml: runtime.device: unknown value 'tpu' (allowed: cpu, cuda)");
   CHECK(err("train:\n  best_metric: f2\n") ==
         "cfg.yaml: train.best_metric: unknown value 'f2' (allowed: accuracy, macro_f1, loss, micro_f1, "
-        "subset_accuracy, mse, mae, pearson, spearman, f1, precision, recall, recall@1, recall@10, mrr@10)");
+        "subset_accuracy, mse, mae, pearson, spearman, f1, precision, recall, recall@1, recall@10, mrr@10, weighted_f1, "
+        "mcc, roc_auc, pr_auc)");
+  CHECK(err("train:\n  best_metric: loss\n  metric_for_best_model: loss\n") ==
+        "cfg.yaml: train.metric_for_best_model: the key appears twice (as train.best_metric)");
+  CHECK(err("train:\n  class_weights: [1, -2]\n") ==
+        "cfg.yaml: train.class_weights: a class weight is negative (-2); weights must be >= 0");
+  CHECK(err("runtime:\n  report_to: [wandb]\n") ==
+        "cfg.yaml: runtime.report_to: 'wandb' is not supported; ft reports to mlflow and tensorboard, and writes "
+        "report.html into the output directory");
   CHECK(err("task: summarization\n") ==
         "cfg.yaml: task: 'summarization' is not a task ft trains (text-classification, token-classification, "
             "sentence-embedding; "

@@ -136,6 +136,8 @@ Inspection inspect_output(const fsys::path& out) {
       problem = checkpoint_problem(e.path(), -1);
     } else if (std::regex_match(name, leftover_name())) {
       r.leftovers.push_back(name);
+    } else if (name == "report.html" || name == "metrics.jsonl") {
+      // the run's report and metrics, written atomically beside the checkpoints
     } else {
       problem = "unexpected entry in the output directory: " + name;
     }

@@ -234,7 +234,7 @@ TEST_CASE("multi-label trains on BCE-with-logits and predicts a sigmoid per labe
   INFO(wrong.output);
   CHECK(wrong.exit_code != 0);
   CHECK(wrong.output.find("train.best_metric: 'pearson' is not a metric of multi_label_classification (its metrics: "
-                          "loss, micro_f1, macro_f1, subset_accuracy, micro_precision, micro_recall)") !=
+                          "loss, micro_f1, macro_f1, subset_accuracy, micro_precision, micro_recall, roc_auc, pr_auc)") !=
         std::string::npos);
 }
 

@@ -83,6 +83,7 @@ std::vector<int64_t> complete_steps(const fsys::path& out, std::vector<std::stri
   for (const auto& e : fsys::directory_iterator(out)) {
     const std::string n = e.path().filename().string();
     if (n[0] == '.') continue;  // hidden leftovers: the next run removes them
+    if (n == "report.html" || n == "metrics.jsonl") continue;  // the run's report, not a checkpoint
     std::smatch m;
     const std::string why = ft_test::error_of([&] { ft::verify_checkpoint(e.path()); });
     if (why != "<no ft::Error>") problems.push_back(why);

@@ -52,6 +52,9 @@ struct TrainerState {
   double best_metric = 0.0;
   bool has_best = false;
   std::string best_checkpoint;
+  int64_t best_step = 0;  // the evaluation that set best_metric
+  // Early stopping's count of evaluations since the last improvement.
+  int64_t evals_without_improvement = 0;
   std::string strategy;
   int world_size = 1;
   // The checkpoint has (or is about to get) manifest.json (ft/manifest.h).

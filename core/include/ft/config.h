@@ -134,6 +134,16 @@ struct DataConfig {
   bool group_by_length = false;
 };
 
+/// train.class_weights: `auto` (n_rows / (n_classes * rows of the class),
+/// scikit-learn's "balanced"), a list with one weight per label in label
+/// order, or a mapping label name -> weight (unnamed labels weigh 1).
+struct ClassWeights {
+  bool automatic = false;
+  std::vector<double> values;
+  std::map<std::string, double> by_name;
+  bool empty() const { return !automatic && values.empty() && by_name.empty(); }
+};
+
 /// yaml: `train` — the loop, the optimizer and the schedule.
 struct TrainConfig {
   /// Passes over the training data (ignored when max_steps > 0).
@@ -197,11 +207,32 @@ struct TrainConfig {
   /// Sharding strategies also write each rank's shard into <checkpoint>/sharded/
   /// (no gather; `ft consolidate` turns it into model.safetensors).
   bool save_sharded = false;
-  /// The dev metric that picks the best checkpoint: loss, or one of the
-  /// evaluation's metrics (single-label: accuracy, macro_f1; multi-label:
-  /// micro_f1, macro_f1, subset_accuracy; regression: mse, mae, pearson,
-  /// spearman). Losses and errors count lower as better.
+  /// The dev metric that picks the best checkpoint and drives early
+  /// stopping (yaml also `metric_for_best_model`, HF's name): loss, or one
+  /// of the evaluation's metrics (single-label: accuracy, macro_f1,
+  /// weighted_f1, mcc, roc_auc, pr_auc; multi-label: micro_f1, macro_f1,
+  /// subset_accuracy, roc_auc, pr_auc; regression: mse, mae, pearson,
+  /// spearman).
   std::string best_metric = "accuracy";
+  /// Whether a higher best_metric is better; unset: as transformers infers
+  /// it (lower for loss, mse and mae, higher otherwise).
+  std::optional<bool> greater_is_better;
+  /// Stop after this many evaluations in a row without an improvement of
+  /// more than early_stopping_threshold (EarlyStoppingCallback's
+  /// arguments); 0 = never stop early.
+  int64_t early_stopping_patience = 0;
+  double early_stopping_threshold = 0.0;
+  /// Write the best evaluation's weights (not the last) to <output_dir>/final.
+  bool load_best_model_at_end = false;
+  /// Single-label cross-entropy: per-class weights (PyTorch's
+  /// CrossEntropyLoss weight). Empty: none.
+  ClassWeights class_weights;
+  /// Single-label: the target mixes (1 - f) of the one-hot label with f
+  /// spread evenly over all classes (TrainingArguments' name).
+  double label_smoothing_factor = 0.0;
+  /// Single-label: focal loss (1 - p_t)^gamma * CE for gamma > 0; 0 = plain
+  /// cross-entropy.
+  double focal_loss_gamma = 0.0;
   /// Regression loss: mse (transformers' choice) or huber (delta 1).
   std::string regression_loss = "mse";
   /// Multi-label: a class is predicted when its sigmoid reaches this.
@@ -398,6 +429,13 @@ struct RuntimeConfig {
   std::string profile_dir = "profile";
   /// TensorBoard event files (written by rank 0) go here; empty = none.
   std::string tensorboard_dir;
+  /// Experiment trackers that get the run's params and metrics
+  /// (TrainingArguments' name): mlflow (MLFLOW_TRACKING_URI,
+  /// MLFLOW_EXPERIMENT_NAME, as transformers' MLflowCallback reads them);
+  /// tensorboard (runtime.tensorboard_dir, else <output_dir>/runs); none.
+  std::vector<std::string> report_to;
+  /// The run's name in a tracker; empty: the output directory's name.
+  std::string run_name;
 };
 
 /// One training run, as read from YAML plus overrides.

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -99,7 +100,25 @@ class EventLog {
   void eval_masked_lm(int64_t step, int64_t epoch, const ClassificationReport& r);
   /// The eval line and record of a multi-label or regression evaluation.
   void eval_scores(int64_t step, int64_t epoch, const ClassificationReport& r);
+  // Early stopping ended the run at `step`: `patience` evaluations in a row
+  // did not improve `metric` beyond its best, `best` at `best_step`.
+  void early_stopping(int64_t step, const std::string& metric, double best, int64_t best_step, int64_t patience);
   void summary(const SummaryEvent& s);
+  /// The run's opening record, which the report shows: the command line,
+  /// the effective config (YAML), the task, the strategy and world size.
+  void run_started(const std::string& command, const std::string& config_yaml, const std::string& task,
+                   const std::string& strategy, int world_size);
+  /// Rank 0 keeps `path` (report.html, ft/run_report.h) current: rebuilt
+  /// from the metrics file after every evaluation and at the summary. Needs
+  /// a metrics file; a report that cannot be written warns once and
+  /// training goes on.
+  void keep_report(const std::string& path);
+  /// Rank 0 also hands every metrics record (one JSON object per call, as
+  /// written to the metrics file) to `listener`: an experiment tracker.
+  void listen(std::function<void(const std::string& record)> listener) { listeners_.push_back(std::move(listener)); }
+  /// Appends to the metrics file instead of replacing it (a resumed run
+  /// continuing its own history). Call before the first event.
+  void append_metrics() { append_ = true; }
   /// A strategy's statistic (StrategyContext::events): its line is printed
   /// on every rank, since a per-rank statistic is reported by its own rank
   /// (as strategies printed before); rank 0 also writes
@@ -122,6 +141,11 @@ class EventLog {
   std::chrono::steady_clock::time_point first_time_{};
   std::FILE* metrics_ = nullptr;  // opened at the first event
   std::string metrics_path_;
+  bool append_ = false;
+  std::vector<std::function<void(const std::string&)>> listeners_;
+  std::string report_path_;
+  bool report_failed_ = false;  // warned once
+  void refresh_report();
   std::vector<std::string> report_labels_;  // of the last eval(), for the summary's table
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   // A checkpoint finished on a background thread says so (CheckpointWriter)

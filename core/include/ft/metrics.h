@@ -40,9 +40,10 @@ struct ClassificationReport {
   /// label), accuracy = subset accuracy; regression: no per-class entries.
   ProblemType problem_type = ProblemType::kSingleLabel;
   /// The evaluation's named metrics beyond loss, in print order: single-
-  /// label accuracy, macro_f1; multi-label micro_f1, macro_f1,
-  /// subset_accuracy, micro_precision, micro_recall; regression mse, mae,
-  /// pearson, spearman.
+  /// label accuracy, macro_f1, weighted_f1, mcc (then roc_auc, pr_auc where
+  /// the scores were kept); multi-label micro_f1, macro_f1,
+  /// subset_accuracy, micro_precision, micro_recall (roc_auc, pr_auc);
+  /// regression mse, mae, pearson, spearman.
   std::vector<std::pair<std::string, double>> scores;
   /// Token classification ("token-classification"; empty: sequence
   /// classification of problem_type): scores are seqeval's precision,
@@ -92,6 +93,25 @@ ClassificationReport report_from_confusion(std::vector<std::vector<int64_t>> con
 ClassificationReport classification_report(const std::vector<int64_t>& predictions,
                                            const std::vector<int64_t>& labels,
                                            int64_t num_labels, double loss);
+
+/// Matthews' correlation coefficient of a square confusion matrix, the
+/// multiclass form of scikit-learn's matthews_corrcoef (0 when undefined).
+double matthews_corrcoef(const std::vector<std::vector<int64_t>>& confusion);
+
+/// Appends roc_auc and pr_auc (average precision) to r.scores, computed
+/// from `probabilities` [rows x num_classes] row major and the true class of
+/// each row, as scikit-learn's roc_auc_score / average_precision_score:
+/// on class 1's score for two classes, one-vs-rest macro for more. A class
+/// whose one-vs-rest problem is undefined (no positive, or for ROC no
+/// negative) is left out of the mean, where scikit-learn raises or warns;
+/// with none defined the score is absent.
+void add_ranking_scores(ClassificationReport& r, const std::vector<double>& probabilities,
+                        const std::vector<int64_t>& labels, int64_t num_classes);
+
+/// The same per label of a multi-label evaluation (average='macro' over the
+/// labels), from sigmoid scores and 0/1 truth [rows x num_labels].
+void add_multi_label_ranking_scores(ClassificationReport& r, const std::vector<double>& probabilities,
+                                    const std::vector<uint8_t>& truth, int64_t num_labels);
 
 /// Rows per class: counts[c] = #{i : labels[i] == c}. Throws ft::Error on a
 /// label outside [0, num_labels).

@@ -24,6 +24,7 @@ std::string state_to_json(const TrainerState& s) {
   json j{{"global_step", s.global_step}, {"epoch", s.epoch},         {"step_in_epoch", s.step_in_epoch},
          {"total_steps", s.total_steps}, {"loss_scaler", s.loss_scaler}, {"best_metric", s.best_metric},
          {"has_best", s.has_best},       {"best_checkpoint", s.best_checkpoint},
+         {"best_step", s.best_step},     {"evals_without_improvement", s.evals_without_improvement},
          {"strategy", s.strategy},       {"world_size", s.world_size},
          {"manifest", s.manifest}};
   return j.dump(2);
@@ -44,6 +45,8 @@ TrainerState state_from_json(const std::string& text, const std::string& source)
     s.strategy = j.at("strategy").get<std::string>();
     s.world_size = j.at("world_size").get<int>();
     s.manifest = j.value("manifest", false);  // absent before manifests
+    s.best_step = j.value("best_step", int64_t{0});  // absent before early stopping
+    s.evals_without_improvement = j.value("evals_without_improvement", int64_t{0});
   } catch (const json::exception& e) {
     fail("{}: malformed trainer state ({})", source, e.what());
   }

@@ -128,6 +128,42 @@ void read(const YAML::Node& node, std::optional<double>& out, const Where& w) {
   out = value;
 }
 
+void read(const YAML::Node& node, bool& out, const Where& w);
+
+void read(const YAML::Node& node, std::optional<bool>& out, const Where& w) {
+  if (node.IsNull()) {
+    out.reset();
+    return;
+  }
+  bool value = false;
+  read(node, value, w);
+  out = value;
+}
+
+// `auto`, [w0, w1, ...] or {label: w}; every weight a finite number >= 0.
+void read(const YAML::Node& node, ClassWeights& out, const Where& w) {
+  out = ClassWeights{};
+  if (node.IsNull()) return;
+  auto weight = [&](const YAML::Node& item) {
+    double v = 0;
+    read(item, v, w);
+    if (v < 0) fail("{}: {}: a class weight is negative ({}); weights must be >= 0", w.origin, w.key, v);
+    return v;
+  };
+  if (node.IsScalar()) {
+    if (node.Scalar() != "auto") type_error(w, "auto, a list of weights or a mapping label: weight", node);
+    out.automatic = true;
+  } else if (node.IsSequence()) {
+    for (const auto& item : node) out.values.push_back(weight(item));
+  } else {
+    for (const auto& kv : node) {
+      if (!out.by_name.emplace(kv.first.Scalar(), weight(kv.second)).second) {
+        fail("{}: {}: label '{}' appears twice", w.origin, w.key, kv.first.Scalar());
+      }
+    }
+  }
+}
+
 void read(const YAML::Node& node, bool& out, const Where& w) {
   if (node.IsScalar()) {
     std::string s = node.Scalar();
@@ -190,10 +226,16 @@ void read_section(const std::string& section, const YAML::Node& node, RunConfig&
       fail("{}: {}: keys must be names, got {}", origins.of(section), section, describe(kv.first));
     }
     const std::string key = section + "." + kv.first.Scalar();
-    if (!seen.insert(key).second) fail("{}: {}: the key appears twice", origins.of(key), key);
+    // HF's name for train.best_metric reads as it; giving both is a repeat.
+    const std::string field_name =
+        key == "train.metric_for_best_model" ? std::string("best_metric") : kv.first.Scalar();
+    if (!seen.insert(section + "." + field_name).second) {
+      fail("{}: {}: the key appears twice{}", origins.of(key), key,
+           field_name != kv.first.Scalar() ? " (as train.best_metric)" : "");
+    }
     bool found = false;
     for_each_field(config, [&](const char* sec, const char* name, auto& field) {
-      if (found || section != sec || kv.first.Scalar() != name) return;
+      if (found || section != sec || field_name != name) return;
       found = true;
       const Where where{origins.of(key), key};
       if constexpr (std::is_same_v<std::decay_t<decltype(field)>,

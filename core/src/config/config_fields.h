@@ -77,6 +77,13 @@ void for_each_field(Config& c, F&& f) {
   f("train", "save_total_limit", c.train.save_total_limit);
   f("train", "save_sharded", c.train.save_sharded);
   f("train", "best_metric", c.train.best_metric);
+  f("train", "greater_is_better", c.train.greater_is_better);
+  f("train", "early_stopping_patience", c.train.early_stopping_patience);
+  f("train", "early_stopping_threshold", c.train.early_stopping_threshold);
+  f("train", "load_best_model_at_end", c.train.load_best_model_at_end);
+  f("train", "class_weights", c.train.class_weights);
+  f("train", "label_smoothing_factor", c.train.label_smoothing_factor);
+  f("train", "focal_loss_gamma", c.train.focal_loss_gamma);
   f("train", "regression_loss", c.train.regression_loss);
   f("train", "multi_label_threshold", c.train.multi_label_threshold);
   f("train", "output_dir", c.train.output_dir);
@@ -142,6 +149,8 @@ void for_each_field(Config& c, F&& f) {
   f("runtime", "profile_steps", c.runtime.profile_steps);
   f("runtime", "profile_dir", c.runtime.profile_dir);
   f("runtime", "tensorboard_dir", c.runtime.tensorboard_dir);
+  f("runtime", "report_to", c.runtime.report_to);
+  f("runtime", "run_name", c.runtime.run_name);
 }
 
 /// The section names, in file order.

@@ -148,7 +148,29 @@ void check_train(const Checker& ck, const RunConfig& c) {
   ck.at_least("train.save_total_limit", t.save_total_limit, 0);
   ck.one_of("train.best_metric", t.best_metric,
             {"accuracy", "macro_f1", "loss", "micro_f1", "subset_accuracy", "mse", "mae", "pearson", "spearman", "f1",
-             "precision", "recall", "recall@1", "recall@10", "mrr@10"});
+             "precision", "recall", "recall@1", "recall@10", "mrr@10", "weighted_f1", "mcc", "roc_auc", "pr_auc"});
+  ck.at_least("train.early_stopping_patience", t.early_stopping_patience, 0);
+  ck.non_negative("train.early_stopping_threshold", t.early_stopping_threshold);
+  if (t.early_stopping_patience > 0 && t.eval_every == 0 && t.epochs < 2 && t.max_steps == 0) {
+    ck.bad("train.early_stopping_patience", "evaluations come once per epoch and there is one epoch: set train.eval_every");
+  }
+  if ((t.early_stopping_patience > 0 || t.load_best_model_at_end) && c.data.dev.empty() && c.data.dev_fraction == 0) {
+    ck.bad(t.early_stopping_patience > 0 ? "train.early_stopping_patience" : "train.load_best_model_at_end",
+           "needs evaluations, and there is no dev set (data.dev is empty and data.dev_fraction is 0)");
+  }
+  if (t.load_best_model_at_end && t.output_dir.empty()) {
+    ck.bad("train.load_best_model_at_end", "needs train.output_dir (the best weights are read back from a checkpoint)");
+  }
+  if (t.load_best_model_at_end && t.eval_every > 0 && t.save_every > 0 && t.save_every != t.eval_every) {
+    ck.bad("train.load_best_model_at_end", fmt::format("needs a checkpoint at every evaluation: train.save_every ({}) "
+                                                       "must equal train.eval_every ({}), or be 0 to follow it",
+                                                       t.save_every, t.eval_every));
+  }
+  ck.in_range("train.label_smoothing_factor", t.label_smoothing_factor, 0.0, 1.0, false);
+  ck.non_negative("train.focal_loss_gamma", t.focal_loss_gamma);
+  if (t.focal_loss_gamma > 0 && t.label_smoothing_factor > 0) {
+    ck.bad("train.focal_loss_gamma", "focal loss and train.label_smoothing_factor do not combine; set one of them");
+  }
   ck.one_of("train.regression_loss", t.regression_loss, {"mse", "huber"});
   ck.in_range("train.multi_label_threshold", t.multi_label_threshold, 0.0, 1.0, false);
   if (t.save_every > 0 && t.output_dir.empty()) {
@@ -271,6 +293,14 @@ void check_strategy_runtime(const Checker& ck, const RunConfig& c) {
   ck.at_least("runtime.threads", c.runtime.threads, 0);
   ck.positive("runtime.timeout_s", c.runtime.timeout_s);
   ck.positive("runtime.save_grace_s", c.runtime.save_grace_s);
+  for (const auto& target : c.runtime.report_to) {
+    if (target == "wandb" || target == "comet_ml" || target == "neptune" || target == "clearml" || target == "trackio") {
+      ck.bad("runtime.report_to", fmt::format("'{}' is not supported; ft reports to mlflow and tensorboard, and writes "
+                                              "report.html into the output directory",
+                                              target));
+    }
+    ck.one_of("runtime.report_to", target, {"mlflow", "tensorboard", "none"});
+  }
   if (!c.runtime.profile_steps.empty()) {
     ck.required("runtime.profile_dir", c.runtime.profile_dir, "where the per-rank traces go");
     if (!parse_step_window(c.runtime.profile_steps)) {

@@ -29,6 +29,30 @@ void emit(YAML::Emitter& out, const std::optional<double>& v) {
   }
 }
 
+void emit(YAML::Emitter& out, const std::optional<bool>& v) {
+  if (v) {
+    emit(out, *v);
+  } else {
+    out << YAML::Null;
+  }
+}
+
+void emit(YAML::Emitter& out, const ClassWeights& v) {
+  if (v.automatic) {
+    out << "auto";
+  } else if (!v.by_name.empty()) {
+    out << YAML::Flow << YAML::BeginMap;
+    for (const auto& [name, w] : v.by_name) out << YAML::Key << name << YAML::Value << fmt::format("{}", w);
+    out << YAML::EndMap;
+  } else if (!v.values.empty()) {
+    out << YAML::Flow << YAML::BeginSeq;
+    for (double w : v.values) emit(out, w);
+    out << YAML::EndSeq;
+  } else {
+    out << YAML::Null;
+  }
+}
+
 void emit(YAML::Emitter& out, const std::vector<std::string>& v) {
   out << YAML::Flow << YAML::BeginSeq;
   for (const auto& item : v) emit(out, item);

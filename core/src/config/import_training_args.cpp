@@ -31,7 +31,8 @@ const std::map<std::string, Json>& hf_defaults() {
       {"use_cpu", false},                 {"no_cuda", false},                 {"optim_args", nullptr},
       {"lr_scheduler_kwargs", nullptr},   {"label_smoothing_factor", 0.0},    {"neftune_noise_alpha", nullptr},
       {"adafactor", false},               {"data_seed", nullptr},             {"ddp_bucket_cap_mb", nullptr},
-      {"ddp_timeout", 1800},              {"auto_find_batch_size", false},    {"torch_compile", false}};
+      {"ddp_timeout", 1800},              {"auto_find_batch_size", false},    {"torch_compile", false},
+      {"early_stopping_patience", nullptr}, {"early_stopping_threshold", nullptr}};
   return d;
 }
 
@@ -71,7 +72,6 @@ const std::map<std::string, Json>& ignorable() {
 // Fields that change what is trained and that ft does not have.
 const std::map<std::string, std::string>& missing_features() {
   static const std::map<std::string, std::string> m = {
-      {"label_smoothing_factor", "label smoothing is not in ft"},
       {"neftune_noise_alpha", "NEFTune embedding noise is not in ft"},
       {"adafactor", "Adafactor is not in ft (it has AdamW and SGD)"}};
   return m;
@@ -222,20 +222,23 @@ void import_eval_save_log(Builder& b, const Args& a) {
   std::string metric = a.null("metric_for_best_model") ? (load_best ? "loss" : "") : b.text(a.get("metric_for_best_model"));
   if (metric.rfind("eval_", 0) == 0) metric = metric.substr(5);
   if (!metric.empty()) {
-    std::string ft_metric;
-    if (metric == "accuracy" || metric == "acc") ft_metric = "accuracy";
-    else if (metric == "f1" || metric == "macro_f1" || metric == "f1_macro") ft_metric = "macro_f1";
-    else if (metric == "loss") ft_metric = "loss";
-    else b.error("metric_for_best_model", "'{}' is not an ft metric (accuracy, f1 = macro-F1, loss)", metric);
+    // A compute_metrics' common names; ft's own names pass through (validated with the config).
+    std::string ft_metric = metric;
+    if (metric == "acc") ft_metric = "accuracy";
+    if (metric == "f1" || metric == "f1_macro") ft_metric = "macro_f1";
+    if (metric == "f1_weighted") ft_metric = "weighted_f1";
+    if (metric == "matthews_correlation") ft_metric = "mcc";
     if (metric == "f1") b.warn("metric_for_best_model", "ft's F1 is macro-averaged over the labels (train.best_metric=macro_f1)");
     b.set("train.best_metric", ft_metric, "metric_for_best_model");
-    if (!a.null("greater_is_better") && b.boolean(a.get("greater_is_better")) != (ft_metric != "loss")) {
-      b.error("greater_is_better", "ft takes the lowest loss or the highest accuracy / F1; this asks for the opposite");
-    }
   }
-  if (load_best) {
-    b.warn("load_best_model_at_end", "ft keeps the best checkpoint (named in the summary and trainer_state.json) and never "
-           "rotates it away; <output_dir>/final holds the last weights");
+  if (!a.null("greater_is_better")) b.set("train.greater_is_better", b.boolean(a.get("greater_is_better")), "greater_is_better");
+  if (a.given("load_best_model_at_end")) b.set("train.load_best_model_at_end", load_best, "load_best_model_at_end");
+  // EarlyStoppingCallback's arguments, kept beside TrainingArguments' in the same file.
+  if (!a.null("early_stopping_patience")) {
+    b.set("train.early_stopping_patience", b.integer(a.get("early_stopping_patience")), "early_stopping_patience");
+  }
+  if (!a.null("early_stopping_threshold")) {
+    b.set("train.early_stopping_threshold", b.number(a.get("early_stopping_threshold")), "early_stopping_threshold");
   }
 }
 
@@ -315,19 +318,24 @@ void import_training_args_tree(Builder& b, const Json& root, ConfigImports& impo
   if (report.is_string()) targets.push_back(report.get<std::string>());
   if (report.is_array())
     for (const auto& r : report) targets.push_back(b.text({r, "report_to"}));
+  std::vector<std::string> trackers;
   for (const auto& t : targets) {
     if (t == "tensorboard") {
       const std::string dir = !a.null("logging_dir") ? b.text(a.get("logging_dir"))
                               : !a.null("output_dir") ? b.text(a.get("output_dir")) + "/runs" : "runs";
       b.set("runtime.tensorboard_dir", dir, a.null("logging_dir") ? "report_to" : "logging_dir");
+    } else if (t == "mlflow") {
+      trackers.push_back(t);
     } else if (t != "none" && t != "all") {
-      b.warn("report_to", "ft writes TensorBoard files and JSON Lines metrics, not '" + t + "'; ignored");
+      b.warn("report_to", "ft reports to mlflow and tensorboard (and writes report.html), not '" + t + "'; ignored");
     }
   }
-  // Fields that change what is trained and that ft does not have.
+  if (!trackers.empty()) b.set("runtime.report_to", std::string("[mlflow]"), "report_to");
+  if (a.given("run_name") && !a.null("run_name")) b.set("runtime.run_name", b.text(a.get("run_name")), "run_name");
   if (b.number(a.get("label_smoothing_factor")) != 0) {
-    b.error("label_smoothing_factor", missing_features().at("label_smoothing_factor") + "; set it to 0");
+    b.set("train.label_smoothing_factor", b.number(a.get("label_smoothing_factor")), "label_smoothing_factor");
   }
+  // Fields that change what is trained and that ft does not have.
   if (!a.null("neftune_noise_alpha")) b.error("neftune_noise_alpha", missing_features().at("neftune_noise_alpha") + "; remove it");
   if (b.boolean(a.get("auto_find_batch_size"))) b.warn("auto_find_batch_size", "ft trains the batch size it is given; ignored");
   if (b.boolean(a.get("torch_compile"))) b.warn("torch_compile", "ft runs LibTorch's eager kernels; ignored");

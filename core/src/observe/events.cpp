@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ft/error.h"
+#include "ft/run_report.h"
 #include "ft/tensorboard.h"
 
 namespace ft {
@@ -18,6 +19,15 @@ namespace {
 // JSON has no NaN/Infinity: write null so every line stays parseable.
 nlohmann::json number(double v) {
   return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
+
+// The per-class table and the confusion matrix, for the run report.
+void add_class_tables(nlohmann::json& j, const ClassificationReport& r, const std::vector<std::string>& label_names) {
+  if (r.precision.empty()) return;
+  const auto& names = r.row_names.empty() ? label_names : r.row_names;  // entity types for token classification
+  if (names.size() == r.precision.size()) j["labels"] = names;
+  j["per_class"] = {{"precision", r.precision}, {"recall", r.recall}, {"f1", r.f1}, {"support", r.support}};
+  if (!r.confusion.empty()) j["confusion"] = r.confusion;
 }
 
 }  // namespace
@@ -44,8 +54,9 @@ EventLog::~EventLog() {
 }
 
 void EventLog::write_json(const std::string& line) {
+  for (const auto& listener : listeners_) listener(line);
   if (!metrics_ && !metrics_path_.empty()) {
-    metrics_ = std::fopen(metrics_path_.c_str(), "w");
+    metrics_ = std::fopen(metrics_path_.c_str(), append_ ? "a" : "w");
     if (!metrics_) fail("--metrics-out {}: cannot open for writing", metrics_path_);
   }
   if (!metrics_) return;
@@ -179,22 +190,24 @@ void EventLog::eval(int64_t step, int64_t epoch, const ClassificationReport& r,
   if (!rank0_) return;
   report_labels_ = label_names;
   if (r.problem_type != ProblemType::kSingleLabel || !r.task.empty()) return eval_scores(step, epoch, r);
-  nlohmann::json j{{"event", "eval"},     {"step", step},         {"epoch", epoch},
-                   {"loss", number(r.loss)}, {"accuracy", r.accuracy}, {"macro_f1", r.macro_f1},
-                   {"samples", r.total}};
+  nlohmann::json j{{"event", "eval"}, {"step", step}, {"epoch", epoch}, {"loss", number(r.loss)}};
+  for (const auto& [name, value] : r.scores) j[name] = number(value);
+  j["samples"] = r.total;
+  add_class_tables(j, r, label_names);
   write_json(j.dump());
   if (tensorboard_) {
     tensorboard_->add_scalar("eval/loss", r.loss, step);
-    tensorboard_->add_scalar("eval/accuracy", r.accuracy, step);
-    tensorboard_->add_scalar("eval/macro_f1", r.macro_f1, step);
+    for (const auto& [name, value] : r.scores) tensorboard_->add_scalar("eval/" + name, value, step);
   }
   info(fmt::format("eval step {}: loss {:.4f} accuracy {:.4f} macro_f1 {:.4f} ({} samples)", step, r.loss,
                    r.accuracy, r.macro_f1, r.total));
+  refresh_report();
   // One line per evaluation; the per-label table once, at the end (summary).
 }
 
 // Multi-label and regression: every score under its own name.
 namespace {
+
 // "dev recall@1 0.61 recall@10 0.90 ...": every named score.
 std::string dev_scores(const ClassificationReport& r) {
   std::string line = "dev";
@@ -214,9 +227,11 @@ void EventLog::eval_scores(int64_t step, int64_t epoch, const ClassificationRepo
     if (tensorboard_) tensorboard_->add_scalar("eval/" + name, value, step);
   }
   j["samples"] = r.total;
+  add_class_tables(j, r, report_labels_);
   write_json(j.dump());
   if (tensorboard_) tensorboard_->add_scalar("eval/loss", r.loss, step);
   info(fmt::format("{} ({} samples)", line, r.total));
+  refresh_report();
 }
 
 void EventLog::report(const ClassificationReport& r, const std::vector<std::string>& label_names) {
@@ -240,6 +255,7 @@ void EventLog::eval_masked_lm(int64_t step, int64_t epoch, const ClassificationR
   }
   info(fmt::format("eval step {}: mlm loss {:.4f} perplexity {:.2f} masked-token accuracy {:.4f} ({} masked tokens)",
                    step, r.loss, perplexity, r.accuracy, r.total));
+  refresh_report();
 }
 
 void EventLog::strategy(const StrategyEvent& e) {
@@ -251,6 +267,47 @@ void EventLog::strategy(const StrategyEvent& e) {
   if (rank0_) end_progress_line();
   std::fputs((e.line + "\n").c_str(), stdout);
   std::fflush(stdout);
+}
+
+void EventLog::early_stopping(int64_t step, const std::string& metric, double best, int64_t best_step,
+                              int64_t patience) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (!rank0_) return;
+  write_json(nlohmann::json{{"event", "early_stopping"}, {"step", step}, {"metric", metric}, {"best", number(best)},
+                            {"best_step", best_step}, {"patience", patience}}
+                 .dump());
+  info(fmt::format("early stopping at step {}: {} has not improved in {} evaluation(s); the best was {:.4f} at step {}",
+                   step, metric, patience, best, best_step));
+}
+
+void EventLog::run_started(const std::string& command, const std::string& config_yaml, const std::string& task,
+                           const std::string& strategy, int world_size) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (!rank0_) return;
+  write_json(nlohmann::json{{"event", "run"},
+                            {"command", command},
+                            {"config", config_yaml},
+                            {"task", task},
+                            {"strategy", strategy},
+                            {"world_size", world_size}}
+                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+void EventLog::keep_report(const std::string& path) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (rank0_ && !metrics_path_.empty()) report_path_ = path;
+}
+
+void EventLog::refresh_report() {
+  if (report_path_.empty() || report_failed_ || !metrics_) return;
+  try {
+    const std::filesystem::path dir = std::filesystem::path(report_path_).parent_path();
+    if (!dir.empty()) std::filesystem::create_directories(dir);  // before the first checkpoint makes it
+    write_run_report(report_path_, {{dir.string(), metrics_path_}});
+  } catch (const std::exception& e) {
+    report_failed_ = true;  // the report is a view of the metrics: never worth stopping a run for
+    warn(fmt::format("{}; the run report is no longer updated", e.what()));
+  }
 }
 
 void EventLog::summary(const SummaryEvent& s) {
@@ -295,6 +352,7 @@ void EventLog::summary(const SummaryEvent& s) {
                                 : fmt::format("dev accuracy {:.4f} macro_f1 {:.4f}", s.eval.accuracy, s.eval.macro_f1));
     if (!s.masked_lm && !report_labels_.empty()) report(s.eval, report_labels_);
   }
+  refresh_report();
 }
 
 }  // namespace ft

@@ -113,8 +113,9 @@ ClassificationReport report_from_confusion(std::vector<std::vector<int64_t>> con
     r.macro_f1 = sum_f / static_cast<double>(present);
   }
   r.weighted_f1 = r.total > 0 ? weighted / static_cast<double>(r.total) : 0.0;
+  r.scores = {{"accuracy", r.accuracy}, {"macro_f1", r.macro_f1}, {"weighted_f1", r.weighted_f1},
+              {"mcc", matthews_corrcoef(confusion)}};
   r.confusion = std::move(confusion);
-  r.scores = {{"accuracy", r.accuracy}, {"macro_f1", r.macro_f1}};
   return r;
 }
 

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "ft/class_loss.h"
 #include "ft/comm.h"
 #include "ft/error.h"
 #include "ft/events.h"
@@ -24,13 +25,14 @@ namespace {
 // losses transformers' XForSequenceClassification takes for each.
 class Classification final : public Objective {
  public:
-  Classification(ProblemType type, bool huber, double threshold)
-      : type_(type), huber_(huber), threshold_(threshold) {}
+  Classification(ProblemType type, bool huber, double threshold, ClassLossOptions class_loss)
+      : type_(type), huber_(huber), threshold_(threshold), class_loss_(std::move(class_loss)) {}
 
   Batch batch(const Dataset& data, const std::vector<int64_t>& rows, int64_t) const override {
     return data.collate(rows);
   }
   at::Tensor loss(const at::Tensor& logits, const Batch& batch) const override {
+    if (weighted()) return class_loss_terms(logits, batch.labels.to(logits.device()), class_loss_).mean();
     return loss_of(logits, batch.labels, at::Reduction::Mean);
   }
   // The mean over the step's micro-batches (each already a mean over its rows).
@@ -42,7 +44,7 @@ class Classification final : public Objective {
                                 int64_t per_rank) const override {
     auto batches = eval_batches(dev.size(), per_rank, comm.world_size(), comm.rank());
     std::vector<at::Tensor> outputs, labels;  // the valid rows' logits and labels, on the CPU
-    double loss_sum = 0.0;
+    double loss_sum = 0.0, weight_sum = 0.0;
     const auto total = static_cast<int64_t>(batches.size());
     int64_t done = 0;
     for (const auto& b : batches) {
@@ -53,39 +55,26 @@ class Classification final : public Objective {
       if (n == 0) continue;
       outputs.push_back(logits.narrow(0, 0, n).to(at::kCPU, at::kFloat));
       labels.push_back(batch.labels.narrow(0, 0, n));
+      if (weighted()) {  // the training loss's weighted mean (ft/class_loss.h)
+        const auto terms = class_loss_terms(outputs.back(), labels.back(), class_loss_);
+        loss_sum += terms.losses.sum().item<double>();
+        weight_sum += terms.weights.sum().item<double>();
+        continue;
+      }
       // A row's loss: multi-label's BCE is its mean over the labels, as in training.
       const double width = type_ == ProblemType::kMultiLabel ? static_cast<double>(outputs.back().size(1)) : 1.0;
       loss_sum += loss_of(outputs.back(), labels.back(), at::Reduction::Sum).item<double>() / width;
+      weight_sum += static_cast<double>(n);
     }
     events.eval_progress(total, total);
-    auto loss_t = at::tensor({loss_sum, 0.0}, at::kDouble);
-    for (const auto& l : labels) loss_t[1] += static_cast<double>(l.size(0));
+    auto loss_t = at::tensor({loss_sum, weight_sum}, at::kDouble);
     comm.all_reduce(loss_t, ReduceOp::Sum);
     const double rows = loss_t[1].item<double>();
     const double mean_loss = rows > 0 ? loss_t[0].item<double>() / rows : 0.0;
     const int64_t k = dev.num_labels();
     if (type_ == ProblemType::kMultiLabel) return multi_label(outputs, labels, k, comm, mean_loss);
-    // Regression's correlations and single-label's report need every row: gather them.
-    const at::ScalarType kind = type_ == ProblemType::kRegression ? at::kDouble : at::kLong;
-    at::Tensor preds = outputs.empty() ? at::empty({0}, kind) : at::cat(outputs);
-    at::Tensor truth = labels.empty() ? at::empty({0}, kind) : at::cat(labels).to(kind);
-    preds = type_ == ProblemType::kRegression ? preds.view({-1}).to(kind) : preds.argmax(1).to(kind);
-    std::vector<double> p_all, l_all;
-    std::vector<int64_t> pi_all, li_all;
-    for (const auto& g : comm.all_gather_varlen(at::cat({preds, truth}))) {
-      const int64_t half = g.numel() / 2;
-      if (kind == at::kDouble) {
-        const double* d = g.data_ptr<double>();
-        p_all.insert(p_all.end(), d, d + half);
-        l_all.insert(l_all.end(), d + half, d + 2 * half);
-      } else {
-        const int64_t* d = g.data_ptr<int64_t>();
-        pi_all.insert(pi_all.end(), d, d + half);
-        li_all.insert(li_all.end(), d + half, d + 2 * half);
-      }
-    }
-    if (type_ == ProblemType::kRegression) return regression_report(p_all, l_all, mean_loss);
-    return classification_report(pi_all, li_all, k, mean_loss);
+    if (type_ == ProblemType::kRegression) return regression(outputs, labels, comm, mean_loss);
+    return single_label(outputs, labels, k, comm, mean_loss);
   }
 
   void report(EventLog& events, int64_t step, int64_t epoch, const ClassificationReport& r,
@@ -111,7 +100,53 @@ class Classification final : public Objective {
     return {};
   }
 
-  // Decisions at the threshold, counted per label and summed over ranks.
+  // Every rank's rows as doubles, `width` per row (collective).
+  static std::vector<double> gather_rows(const at::Tensor& local, Comm& comm) {
+    std::vector<double> all;
+    for (const auto& g : comm.all_gather_varlen(local.contiguous().view({-1}))) {
+      const double* d = g.data_ptr<double>();
+      all.insert(all.end(), d, d + g.numel());
+    }
+    return all;
+  }
+
+  // The correlations need every row: gathered.
+  static ClassificationReport regression(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& labels,
+                                         Comm& comm, double mean_loss) {
+    at::Tensor preds = outputs.empty() ? at::empty({0}, at::kDouble) : at::cat(outputs).view({-1}).to(at::kDouble);
+    at::Tensor truth = labels.empty() ? at::empty({0}, at::kDouble) : at::cat(labels).view({-1}).to(at::kDouble);
+    const auto rows = gather_rows(at::stack({preds, truth}, 1), comm);
+    std::vector<double> p, l;
+    for (size_t i = 0; i + 1 < rows.size(); i += 2) p.push_back(rows[i]), l.push_back(rows[i + 1]);
+    return regression_report(p, l, mean_loss);
+  }
+
+  // Each row's decision, label and class probabilities, gathered: the
+  // report, and ROC / PR areas over the probabilities.
+  static ClassificationReport single_label(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& labels,
+                                           int64_t k, Comm& comm, double mean_loss) {
+    at::Tensor logits = outputs.empty() ? at::empty({0, k}, at::kFloat) : at::cat(outputs);
+    at::Tensor truth = labels.empty() ? at::empty({0}, at::kLong) : at::cat(labels);
+    const at::Tensor local = at::cat({logits.argmax(1).unsqueeze(1).to(at::kDouble), truth.unsqueeze(1).to(at::kDouble),
+                                      logits.softmax(1).to(at::kDouble)},
+                                     1);
+    const auto rows = gather_rows(local, comm);
+    const size_t width = static_cast<size_t>(k) + 2;
+    std::vector<int64_t> preds, gold;
+    std::vector<double> probs;
+    for (size_t i = 0; i + width <= rows.size(); i += width) {
+      preds.push_back(static_cast<int64_t>(rows[i]));
+      gold.push_back(static_cast<int64_t>(rows[i + 1]));
+      probs.insert(probs.end(), rows.begin() + static_cast<std::ptrdiff_t>(i + 2),
+                   rows.begin() + static_cast<std::ptrdiff_t>(i + width));
+    }
+    auto report = classification_report(preds, gold, k, mean_loss);
+    add_ranking_scores(report, probs, gold, k);
+    return report;
+  }
+
+  // Decisions at the threshold, counted per label and summed over ranks;
+  // the sigmoid scores are gathered for the ROC / PR areas.
   ClassificationReport multi_label(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& labels,
                                    int64_t k, Comm& comm, double mean_loss) const {
     MultiLabelCounts counts;
@@ -136,12 +171,29 @@ class Classification final : public Objective {
     }
     counts.exact = static_cast<int64_t>(s[3 * k]);
     counts.rows = static_cast<int64_t>(s[3 * k + 1]);
-    return multi_label_report(counts, mean_loss);
+    auto report = multi_label_report(counts, mean_loss);
+    at::Tensor scores = outputs.empty() ? at::empty({0, k}, at::kFloat) : at::cat(outputs);
+    at::Tensor truth = labels.empty() ? at::empty({0, k}, at::kFloat) : at::cat(labels);
+    const auto rows = gather_rows(at::cat({scores.sigmoid(), truth.gt(0.5).to(at::kFloat)}, 1).to(at::kDouble), comm);
+    std::vector<double> probs;
+    std::vector<uint8_t> gold;
+    const auto width = static_cast<size_t>(2 * k);
+    for (size_t i = 0; i + width <= rows.size(); i += width) {
+      for (size_t j = 0; j < static_cast<size_t>(k); ++j) {
+        probs.push_back(rows[i + j]);
+        gold.push_back(rows[i + static_cast<size_t>(k) + j] > 0.5 ? 1 : 0);
+      }
+    }
+    add_multi_label_ranking_scores(report, probs, gold, k);
+    return report;
   }
+
+  bool weighted() const { return type_ == ProblemType::kSingleLabel && !class_loss_.plain(); }
 
   ProblemType type_;
   bool huber_;
   double threshold_;
+  ClassLossOptions class_loss_;
 };
 
 class MaskedLm final : public Objective {
@@ -213,11 +265,36 @@ void check_best_metric(const RunConfig& config, ProblemType type) {
   if (type == ProblemType::kMultiLabel) empty = multi_label_report(MultiLabelCounts{{0}, {0}, {0}, 0, 0}, 0.0);
   if (type == ProblemType::kRegression) empty = regression_report({}, {}, 0.0);
   for (const auto& [name, value] : empty.scores) names.push_back(name);
+  if (type != ProblemType::kRegression) names.insert(names.end(), {"roc_auc", "pr_auc"});
   if (std::find(names.begin(), names.end(), metric) != names.end()) return;
   // The default (accuracy) follows the problem type rather than failing.
   if (metric == "accuracy" && type != ProblemType::kSingleLabel) return;
   fail("{}: train.best_metric: '{}' is not a metric of {} (its metrics: {})", config.source, metric,
        problem_type_name(type), fmt::format("{}", fmt::join(names, ", ")));
+}
+
+// train.class_weights, label_smoothing_factor and focal_loss_gamma shape
+// single-label cross-entropy only; elsewhere they are refused, not ignored.
+ClassLossOptions class_loss_options(const RunConfig& config, const RunInputs& inputs, ProblemType type) {
+  const auto& t = config.train;
+  ClassLossOptions o;
+  const char* given = !t.class_weights.empty()      ? "train.class_weights"
+                      : t.label_smoothing_factor > 0 ? "train.label_smoothing_factor"
+                      : t.focal_loss_gamma > 0       ? "train.focal_loss_gamma"
+                                                     : nullptr;
+  if (given == nullptr) return o;
+  if (config.task != RunConfig::Task::kClassify || type != ProblemType::kSingleLabel) {
+    fail("{}: {}: shapes single-label cross-entropy; this run is {} (remove the key)", config.source, given,
+         config.task != RunConfig::Task::kClassify ? task_name(config.task) : problem_type_name(type));
+  }
+  o.label_smoothing = t.label_smoothing_factor;
+  o.focal_gamma = t.focal_loss_gamma;
+  if (!t.class_weights.empty()) {
+    const int64_t k = inputs.train ? inputs.train->num_labels() : inputs.model_config.num_labels;
+    o.class_weights = resolve_class_weights(t.class_weights, inputs.train ? inputs.train->labels() : std::vector<int64_t>{},
+                                            inputs.label_names, k, config.source);
+  }
+  return o;
 }
 
 }  // namespace
@@ -259,7 +336,7 @@ std::unique_ptr<Objective> make_objective(const RunConfig& config, const RunInpu
     const ProblemType type = inputs.train ? inputs.train->problem_type() : inputs.model_config.problem();
     check_best_metric(config, type);
     return std::make_unique<Classification>(type, config.train.regression_loss == "huber",
-                                            config.train.multi_label_threshold);
+                                            config.train.multi_label_threshold, class_loss_options(config, inputs, type));
   }
   if (!inputs.tokenizer) fail("{}: masked-LM pretraining needs text data and data.vocab", config.source);
   // Its own stream of the run seed: masks do not move when dropout or init draws do.

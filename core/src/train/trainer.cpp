@@ -28,6 +28,7 @@
 #include "ft/trace.h"
 #include "ft/tuning_method.h"
 #include "ft/abilities.h"
+#include "best_model.h"
 
 namespace ft {
 namespace fsys = std::filesystem;
@@ -77,7 +78,10 @@ struct Trainer::Impl {
   StrategyContext ctx;
   std::shared_ptr<EncoderModel> model;
   TrainerState state;
-  std::optional<ClassificationReport> last_eval;
+  std::optional<ClassificationReport> last_eval, best_eval;
+  BestModelTracker best{config.train};
+  bool stop_early = false;
+  int64_t last_eval_step = -1;
   // Counted before setup: strategies that slice the model (tensor) leave
   // each rank only its part.
   int64_t trainable_params = 0;
@@ -205,27 +209,44 @@ struct Trainer::Impl {
     return report;
   }
 
-  // Higher is better: losses and errors count negated. The default,
-  // accuracy, is subset accuracy for multi-label and the loss for regression.
-  double metric_value(const ClassificationReport& r) const {
-    const std::string& name = config.train.best_metric;
-    if (name == "loss" || (name == "accuracy" && r.problem_type == ProblemType::kRegression)) return -r.loss;
-    if (name == "accuracy") return r.accuracy;
-    const double v = r.score(name).value_or(r.accuracy);
-    return name == "mse" || name == "mae" ? -v : v;
-  }
-
   void run_eval(int64_t epoch) {
     auto report = evaluate();
     objective->report(events, state.global_step, epoch, report, inputs.label_names);
     last_eval = report;
-    const double v = metric_value(report);
-    if (!state.has_best || v > state.best_metric) {
-      state.best_metric = v;
-      state.has_best = true;
+    last_eval_step = state.global_step;
+    const auto verdict = best.observe(report, state, comm);
+    if (verdict.improved) {
+      best_eval = report;
       state.best_checkpoint.clear();  // set when the next checkpoint is written
       pending_best_ = true;
     }
+    if (verdict.stop) {
+      stop_early = true;
+      events.early_stopping(state.global_step, best.metric(), best.shown(state.best_metric, report), state.best_step,
+                            config.train.early_stopping_patience);
+    }
+  }
+
+  // load_best_model_at_end needs a checkpoint at each evaluation: the save
+  // cadence follows the evaluations' where none is given.
+  int64_t save_every() const {
+    const auto& t = config.train;
+    return t.save_every > 0 || !t.load_best_model_at_end ? t.save_every : t.eval_every;
+  }
+  bool save_each_epoch() const {
+    const auto& t = config.train;
+    return t.save_each_epoch || (t.load_best_model_at_end && t.eval_every == 0);
+  }
+
+  // The best evaluation's weights back into the strategy, for final/.
+  void load_best_weights() {
+    if (!config.train.load_best_model_at_end || pending_best_ || state.best_checkpoint.empty()) return;
+    const auto ckpt = load_checkpoint(state.best_checkpoint, /*with_training_state=*/false);
+    strategy->load_state(ckpt.model, nullptr);
+    events.info(fmt::format("load_best_model_at_end: {} (step {}, {} {:.4f}) is written as the final weights",
+                            state.best_checkpoint, state.best_step, best.metric(),
+                            best_eval ? best.shown(state.best_metric, *best_eval) : state.best_metric));
+    last_eval = best_eval ? best_eval : std::optional<ClassificationReport>(evaluate());
   }
 
   CheckpointData checkpoint_data(bool with_training_state) {
@@ -437,7 +458,7 @@ void Trainer::Impl::after_step(FitProgress& p, int64_t epoch, bool last) {
   if (t.eval_every > 0 && inputs.dev && (state.global_step % t.eval_every == 0 || last)) {
     timed(p.side_seconds, [&] { run_eval(epoch); });
   }
-  if (!t.output_dir.empty() && t.save_every > 0 && state.global_step % t.save_every == 0 && !last) {
+  if (!t.output_dir.empty() && save_every() > 0 && state.global_step % save_every() == 0 && !last) {
     timed(p.side_seconds, [&] { save_step_checkpoint(); });
   }
 }
@@ -474,8 +495,8 @@ void Trainer::Impl::run_step(const Schedule& plan, FitProgress& p) {
 void Trainer::Impl::end_epoch(FitProgress& p) {
   const auto& t = config.train;
   if (!t.eval_every && inputs.dev) timed(p.side_seconds, [&] { run_eval(state.epoch); });
-  const bool saved_by_step = t.save_every > 0 && state.global_step % t.save_every == 0;
-  if (t.save_each_epoch && !t.output_dir.empty() && !saved_by_step) {
+  const bool saved_by_step = save_every() > 0 && state.global_step % save_every() == 0;
+  if (save_each_epoch() && !t.output_dir.empty() && !saved_by_step) {
     timed(p.side_seconds, [&] { save_step_checkpoint(); });
   }
   state.epoch += 1;
@@ -487,8 +508,11 @@ void Trainer::Impl::end_epoch(FitProgress& p) {
 TrainResult Trainer::Impl::finish_fit(FitProgress& p) {
   const auto& t = config.train;
   if (auto note = tracer.finish(state.global_step)) events.info(*note);
-  // The per-epoch cadence also evaluates where training stops.
-  if (!t.eval_every && inputs.dev) timed(p.side_seconds, [&] { run_eval(state.epoch); });
+  // The per-epoch cadence also evaluates where training stops (unless it just did: an early stop).
+  if (!t.eval_every && inputs.dev && last_eval_step != state.global_step) {
+    timed(p.side_seconds, [&] { run_eval(state.epoch); });
+  }
+  timed(p.side_seconds, [&] { load_best_weights(); });
   const double loop_seconds = std::chrono::duration<double>(Clock::now() - p.start).count() - p.side_seconds;
 
   TrainResult result;
@@ -553,7 +577,7 @@ TrainResult Trainer::Impl::fit() {
   FitProgress progress;
   // Throughput leaves out the first steps (allocator and thread-pool warm-up).
   progress.warm_steps = plan.total - state.global_step > 6 ? 2 : 0;
-  while (state.global_step < plan.total) {
+  while (state.global_step < plan.total && !stop_early) {
     if (state.step_in_epoch >= plan.per_epoch) {
       end_epoch(progress);
     } else {

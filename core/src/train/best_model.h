@@ -1,0 +1,44 @@
+// Private to train/: which evaluation is the best, and when to stop early
+// (train.best_metric, greater_is_better, early_stopping_patience and
+// early_stopping_threshold), as transformers' Trainer and its
+// EarlyStoppingCallback decide.
+#pragma once
+
+#include <string>
+
+#include "ft/checkpoint.h"
+#include "ft/config.h"
+#include "ft/metrics.h"
+
+namespace ft {
+
+class Comm;
+
+class BestModelTracker {
+ public:
+  explicit BestModelTracker(const TrainConfig& t) : t_(t) {}
+
+  struct Verdict {
+    bool improved = false;  // a new best: the next checkpoint is the best one
+    bool stop = false;      // patience is spent
+  };
+
+  // Judges rank 0's reading of `r` and broadcasts it, so every rank takes
+  // the same decision at the same step even if their reports differed in
+  // the last bit (collective). Updates state's best and patience count.
+  Verdict observe(const ClassificationReport& r, TrainerState& state, Comm& comm) const;
+
+  // The metric's value with the sign that makes higher better.
+  double signed_value(const ClassificationReport& r) const;
+  bool greater_is_better(const ClassificationReport& r) const;
+  // The metric as reported (unsigned), for messages.
+  double shown(double signed_value, const ClassificationReport& r) const {
+    return greater_is_better(r) ? signed_value : -signed_value;
+  }
+  const std::string& metric() const { return t_.best_metric; }
+
+ private:
+  const TrainConfig& t_;
+};
+
+}  // namespace ft
