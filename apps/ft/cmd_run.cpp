@@ -134,7 +134,14 @@ int work(RunConfig config, const std::vector<std::string>& plugin_dirs, const st
     events.listen([t = mlflow.get()](const std::string& record) { t->record(record); });
   }
   if (!out.empty()) events.keep_report((std::filesystem::path(out) / "report.html").string());
-  events.run_started(command, to_yaml(config), task_name(config.task), config.strategy.name, env.world_size);
+  // The run's record goes out just before its first event: a run that fails to start
+  // (bad data, a checkpoint that does not fit) leaves no metrics file behind.
+  events.listen([&events, started = false, command, yaml = to_yaml(config), task = task_name(config.task),
+                 name = config.strategy.name, world = env.world_size](const std::string&) mutable {
+    if (started) return;
+    started = true;
+    events.run_started(command, yaml, task, name, world);
+  });
   for (const auto& note : notes) events.info(note);
   if (inputs.skipped_rows > 0) {
     events.info(fmt::format("skipped {} bad row(s) (data.bad_rows=skip){}", inputs.skipped_rows,

@@ -299,6 +299,11 @@ TEST_CASE("ft run's TensorBoard scalars equal its JSONL metrics") {
     CHECK(value("eval/loss", step) == static_cast<float>(j.at("loss").get<double>()));
     CHECK(value("eval/accuracy", step) == static_cast<float>(j.at("accuracy").get<double>()));
     CHECK(value("eval/macro_f1", step) == static_cast<float>(j.at("macro_f1").get<double>()));
+    for (const char* name : {"weighted_f1", "mcc", "roc_auc", "pr_auc"}) {
+      INFO(name);
+      CHECK(value(std::string("eval/") + name, step) == static_cast<float>(j.at(name).get<double>()));
+    }
   }
-  CHECK(scalars.size() == 4 * 5 + 2 * 3);
+  // Per step loss, lr, grad norm, samples/s, loss scale; per evaluation the loss and six scores.
+  CHECK(scalars.size() == 4 * 5 + 2 * 7);
 }
