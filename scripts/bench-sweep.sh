@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # The sweep benchmark of docs/training-loop.md: `ft sweep` over learning rate
-# x warm-up on the default run (configs/sweeps/imdb.yaml: 8 trials, 2 at a
-# time, ASHA), then the default config and the sweep's best.yaml trained
-# side by side under the same conditions (two processes, the cores split),
-# with evaluation only at the end as a plain run has it.
+# x warm-up on the default run (configs/sweeps/imdb.yaml: 8 trials, one at a
+# time, ASHA), then the default config and the sweep's best.yaml trained one
+# after the other under the same conditions, with evaluation only at the end
+# as a plain run has it.
 #
 #   scripts/bench-sweep.sh [OUT_DIR]      (default runs/bench-sweep)
 #
 # Prints: the sweep's table and wall time; the default's and the best
-# config's dev accuracy; and 8 full trials' time, estimated as 4 x the wall
-# time of that side-by-side pair (8 trials at 2 at a time, without the
-# pruning evaluations). Needs data/ (scripts/fetch-data.sh) and a built ft.
+# config's dev accuracy; and 8 full trials' time, estimated as 4 x the two
+# plain runs' time (without the pruning evaluations). Needs data/
+# (scripts/fetch-data.sh) and a built ft.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -27,19 +27,13 @@ t0=$(date +%s.%N)
 "$ft" sweep --config "$out/sweep.yaml" | tee "$out/sweep.log"
 t1=$(date +%s.%N)
 
-threads=$(($(nproc) / 2))
-((threads < 1)) && threads=1
 run() {  # NAME [ft run flags...]: one full run, its output in OUT/NAME.log
   local name="$1"
   shift
-  "$ft" run "$@" --output-dir "$out/$name" --threads "$threads" --set runtime.progress=false >"$out/$name.log" 2>&1
+  "$ft" run "$@" --output-dir "$out/$name" --set runtime.progress=false >"$out/$name.log" 2>&1
 }
-run default &
-a=$!
-run best --config "$out/sweep/best.yaml" &
-b=$!
-wait "$a"
-wait "$b"
+run default
+run best --config "$out/sweep/best.yaml"
 t2=$(date +%s.%N)
 
 acc() { grep -o '"eval_accuracy":[0-9.]*' "$out/$1/metrics.jsonl" | tail -1 | cut -d: -f2; }
@@ -50,6 +44,6 @@ sweep, pair = t1 - t0, t2 - t1
 print(f"\nsweep: {sweep:.0f} s wall")
 print(f"default (lr 1e-4, warm-up 0.1) dev accuracy {default:.4f}; best.yaml {best:.4f} "
       f"({'at least as good' if best >= default else 'WORSE'})")
-print(f"8 full trials, 2 at a time: ~{4 * pair:.0f} s (4 x the {pair:.0f} s pair); "
+print(f"8 full trials: ~{4 * pair:.0f} s (4 x the {pair:.0f} s of the two plain runs); "
       f"the sweep took {sweep / (4 * pair):.2f} of that")
 EOF
