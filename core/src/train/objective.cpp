@@ -145,45 +145,27 @@ class Classification final : public Objective {
     return report;
   }
 
-  // Decisions at the threshold, counted per label and summed over ranks;
-  // the sigmoid scores are gathered for the ROC / PR areas.
+  // Every row's sigmoid scores and true labels, gathered: the decisions at
+  // the threshold are counted from them (ft/metrics.h), and the ROC / PR
+  // areas computed over them.
   ClassificationReport multi_label(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& labels,
                                    int64_t k, Comm& comm, double mean_loss) const {
-    MultiLabelCounts counts;
-    counts.tp.assign(static_cast<size_t>(k), 0), counts.fp.assign(static_cast<size_t>(k), 0);
-    counts.fn.assign(static_cast<size_t>(k), 0);
-    at::Tensor sums = at::zeros({3 * k + 2}, at::kDouble);
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      const at::Tensor predicted = outputs[i].sigmoid().ge(threshold_);
-      const at::Tensor truth = labels[i].gt(0.5);
-      sums.narrow(0, 0, k) += (predicted & truth).sum(0).to(at::kDouble);
-      sums.narrow(0, k, k) += (predicted & ~truth).sum(0).to(at::kDouble);
-      sums.narrow(0, 2 * k, k) += (~predicted & truth).sum(0).to(at::kDouble);
-      sums[3 * k] += predicted.eq(truth).all(1).sum().item<double>();
-      sums[3 * k + 1] += static_cast<double>(outputs[i].size(0));
-    }
-    comm.all_reduce(sums, ReduceOp::Sum);
-    const double* s = sums.data_ptr<double>();
-    for (int64_t j = 0; j < k; ++j) {
-      counts.tp[static_cast<size_t>(j)] = static_cast<int64_t>(s[j]);
-      counts.fp[static_cast<size_t>(j)] = static_cast<int64_t>(s[k + j]);
-      counts.fn[static_cast<size_t>(j)] = static_cast<int64_t>(s[2 * k + j]);
-    }
-    counts.exact = static_cast<int64_t>(s[3 * k]);
-    counts.rows = static_cast<int64_t>(s[3 * k + 1]);
-    auto report = multi_label_report(counts, mean_loss);
     at::Tensor scores = outputs.empty() ? at::empty({0, k}, at::kFloat) : at::cat(outputs);
     at::Tensor truth = labels.empty() ? at::empty({0, k}, at::kFloat) : at::cat(labels);
     const auto rows = gather_rows(at::cat({scores.sigmoid(), truth.gt(0.5).to(at::kFloat)}, 1).to(at::kDouble), comm);
     std::vector<double> probs;
-    std::vector<uint8_t> gold;
+    std::vector<uint8_t> predicted, gold;
     const auto width = static_cast<size_t>(2 * k);
+    // The scores are fp32 values held exactly in double: compared in fp32, as the tensor comparison would.
+    const auto threshold = static_cast<float>(threshold_);
     for (size_t i = 0; i + width <= rows.size(); i += width) {
       for (size_t j = 0; j < static_cast<size_t>(k); ++j) {
         probs.push_back(rows[i + j]);
+        predicted.push_back(static_cast<float>(rows[i + j]) >= threshold ? 1 : 0);
         gold.push_back(rows[i + static_cast<size_t>(k) + j] > 0.5 ? 1 : 0);
       }
     }
+    auto report = multi_label_report(multi_label_counts(predicted, gold, k), mean_loss);
     add_multi_label_ranking_scores(report, probs, gold, k);
     return report;
   }
