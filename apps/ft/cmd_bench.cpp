@@ -149,7 +149,9 @@ void preflight(const std::vector<RowDef>& rows, const BenchFlags& flags, const W
     }
   }
   const RunConfig c = load_config(wl.config, flags.sets);
-  for (const auto& [key, path] : {std::pair{"data.train", c.data.train}, std::pair{"data.dev", c.data.dev}}) {
+  std::vector<std::pair<std::string, std::string>> files{{"data.train", c.data.train}};
+  for (const auto& f : c.data.dev.files) files.emplace_back(DevFiles::key(f), f.path);
+  for (const auto& [key, path] : files) {
     if (!path.empty() && !fsys::exists(path)) {
       fail("--workload {}: {} {} not found from {} (scripts/fetch-data.sh, or the ../shared fixtures)", wl.label, key,
            path, fsys::current_path().string());

@@ -115,22 +115,32 @@ int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint,
   PluginHost host = PluginHost::discover(DiscoveryOptions::from_environment({f.plugin_dirs.begin(), f.plugin_dirs.end()}));
   auto strategy = host.create("single");
   RunInputs inputs = prepare_inputs(config);
-  if (!inputs.dev) fail("ft eval: no dev data; pass --data FILE or set data.dev / data.dev_fraction");
+  if (!inputs.first_dev()) fail("ft eval: no dev data; pass --data FILE or set data.dev / data.dev_fraction");
   const auto labels = inputs.label_names;
-  const auto rows = inputs.dev->size();
+  std::vector<std::string> sets;  // "872 rows" or, for named dev sets, "sst2: 872 rows"
+  for (const auto& d : inputs.dev) {
+    sets.push_back(fmt::format("{}{} rows", d.name.empty() ? "" : d.name + ": ", d.data->size()));
+  }
   const int64_t step = saved_step(dir).value_or(0);
   auto comm = Comm::create(DistEnv{});
   EventLog events(true, config.runtime.metrics_out, false);
-  events.info(fmt::format("evaluating checkpoint {} (step {}) on {} ({} rows{}), labels {}", checkpoint, step,
-                          data.empty() ? (config.data.dev.empty() ? config.data.train + ", the run's dev split" : config.data.dev)
-                                       : data,
-                          rows, inputs.skipped_rows > 0 ? fmt::format(", {} skipped", inputs.skipped_rows) : "",
+  std::string source = data;
+  if (source.empty()) {
+    source = config.data.dev.empty() ? config.data.train + ", the run's dev split" : config.data.dev.files.front().path;
+    if (config.data.dev.files.size() > 1) source = fmt::format("the run's {} dev sets", config.data.dev.files.size());
+  }
+  events.info(fmt::format("evaluating checkpoint {} (step {}) on {} ({}{}), labels {}", checkpoint, step, source,
+                          fmt::join(sets, ", "),
+                          inputs.skipped_rows > 0 ? fmt::format(", {} skipped", inputs.skipped_rows) : "",
                           fmt::join(labels, ", ")));
   Trainer trainer(config, std::move(inputs), strategy, "single", *comm, events);
   if (unverified) note_unverified(checkpoint);
-  auto report = trainer.evaluate();
-  events.eval(step, 0, report, labels);
-  events.report(report, labels);
+  for (const auto& [name, report] : trainer.evaluate()) {
+    events.dev_set(name);
+    events.eval(step, 0, report, labels);
+    events.report(report, labels);
+  }
+  events.dev_set("");
   return 0;
 }
 

@@ -81,10 +81,13 @@ int extract_features(const ConfigFlags& flags, const std::string& checkpoint, co
   const auto t0 = Clock::now();
   auto [train_x, train_y] = extract(*model, *inputs.train, batch);
   TensorList tensors{{"train_features", train_x}, {"train_labels", train_y}};
-  if (inputs.dev) {
-    auto [dev_x, dev_y] = extract(*model, *inputs.dev, batch);
-    tensors.emplace_back("dev_features", dev_x);
-    tensors.emplace_back("dev_labels", dev_y);
+  int64_t dev_rows = 0;
+  for (const auto& dev : inputs.dev) {  // named dev sets: dev_<name>_features, ...
+    auto [dev_x, dev_y] = extract(*model, *dev.data, batch);
+    const std::string prefix = dev.name.empty() ? "dev" : "dev_" + dev.name;
+    dev_rows += dev_x.size(0);
+    tensors.emplace_back(prefix + "_features", dev_x);
+    tensors.emplace_back(prefix + "_labels", dev_y);
   }
   const double seconds = since(t0);
   const nlohmann::json labels = inputs.label_names;
@@ -95,7 +98,7 @@ int extract_features(const ConfigFlags& flags, const std::string& checkpoint, co
                      {"labels", labels.dump()},
                      {"extract_seconds", fmt::format("{:.3f}", seconds)}});
   std::cout << fmt::format("wrote {}: {} train / {} dev rows x {} features from {} in {:.2f} s\n", out, train_x.size(0),
-                           inputs.dev ? tensors[2].second.size(0) : 0, train_x.size(1), checkpoint, seconds);
+                           dev_rows, train_x.size(1), checkpoint, seconds);
   return 0;
 }
 

@@ -61,8 +61,9 @@ int launch(const RunFlags& f, const RunConfig& config) {
 void warn_suspicious_rows(const RunInputs& in, const std::string& file, EventLog& events) {
   int64_t empty = 0;
   std::vector<int64_t> per_label(in.label_names.size(), 0);
-  for (const Dataset* d : {in.train.get(), in.dev.get()}) {
-    if (d == nullptr) continue;
+  std::vector<const Dataset*> sets{in.train.get()};
+  for (const auto& dev : in.dev) sets.push_back(dev.data.get());
+  for (const Dataset* d : sets) {
     for (const int64_t len : d->lengths()) empty += len <= 2 ? 1 : 0;  // [CLS] [SEP] and nothing between
     for (const int64_t label : d->labels()) {
       if (label >= 0 && label < static_cast<int64_t>(per_label.size())) ++per_label[static_cast<size_t>(label)];
@@ -155,8 +156,13 @@ int work(RunConfig config, const std::vector<std::string>& plugin_dirs, const st
                                  ? std::string("regression (one score per row)")
                                  : fmt::format("{} labels{}", inputs.label_names.size(),
                                                problem == ProblemType::kMultiLabel ? ", multi-label" : "");
-  events.info(fmt::format("{} train / {} dev rows, {}, {}", inputs.train->size(), inputs.dev ? inputs.dev->size() : 0,
-                          labels, threads.describe()));
+  std::vector<std::string> dev_rows;
+  for (const auto& dev : inputs.dev) {
+    dev_rows.push_back(dev.name.empty() ? std::to_string(dev.data->size()) : fmt::format("{} {}", dev.data->size(), dev.name));
+  }
+  events.info(fmt::format("{} train / {} dev rows, {}, {}", inputs.train->size(),
+                          dev_rows.empty() ? std::string("0") : fmt::format("{}", fmt::join(dev_rows, " + ")), labels,
+                          threads.describe()));
   // The tracker's run ends FINISHED with the report and config, or FAILED with what there is.
   auto end_tracking = [&](bool ok) {
     if (!mlflow) return;

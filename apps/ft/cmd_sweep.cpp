@@ -69,7 +69,11 @@ class Sweep {
     base.config_path = spec_.base;
     base.overrides = spec_.overrides;
     const RunConfig config = load_run_config(base);  // the base must load before any trial starts
-    metric_ = spec_.metric.empty() ? config.train.best_metric : spec_.metric;
+    RunConfig judged = config;  // with named dev sets, the metric is read on one of them
+    if (!spec_.metric.empty()) judged.train.best_metric = spec_.metric;
+    const BestMetricRef ref = best_metric_ref(judged);
+    metric_ = ref.metric;
+    dev_ = ref.dev;
     greater_ = sweep_greater_is_better(spec_, metric_);
     pruner_ = std::make_unique<AshaPruner>(spec_.min_steps, spec_.reduction_factor, greater_);
     for (auto& p : sweep_trials(spec_)) trials_.push_back(Trial{std::move(p)});
@@ -93,6 +97,7 @@ class Sweep {
   SweepSpec spec_;
   fsys::path dir_;
   std::string metric_;
+  std::string dev_;  // the data.dev set metric_ is read on ("" for a single set)
   bool greater_ = true;
   std::unique_ptr<AshaPruner> pruner_;
   std::vector<Trial> trials_;
@@ -186,6 +191,7 @@ void Sweep::poll(const Running& r) {
     const std::string event = j.value("event", "");
     if (event == "step") t.steps = std::max(t.steps, j.value("step", int64_t{0}));
     if (event != "eval" || !j.contains(metric_) || !j.at(metric_).is_number()) continue;
+    if (j.value("dev", std::string()) != dev_) continue;
     const double v = j.at(metric_).get<double>();
     const int64_t step = j.value("step", int64_t{0});
     if (t.status == "pruned" && step > t.pruned_at) continue;  // written before the stop reached it

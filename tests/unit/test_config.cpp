@@ -144,7 +144,7 @@ TEST_CASE("--set changes exactly the named field, typed like the file") {
   CHECK_FALSE(from("model:\n  config: tiny\n  dropout: 0.2\ndata:\n  train: r.jsonl\n  vocab: v\n",
                    {"model.dropout=null"})
                   .model.dropout.has_value());
-  CHECK(from(kBase, {"data.dev="}).data.dev == "");
+  CHECK(from(kBase, {"data.dev="}).data.dev.empty());
   CHECK(from(kBase, {"strategy.options={a: 1, b: x}"}).strategy.options ==
         std::map<std::string, std::string>{{"a", "1"}, {"b", "x"}});
   // A section the file lacks is created.
@@ -327,6 +327,21 @@ TEST_CASE("to_yaml writes every key and round-trips byte-exact") {
   CHECK(plain.find("  options: {}\n") != std::string::npos);
   CHECK(ft::to_yaml(from(plain)) == plain);
   CHECK_FALSE(from(plain).model.dropout.has_value());
+
+  // Named dev sets keep their order (the first one is the judged set).
+  const auto named = from(kBase, {"data.dev={zeta: z.jsonl, alpha: a b.jsonl}"});
+  REQUIRE(named.data.dev.files.size() == 2);
+  CHECK(named.data.dev.files[0].name == "zeta");
+  CHECK(named.data.dev.files[1].path == "a b.jsonl");
+  const std::string named_text = ft::to_yaml(named);
+  CHECK(named_text.find("  dev:\n    zeta: z.jsonl\n    alpha: a b.jsonl\n") != std::string::npos);
+  CHECK(ft::to_yaml(from(named_text)) == named_text);
+  CHECK(ft::best_metric_ref(named).dev == "zeta");
+  auto judged = named;
+  judged.train.best_metric = "eval_alpha_macro_f1";
+  CHECK(ft::best_metric_ref(judged).dev == "alpha");
+  CHECK(ft::best_metric_ref(judged).metric == "macro_f1");
+  CHECK(ft::to_yaml(from(kBase, {"data.dev=one.jsonl"})).find("  dev: one.jsonl\n") != std::string::npos);
 }
 
 TEST_CASE("each pretraining config reads its fine-tuning run's data the same way (so the same dev rows are left out)") {

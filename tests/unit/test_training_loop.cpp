@@ -232,3 +232,83 @@ TEST_CASE("the loop's keys refuse what they cannot do, one line each") {
   CHECK(ok.exit_code == 0);
   CHECK(std::isfinite(ft_test::step_losses(tmp.path() / "m.jsonl").at(0)));
 }
+
+TEST_CASE("named dev sets: each is evaluated and reported under its name, and best_metric reads the one it names") {
+  ft_test::TempDir tmp("named-dev");
+  const fsys::path d = tmp.path();
+  ft_test::write_tiny_task(d);
+  {  // "flipped": ten training rows with the other label, so its metrics differ from "train"'s
+    std::ifstream in(d / "train.jsonl");
+    std::ofstream out(d / "flipped.jsonl");
+    std::string line;
+    for (int i = 0; i < 10 && std::getline(in, line); ++i) {
+      json j = json::parse(line);
+      j["label"] = j["label"] == "pos" ? "neg" : "pos";
+      out << j.dump() << "\n";
+    }
+  }
+  // Threshold 10: patience 2 stops at the third evaluation, step 6 of 10.
+  const std::string run = fmt::format(
+      "run --config {0}/run.yaml --set train.eval_every=2 --max-steps 10 --timeout 60 --set train.early_stopping_patience=2 "
+      "--set train.early_stopping_threshold=10 ",
+      d.string());
+  const std::string named = fmt::format("--set 'data.dev={{train: {0}/train.jsonl, flipped: {0}/flipped.jsonl}}'", d.string());
+  const std::string out = ft_test::run_ok(run + named + fmt::format(" --set train.best_metric=flipped_loss "
+                                                                    "--output-dir {0}/out --metrics-out {0}/named.jsonl",
+                                                                    d.string()));
+  CHECK(out.find("96 train / 96 train + 10 flipped dev rows") != std::string::npos);
+  CHECK(out.find("eval step 2 (flipped): loss") != std::string::npos);
+  const auto evals = ft_test::read_events(d / "named.jsonl", "eval");
+  REQUIRE(evals.size() == 6);
+  std::vector<json> flipped;
+  for (size_t i = 0; i < evals.size(); ++i) {
+    CHECK(evals[i].at("dev") == (i % 2 == 0 ? "train" : "flipped"));
+    CHECK(evals[i].at("step") == 2 * static_cast<int64_t>(i / 2 + 1));
+    CHECK(evals[i].at("samples") == (i % 2 == 0 ? 96 : 10));
+    if (i % 2 == 1) flipped.push_back(evals[i]);
+  }
+  // Early stopping and the summary follow the set best_metric names.
+  const auto early = ft_test::read_events(d / "named.jsonl", "early_stopping");
+  REQUIRE(early.size() == 1);
+  CHECK(early[0].at("metric") == "flipped_loss");
+  const auto lowest = std::min_element(flipped.begin(), flipped.end(), [](const json& a, const json& b) {
+    return a.at("loss").get<double>() < b.at("loss").get<double>();
+  });
+  CHECK(early[0].at("best_step") == lowest->at("step"));
+  const json summary = ft_test::summary_of(d / "named.jsonl");
+  CHECK(summary.at("eval_dev") == "flipped");
+  CHECK(summary.at("eval_loss") == flipped.back().at("loss"));
+
+  // The "train" set reads exactly as the same file given alone (same weights, same rows).
+  ft_test::run_ok(run + fmt::format("--set data.dev={0}/train.jsonl --set train.best_metric=loss --metrics-out {0}/one.jsonl",
+                                    d.string()));
+  const auto single = ft_test::read_events(d / "one.jsonl", "eval");
+  REQUIRE(single.size() == 3);
+  for (size_t i = 0; i < single.size(); ++i) {
+    CHECK_FALSE(single[i].contains("dev"));
+    for (const char* key : {"loss", "accuracy", "macro_f1", "roc_auc"}) CHECK(single[i].at(key) == evals[2 * i].at(key));
+  }
+
+  // ft eval of the checkpoint reads both sets back from its saved config.
+  ft_test::run_ok(fmt::format("eval --checkpoint {0}/out/final --set runtime.metrics_out={0}/eval.jsonl", d.string()));
+  const auto again = ft_test::read_events(d / "eval.jsonl", "eval");
+  REQUIRE(again.size() == 2);
+  CHECK(again[0].at("dev") == "train");
+  CHECK(again[1].at("dev") == "flipped");
+  CHECK(again[1].at("loss").get<double>() == doctest::Approx(flipped.back().at("loss").get<double>()).epsilon(1e-9));
+
+  // Bad names and metrics: one line each.
+  auto refused = [&](const std::string& sets, const std::string& extra, const std::string& expected) {
+    const auto r = ft_test::run_ft(fmt::format("run --config {}/run.yaml --max-steps 1 --set 'data.dev={}' {}", d.string(),
+                                               sets, extra));
+    INFO(r.output);
+    CHECK(r.exit_code != 0);
+    CHECK(r.output.find(expected) != std::string::npos);
+  };
+  refused("{a: \"\"}", "", "data.dev.a: the file is empty");
+  refused("{a: }", "", "data.dev.a: expected a file path, got nothing");
+  refused("{x y: f.jsonl}", "", "data.dev: dev set name 'x y'");
+  refused("{a: [f.jsonl]}", "", "data.dev.a: expected a file path");
+  refused(fmt::format("{{a: {}/flipped.jsonl}}", d.string()), "--set train.best_metric=b_loss",
+          "train.best_metric: unknown value 'b_loss'");
+}

@@ -50,14 +50,29 @@ struct ModelConfigRef {
   std::string problem_type;
 };
 
+/// data.dev: one dev file, or a mapping name -> file (transformers'
+/// eval_dataset as a dict). Every set is evaluated at each evaluation and
+/// reported under its name (eval_<name>_<metric>); the first one, or the one
+/// train.best_metric names as <name>_<metric>, picks the best checkpoint.
+struct DevFiles {
+  struct File {
+    std::string name;  // "" for the one-file form
+    std::string path;
+  };
+  std::vector<File> files;  // in the order given
+  bool empty() const { return files.empty(); }
+  /// "data.dev" for the one-file form, else "data.dev.<name>".
+  static std::string key(const File& f) { return f.name.empty() ? "data.dev" : "data.dev." + f.name; }
+};
+
 /// yaml: `data` — where the examples come from and how they become batches.
 struct DataConfig {
   /// Required. Training data: a JSON list, JSON Lines, CSV, TSV or a
   /// pre-tokenized safetensors file (input_ids, attention_mask,
   /// token_type_ids, labels).
   std::string train;
-  /// Optional separate dev file. Empty: dev_fraction of train is split off.
-  std::string dev;
+  /// Optional dev file(s), see DevFiles. Empty: dev_fraction of train is split off.
+  DevFiles dev;
   /// auto | json | jsonl | csv | tsv | safetensors. auto: by the file
   /// extension (see resolve_data_format).
   std::string format = "auto";
@@ -212,7 +227,8 @@ struct TrainConfig {
   /// of the evaluation's metrics (single-label: accuracy, macro_f1,
   /// weighted_f1, mcc, roc_auc, pr_auc; multi-label: micro_f1, macro_f1,
   /// subset_accuracy, roc_auc, pr_auc; regression: mse, mae, pearson,
-  /// spearman).
+  /// spearman). With several named dev sets, <name>_<metric> reads it on
+  /// that set (best_metric_ref); a plain metric is read on the first.
   std::string best_metric = "accuracy";
   /// Whether a higher best_metric is better; unset: as transformers infers
   /// it (lower for loss, mse and mae, higher otherwise).
@@ -510,6 +526,17 @@ std::string to_yaml(const RunConfig& config);
 /// dev_fraction in [0, 1), enum values, required paths, text data needs a
 /// vocab, ...). Throws ft::Error "<source>: <key>: <what is wrong>".
 void validate(const RunConfig& config);
+
+/// train.best_metric resolved against data.dev: the name of the dev set it
+/// is read on ("" for a single set; a plain metric reads the first set) and
+/// the metric. "<name>_<metric>" (or "eval_<name>_<metric>") names one of the
+/// named sets, as transformers' metric_for_best_model does with an
+/// eval_dataset dict.
+struct BestMetricRef {
+  std::string dev;
+  std::string metric;
+};
+BestMetricRef best_metric_ref(const RunConfig& config);
 
 /// `format` unless it is "auto", else the format implied by `path`'s
 /// extension: .json -> json, .jsonl/.ndjson -> jsonl, .csv -> csv,

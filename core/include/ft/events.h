@@ -70,6 +70,7 @@ struct SummaryEvent {
   bool has_eval = false;
   bool masked_lm = false;  // eval is over masked tokens (ft pretrain), not rows
   ClassificationReport eval;
+  std::string eval_dev;  // the data.dev set `eval` is of (the one best_metric reads); "" for a single set
   std::string checkpoint;  // final model dir, if saved
 };
 
@@ -96,6 +97,11 @@ class EventLog {
   /// The per-label precision / recall / F1 table (the summary prints the
   /// last evaluation's).
   void report(const ClassificationReport& r, const std::vector<std::string>& label_names);
+  /// The evaluation records until the next call belong to data.dev's set
+  /// `name` ("" for a single set): their JSON carries "dev": name, their
+  /// TensorBoard tags are eval/<name>_<metric> (transformers' names for an
+  /// eval_dataset dict) and their line says it.
+  void dev_set(const std::string& name) { dev_set_ = name; }
   /// Masked-LM evaluation: r.loss and r.accuracy over r.total masked tokens.
   void eval_masked_lm(int64_t step, int64_t epoch, const ClassificationReport& r);
   /// The eval line and record of a multi-label or regression evaluation.
@@ -147,6 +153,9 @@ class EventLog {
   bool report_failed_ = false;  // warned once
   void refresh_report();
   std::vector<std::string> report_labels_;  // of the last eval(), for the summary's table
+  std::string dev_set_;                      // see dev_set()
+  // An eval scalar's TensorBoard point, under the current dev set's name.
+  void eval_scalar(const std::string& metric, double value, int64_t step);
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   // A checkpoint finished on a background thread says so (CheckpointWriter)
   // while the step loop prints: whole lines, never interleaved.

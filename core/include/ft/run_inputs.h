@@ -15,6 +15,13 @@
 
 namespace ft {
 
+// One evaluation set: its data.dev name ("" for a single dev file or the
+// dev_fraction split) and its rows.
+struct DevSet {
+  std::string name;
+  std::unique_ptr<Dataset> data;
+};
+
 struct RunInputs {
   BertConfig model_config;
   std::optional<TensorList> initial_weights;  // none: random init
@@ -24,7 +31,9 @@ struct RunInputs {
   bool replace_classifier = false;
   std::shared_ptr<const Tokenizer> tokenizer;  // null for pre-tokenized data
   std::unique_ptr<Dataset> train;
-  std::unique_ptr<Dataset> dev;  // null: no evaluation
+  std::vector<DevSet> dev;  // in data.dev's order; empty: no evaluation
+  // The first dev set (what single-set commands such as ft eval read); null: none.
+  const Dataset* first_dev() const { return dev.empty() ? nullptr : dev.front().data.get(); }
   std::vector<std::string> label_names;
   int64_t skipped_rows = 0;
   std::vector<std::string> skip_notes;  // the first few skipped rows and why

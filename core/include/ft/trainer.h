@@ -6,6 +6,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ft/comm.h"
 #include "ft/config.h"
@@ -32,8 +34,9 @@ class Trainer {
   ~Trainer();
 
   TrainResult fit();
-  // Evaluates the dev set with the current weights (collective).
-  ClassificationReport evaluate();
+  // Evaluates each dev set with the current weights (collective): its
+  // data.dev name ("" for a single set) and report, in data.dev's order.
+  std::vector<std::pair<std::string, ClassificationReport>> evaluate();
 
  private:
   struct Impl;

@@ -164,6 +164,26 @@ void read(const YAML::Node& node, ClassWeights& out, const Where& w) {
   }
 }
 
+// A path, or a mapping name -> path (several named dev sets).
+void read(const YAML::Node& node, DevFiles& out, const Where& w) {
+  out = DevFiles{};
+  if (node.IsNull()) return;
+  if (node.IsScalar()) {
+    if (!node.Scalar().empty()) out.files.push_back({"", node.Scalar()});
+    return;
+  }
+  if (!node.IsMap()) type_error(w, "a file, or a mapping name: file", node);
+  for (const auto& kv : node) {
+    const std::string name = kv.first.Scalar();
+    if (!kv.second.IsScalar()) fail("{}: {}.{}: expected a file path, got {}", w.origin, w.key, name, describe(kv.second));
+    if (name.empty()) fail("{}: {}: a dev set's name is empty", w.origin, w.key);
+    for (const auto& f : out.files) {
+      if (f.name == name) fail("{}: {}: dev set '{}' appears twice", w.origin, w.key, name);
+    }
+    out.files.push_back({name, kv.second.Scalar()});
+  }
+}
+
 void read(const YAML::Node& node, bool& out, const Where& w) {
   if (node.IsScalar()) {
     std::string s = node.Scalar();

@@ -2,6 +2,7 @@
 // in the first second with the key to fix, rather than after the model and
 // data have loaded. Also the key-typo suggestions used by the loader.
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <initializer_list>
 #include <set>
@@ -78,10 +79,17 @@ void check_data(const Checker& ck, const RunConfig& c) {
   const DataConfig& d = c.data;
   ck.required("data.train", d.train, "the training data file (json, jsonl, csv, tsv, safetensors)");
   ck.one_of("data.format", d.format, {"auto", "json", "jsonl", "csv", "tsv", "safetensors"});
+  for (const auto& f : d.dev.files) {
+    // A name becomes part of metric keys (eval_<name>_accuracy, TensorBoard tags, MLflow).
+    const bool plain = std::all_of(f.name.begin(), f.name.end(),
+                                   [](unsigned char ch) { return std::isalnum(ch) || ch == '_' || ch == '-'; });
+    if (!plain) ck.bad("data.dev", fmt::format("dev set name '{}': use letters, digits, '_' and '-'", f.name));
+    if (f.path.empty()) ck.bad(DevFiles::key(f).c_str(), "the file is empty; give a path");
+  }
   std::string format;
   try {
     format = resolve_data_format(d.format, d.train, "data.train");
-    if (!d.dev.empty()) resolve_data_format(d.format, d.dev, "data.dev");
+    for (const auto& f : d.dev.files) resolve_data_format(d.format, f.path, DevFiles::key(f));
   } catch (const Error& e) {
     fail("{}: {}", ck.source(), e.what());
   }
@@ -146,7 +154,7 @@ void check_train(const Checker& ck, const RunConfig& c) {
   ck.at_least("train.eval_every", t.eval_every, 0);
   ck.at_least("train.save_every", t.save_every, 0);
   ck.at_least("train.save_total_limit", t.save_total_limit, 0);
-  ck.one_of("train.best_metric", t.best_metric,
+  ck.one_of("train.best_metric", best_metric_ref(c).metric,
             {"accuracy", "macro_f1", "loss", "micro_f1", "subset_accuracy", "mse", "mae", "pearson", "spearman", "f1",
              "precision", "recall", "recall@1", "recall@10", "mrr@10", "weighted_f1", "mcc", "roc_auc", "pr_auc"});
   ck.at_least("train.early_stopping_patience", t.early_stopping_patience, 0);
@@ -390,6 +398,17 @@ std::string resolve_data_format(const std::string& format, const std::string& pa
   fail("{}: cannot tell the format of '{}' from its extension; set data.format to json, jsonl, "
        "csv, tsv or safetensors",
        key, path);
+}
+
+BestMetricRef best_metric_ref(const RunConfig& config) {
+  const auto& files = config.data.dev.files;
+  std::string m = config.train.best_metric;
+  if (m.rfind("eval_", 0) == 0) m = m.substr(5);
+  for (const auto& f : files) {
+    const std::string prefix = f.name + "_";
+    if (!f.name.empty() && m.size() > prefix.size() && m.rfind(prefix, 0) == 0) return {f.name, m.substr(prefix.size())};
+  }
+  return {files.empty() ? "" : files.front().name, config.train.best_metric};
 }
 
 void validate(const RunConfig& config) {

@@ -53,6 +53,23 @@ void emit(YAML::Emitter& out, const ClassWeights& v) {
   }
 }
 
+void emit(YAML::Emitter& out, const DevFiles& v) {
+  if (v.files.size() == 1 && v.files.front().name.empty()) {
+    emit(out, v.files.front().path);
+    return;
+  }
+  if (v.empty()) {
+    emit(out, std::string());
+    return;
+  }
+  out << YAML::BeginMap;
+  for (const auto& f : v.files) {
+    out << YAML::Key << f.name << YAML::Value;
+    emit(out, f.path);
+  }
+  out << YAML::EndMap;
+}
+
 void emit(YAML::Emitter& out, const std::vector<std::string>& v) {
   out << YAML::Flow << YAML::BeginSeq;
   for (const auto& item : v) emit(out, item);

@@ -37,11 +37,11 @@ std::vector<std::pair<fsys::path, std::string>> data_roots() {
 }  // namespace
 
 void locate_default_data(RunConfig& config, const std::function<bool(const std::string& key)>& from_default) {
-  const std::pair<const char*, std::string*> keys[] = {{"model.config", &config.model.config},
-                                                       {"model.weights", &config.model.weights},
-                                                       {"data.train", &config.data.train},
-                                                       {"data.dev", &config.data.dev},
-                                                       {"data.vocab", &config.data.vocab}};
+  std::vector<std::pair<std::string, std::string*>> keys = {{"model.config", &config.model.config},
+                                                             {"model.weights", &config.model.weights},
+                                                             {"data.train", &config.data.train},
+                                                             {"data.vocab", &config.data.vocab}};
+  for (auto& f : config.data.dev.files) keys.emplace_back("data.dev", &f.path);
   std::vector<std::pair<fsys::path, std::string>> roots;
   for (const auto& [key, value] : keys) {
     if (value->rfind(kPrefix, 0) != 0 || !from_default(key)) continue;

@@ -182,7 +182,13 @@ RunInputs prepare_pretrain_inputs(const RunConfig& config) {
     fail("{}: ft pretrain reads text (json, jsonl, csv, tsv); data.train {} is pre-tokenized", config.source, d.train);
   }
   detail::attach_tokenizer(config, in);
-  TextData dev = detail::read_train_dev(config, in.skipped_rows).second;
+  // Every dev set's rows, evaluated as one masked-LM set.
+  auto sets = detail::read_train_dev(config, in.skipped_rows).dev;
+  TextData dev;
+  for (size_t i = 0; i < sets.size(); ++i) {
+    if (i == 0) dev = std::move(sets[i].second);
+    else dev.rows.insert(dev.rows.end(), sets[i].second.rows.begin(), sets[i].second.rows.end());
+  }
   // The corpus: data.train again, without data.max_rows (it picked the fine-tuning rows).
   DataSource all_source = detail::make_source(config, d.train);
   all_source.max_rows = config.pretrain.max_rows;
@@ -209,7 +215,7 @@ RunInputs prepare_pretrain_inputs(const RunConfig& config) {
   } else {
     in.train = make_text_dataset(std::move(corpus), in.tokenizer, max_len, padding, pair_rule);
   }
-  if (!dev.rows.empty()) in.dev = make_text_dataset(std::move(dev), in.tokenizer, max_len, padding, pair_rule);
+  if (!dev.rows.empty()) in.dev.push_back({"", make_text_dataset(std::move(dev), in.tokenizer, max_len, padding, pair_rule)});
   return in;
 }
 

@@ -200,28 +200,28 @@ void attach_tokenizer(const RunConfig& config, RunInputs& in) {
   }
 }
 
-std::pair<TextData, TextData> read_train_dev(const RunConfig& config, int64_t& skipped,
-                                            std::optional<ProblemType> model_problem) {
+TrainDev read_train_dev(const RunConfig& config, int64_t& skipped, std::optional<ProblemType> model_problem) {
   const auto& d = config.data;
   auto source = make_source(config, d.train);
   if (!source.problem_type) source.problem_type = model_problem;
-  TextData train = read_text_data(source);
-  TextData dev;
-  skipped = train.skipped;
-  if (!d.dev.empty()) {
-    auto dev_source = make_source(config, d.dev);
+  TrainDev out;
+  out.train = read_text_data(source);
+  skipped = out.train.skipped;
+  for (const auto& f : d.dev.files) {
+    auto dev_source = make_source(config, f.path);
     dev_source.max_rows = 0;
-    dev_source.label_names = train.label_names;
-    dev_source.problem_type = train.problem_type;  // the dev file is read as the model was
-    dev = read_text_data(dev_source);
-    skipped += dev.skipped;
-  } else if (d.dev_fraction > 0) {
-    auto split = split_train_dev(std::move(train), d.dev_fraction, static_cast<uint64_t>(d.split_seed),
-                                 d.shuffle_before_split);
-    train = std::move(split.first);
-    dev = std::move(split.second);
+    dev_source.label_names = out.train.label_names;
+    dev_source.problem_type = out.train.problem_type;  // the dev file is read as the model was
+    out.dev.emplace_back(f.name, read_text_data(dev_source));
+    skipped += out.dev.back().second.skipped;
   }
-  return {std::move(train), std::move(dev)};
+  if (d.dev.empty() && d.dev_fraction > 0) {
+    auto split = split_train_dev(std::move(out.train), d.dev_fraction, static_cast<uint64_t>(d.split_seed),
+                                 d.shuffle_before_split);
+    out.train = std::move(split.first);
+    out.dev.emplace_back("", std::move(split.second));
+  }
+  return out;
 }
 
 std::string weights_source(const RunConfig& config) {
@@ -270,7 +270,7 @@ void split_dataset(const RunConfig& config, std::shared_ptr<Dataset> all, RunInp
   const auto n_dev = static_cast<int64_t>(std::llround(all->size() * d.dev_fraction));
   std::vector<int64_t> train_rows(perm.begin(), perm.end() - n_dev), dev_rows(perm.end() - n_dev, perm.end());
   in.train = subset(all, train_rows);
-  in.dev = subset(all, dev_rows);
+  in.dev.push_back({"", subset(all, dev_rows)});
 }
 
 void prepare_tensor_inputs(const RunConfig& config, RunInputs& in) {
@@ -278,7 +278,9 @@ void prepare_tensor_inputs(const RunConfig& config, RunInputs& in) {
   const Padding padding = parse_padding(d.padding);
   std::shared_ptr<Dataset> all = load_tensor_dataset(d.train, in.model_config.num_labels, padding, d.max_rows);
   split_dataset(config, all, in);
-  if (!d.dev.empty()) in.dev = load_tensor_dataset(d.dev, in.model_config.num_labels, padding);
+  for (const auto& f : d.dev.files) {
+    in.dev.push_back({f.name, load_tensor_dataset(f.path, in.model_config.num_labels, padding)});
+  }
   in.label_names = in.model_config.id2label;
   const bool per_token = in.train->labels_per_token();
   if (per_token != (config.task == RunConfig::Task::kTokenClassify)) {
@@ -323,7 +325,9 @@ void prepare_text_inputs(const RunConfig& config, RunInputs& in) {
                                         [&](const auto& named) { return named.first == classifier; });
   auto [train, dev] = detail::read_train_dev(
       config, in.skipped_rows, has_classifier ? in.model_config.problem_type : std::nullopt);
-  for (const auto* part : {&train, &dev}) {  // a split's halves both carry the file's notes
+  std::vector<const TextData*> parts{&train};
+  for (const auto& named : dev) parts.push_back(&named.second);
+  for (const auto* part : parts) {  // a split's halves both carry the file's notes
     for (const auto& note : part->skip_notes) {
       if (in.skip_notes.size() < 5 && std::find(in.skip_notes.begin(), in.skip_notes.end(), note) == in.skip_notes.end())
         in.skip_notes.push_back(note);
@@ -349,7 +353,10 @@ void prepare_text_inputs(const RunConfig& config, RunInputs& in) {
   const int max_len = static_cast<int>(d.max_seq_len);
   const PairTruncation pair_rule = d.pair_truncation == "slow" ? PairTruncation::kSlow : PairTruncation::kFast;
   in.train = make_text_dataset(std::move(train), in.tokenizer, max_len, padding, pair_rule);
-  if (!dev.rows.empty()) in.dev = make_text_dataset(std::move(dev), in.tokenizer, max_len, padding, pair_rule);
+  for (auto& [name, rows] : dev) {
+    if (rows.rows.empty()) continue;
+    in.dev.push_back({name, make_text_dataset(std::move(rows), in.tokenizer, max_len, padding, pair_rule)});
+  }
 }
 
 // Word/tag data (token classification): the tags' names become the labels.
@@ -384,10 +391,11 @@ void prepare_tagged_inputs(const RunConfig& config, RunInputs& in, BertHead weig
   const Padding padding = parse_padding(d.padding);
   const int max_len = static_cast<int>(d.max_seq_len);
   std::shared_ptr<Dataset> all;
-  if (!d.dev.empty()) {
-    source.path = d.dev;
-    source.label_names = in.label_names;  // the dev file is read with the train file's ids
-    in.dev = make_tagged_dataset(read_tagged_data(source), in.tokenizer, max_len, padding, d.label_all_tokens);
+  source.label_names = in.label_names;  // the dev files are read with the train file's ids
+  for (const auto& f : d.dev.files) {
+    source.path = f.path;
+    in.dev.push_back(
+        {f.name, make_tagged_dataset(read_tagged_data(source), in.tokenizer, max_len, padding, d.label_all_tokens)});
   }
   all = make_tagged_dataset(std::move(train), in.tokenizer, max_len, padding, d.label_all_tokens);
   split_dataset(config, all, in);

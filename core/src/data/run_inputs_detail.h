@@ -4,6 +4,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "ft/config.h"
 #include "ft/data.h"
@@ -17,11 +18,17 @@ DataSource make_source(const RunConfig& config, const std::string& path);
 // Loads data.vocab into in.tokenizer; sizes the model's vocabulary to it
 // (random init) or checks they agree (initial weights); checks max_seq_len.
 void attach_tokenizer(const RunConfig& config, RunInputs& in);
-// data.train and the dev rows `ft run` evaluates on (data.dev, or the
-// dev_fraction split); adds the skipped bad rows to `skipped`. The labels
-// are read as model.problem_type, else `model_problem`, else as they look.
-std::pair<TextData, TextData> read_train_dev(const RunConfig& config, int64_t& skipped,
-                                            std::optional<ProblemType> model_problem = std::nullopt);
+// data.train and the dev rows `ft run` evaluates on: each of data.dev's
+// files, or the dev_fraction split (one unnamed set; none when neither).
+struct TrainDev {
+  TextData train;
+  std::vector<std::pair<std::string, TextData>> dev;  // name, rows
+};
+// Reads them; adds the skipped bad rows to `skipped`. The labels are read
+// as model.problem_type, else `model_problem`, else as they look; the dev
+// files with the train file's label ids.
+TrainDev read_train_dev(const RunConfig& config, int64_t& skipped,
+                        std::optional<ProblemType> model_problem = std::nullopt);
 // model.weights, else a model directory's own weights ("" for random init).
 std::string weights_source(const RunConfig& config);
 // Reads weights_source(config) into `in` (a model directory without weights is an error).

@@ -184,29 +184,19 @@ void EventLog::step(const StepEvent& e, bool print_line) {
   if (bar) progress(e.step, e.total_steps, e.loss, e.samples_per_s);
 }
 
-void EventLog::eval(int64_t step, int64_t epoch, const ClassificationReport& r,
-                    const std::vector<std::string>& label_names) {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
-  if (!rank0_) return;
-  report_labels_ = label_names;
-  if (r.problem_type != ProblemType::kSingleLabel || !r.task.empty()) return eval_scores(step, epoch, r);
-  nlohmann::json j{{"event", "eval"}, {"step", step}, {"epoch", epoch}, {"loss", number(r.loss)}};
-  for (const auto& [name, value] : r.scores) j[name] = number(value);
-  j["samples"] = r.total;
-  add_class_tables(j, r, label_names);
-  write_json(j.dump());
-  if (tensorboard_) {
-    tensorboard_->add_scalar("eval/loss", r.loss, step);
-    for (const auto& [name, value] : r.scores) tensorboard_->add_scalar("eval/" + name, value, step);
-  }
-  info(fmt::format("eval step {}: loss {:.4f} accuracy {:.4f} macro_f1 {:.4f} ({} samples)", step, r.loss,
-                   r.accuracy, r.macro_f1, r.total));
-  refresh_report();
-  // One line per evaluation; the per-label table once, at the end (summary).
+namespace {
+
+// An evaluation's opening fields; "dev" names data.dev's set when there are several.
+nlohmann::json eval_record(const std::string& dev, int64_t step, int64_t epoch, double loss) {
+  nlohmann::json j{{"event", "eval"}, {"step", step}, {"epoch", epoch}, {"loss", number(loss)}};
+  if (!dev.empty()) j["dev"] = dev;
+  return j;
 }
 
-// Multi-label and regression: every score under its own name.
-namespace {
+// "eval step 40" or "eval step 40 (sst2)".
+std::string eval_head(const std::string& dev, int64_t step) {
+  return dev.empty() ? fmt::format("eval step {}", step) : fmt::format("eval step {} ({})", step, dev);
+}
 
 // "dev recall@1 0.61 recall@10 0.90 ...": every named score.
 std::string dev_scores(const ClassificationReport& r) {
@@ -214,22 +204,46 @@ std::string dev_scores(const ClassificationReport& r) {
   for (const auto& [name, value] : r.scores) line += fmt::format(" {} {:.4f}", name, value);
   return line;
 }
+
 }  // namespace
 
+void EventLog::eval_scalar(const std::string& metric, double value, int64_t step) {
+  if (tensorboard_) tensorboard_->add_scalar("eval/" + (dev_set_.empty() ? "" : dev_set_ + "_") + metric, value, step);
+}
+
+void EventLog::eval(int64_t step, int64_t epoch, const ClassificationReport& r,
+                    const std::vector<std::string>& label_names) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (!rank0_) return;
+  report_labels_ = label_names;
+  if (r.problem_type != ProblemType::kSingleLabel || !r.task.empty()) return eval_scores(step, epoch, r);
+  nlohmann::json j = eval_record(dev_set_, step, epoch, r.loss);
+  for (const auto& [name, value] : r.scores) j[name] = number(value);
+  j["samples"] = r.total;
+  add_class_tables(j, r, label_names);
+  write_json(j.dump());
+  eval_scalar("loss", r.loss, step);
+  for (const auto& [name, value] : r.scores) eval_scalar(name, value, step);
+  info(fmt::format("{}: loss {:.4f} accuracy {:.4f} macro_f1 {:.4f} ({} samples)", eval_head(dev_set_, step), r.loss,
+                   r.accuracy, r.macro_f1, r.total));
+  refresh_report();
+  // One line per evaluation; the per-label table once, at the end (summary).
+}
+
 void EventLog::eval_scores(int64_t step, int64_t epoch, const ClassificationReport& r) {
-  nlohmann::json j{{"event", "eval"}, {"step", step}, {"epoch", epoch}, {"loss", number(r.loss)}};
+  nlohmann::json j = eval_record(dev_set_, step, epoch, r.loss);
   if (r.task.empty()) j["problem_type"] = problem_type_name(r.problem_type);
   if (!r.task.empty()) j["task"] = r.task;
-  std::string line = fmt::format("eval step {}: loss {:.4f}", step, r.loss);
+  std::string line = fmt::format("{}: loss {:.4f}", eval_head(dev_set_, step), r.loss);
   for (const auto& [name, value] : r.scores) {
     j[name] = number(value);
     line += fmt::format(" {} {:.4f}", name, value);
-    if (tensorboard_) tensorboard_->add_scalar("eval/" + name, value, step);
+    eval_scalar(name, value, step);
   }
   j["samples"] = r.total;
   add_class_tables(j, r, report_labels_);
   write_json(j.dump());
-  if (tensorboard_) tensorboard_->add_scalar("eval/loss", r.loss, step);
+  eval_scalar("loss", r.loss, step);
   info(fmt::format("{} ({} samples)", line, r.total));
   refresh_report();
 }
@@ -337,6 +351,7 @@ void EventLog::summary(const SummaryEvent& s) {
     for (const auto& [name, value] : s.eval.scores) j["eval_" + name] = number(value);
     j["eval_loss"] = number(s.eval.loss);
     if (s.masked_lm) j["task"] = "masked_lm";
+    if (!s.eval_dev.empty()) j["eval_dev"] = s.eval_dev;
   }
   if (!s.checkpoint.empty()) j["checkpoint"] = s.checkpoint;
   write_json(j.dump());
@@ -344,6 +359,7 @@ void EventLog::summary(const SummaryEvent& s) {
                    s.strategy, s.precision, s.world_size, s.threads_per_rank, s.steps, s.train_seconds,
                    s.samples_per_s, s.final_loss));
   if (s.has_eval) {
+    if (!s.eval_dev.empty()) info(fmt::format("the summary's evaluation is dev set '{}'", s.eval_dev));
     info(s.masked_lm ? fmt::format("dev masked-token accuracy {:.4f}, mlm loss {:.4f}", s.eval.accuracy, s.eval.loss)
          : s.eval.task == "sentence-embedding" ? dev_scores(s.eval)
          : !s.eval.task.empty() ? fmt::format("dev entity f1 {:.4f} precision {:.4f} recall {:.4f}, token accuracy {:.4f}",

@@ -91,8 +91,8 @@ void prepare_sentence_inputs(const RunConfig& config, RunInputs& in) {
     if (d.shuffle_before_split && d.dev.empty()) perm = seeded_permutation(all->size(), static_cast<uint64_t>(d.split_seed));
     const auto n_dev = d.dev.empty() ? static_cast<int64_t>(std::llround(static_cast<double>(all->size()) * d.dev_fraction)) : 0;
     in.train = subset(all, std::vector<int64_t>(perm.begin(), perm.end() - n_dev));
-    if (n_dev > 0) in.dev = subset(all, std::vector<int64_t>(perm.end() - n_dev, perm.end()));
-    if (!d.dev.empty()) in.dev = load_sentence_tensors(d.dev, d.columns, padding);
+    if (n_dev > 0) in.dev.push_back({"", subset(all, std::vector<int64_t>(perm.end() - n_dev, perm.end()))});
+    for (const auto& f : d.dev.files) in.dev.push_back({f.name, load_sentence_tensors(f.path, d.columns, padding)});
     return;
   }
   DataSource source = make_source(config, d.train);
@@ -102,25 +102,29 @@ void prepare_sentence_inputs(const RunConfig& config, RunInputs& in) {
   in.notes.push_back(fmt::format("{}: {} rows of [{}]{}", d.train, train.rows(), fmt::join(train.names, ", "),
                                  scored ? fmt::format(", scored by '{}'", train.score_name) : ""));
   in.model_config.text_pair = false;
-  SentenceColumns dev;
-  if (!d.dev.empty()) {
-    DataSource dev_source = make_source(config, d.dev);
+  std::vector<std::pair<std::string, SentenceColumns>> devs;
+  for (const auto& f : d.dev.files) {
+    DataSource dev_source = make_source(config, f.path);
     dev_source.max_rows = 0;
-    dev = read_sentence_columns(dev_source, train.names);
+    SentenceColumns dev = read_sentence_columns(dev_source, train.names);
     if (dev.scores.empty() != train.scores.empty()) {
-      fail("{}: {} a score column, but {} {}", d.dev, dev.scores.empty() ? "has no" : "has", d.train,
+      fail("{}: {} a score column, but {} {}", f.path, dev.scores.empty() ? "has no" : "has", d.train,
            dev.scores.empty() ? "does" : "does not");
     }
-  } else if (d.dev_fraction > 0) {
+    devs.emplace_back(f.name, std::move(dev));
+  }
+  if (d.dev.empty() && d.dev_fraction > 0) {
     std::vector<int64_t> perm(static_cast<size_t>(train.rows()));
     std::iota(perm.begin(), perm.end(), 0);
     if (d.shuffle_before_split) perm = seeded_permutation(train.rows(), static_cast<uint64_t>(d.split_seed));
     const auto n_dev = static_cast<int64_t>(std::llround(static_cast<double>(train.rows()) * d.dev_fraction));
-    dev = take_rows(train, std::vector<int64_t>(perm.end() - n_dev, perm.end()));
+    devs.emplace_back("", take_rows(train, std::vector<int64_t>(perm.end() - n_dev, perm.end())));
     train = take_rows(train, std::vector<int64_t>(perm.begin(), perm.end() - n_dev));
   }
   in.train = make_sentence_dataset(std::move(train), in.tokenizer, max_len, padding);
-  if (dev.rows() > 0) in.dev = make_sentence_dataset(std::move(dev), in.tokenizer, max_len, padding);
+  for (auto& [name, dev] : devs) {
+    if (dev.rows() > 0) in.dev.push_back({name, make_sentence_dataset(std::move(dev), in.tokenizer, max_len, padding)});
+  }
 }
 
 }  // namespace ft::detail

@@ -9,13 +9,13 @@ namespace ft {
 // The default metric, accuracy, is the loss for regression (which has none).
 bool BestModelTracker::greater_is_better(const ClassificationReport& r) const {
   if (t_.greater_is_better) return *t_.greater_is_better;
-  const std::string& name = t_.best_metric;
+  const std::string& name = ref_.metric;
   const bool loss = name == "loss" || (name == "accuracy" && r.problem_type == ProblemType::kRegression);
   return !(loss || name == "mse" || name == "mae");
 }
 
 double BestModelTracker::signed_value(const ClassificationReport& r) const {
-  const std::string& name = t_.best_metric;
+  const std::string& name = ref_.metric;
   double v = 0;
   if (name == "loss" || (name == "accuracy" && r.problem_type == ProblemType::kRegression)) {
     v = r.loss;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 
 #include "ft/checkpoint.h"
 #include "ft/config.h"
@@ -16,7 +17,8 @@ class Comm;
 
 class BestModelTracker {
  public:
-  explicit BestModelTracker(const TrainConfig& t) : t_(t) {}
+  // `ref`: the dev set and metric train.best_metric names (best_metric_ref).
+  BestModelTracker(const TrainConfig& t, BestMetricRef ref) : t_(t), ref_(std::move(ref)) {}
 
   struct Verdict {
     bool improved = false;  // a new best: the next checkpoint is the best one
@@ -35,10 +37,14 @@ class BestModelTracker {
   double shown(double signed_value, const ClassificationReport& r) const {
     return greater_is_better(r) ? signed_value : -signed_value;
   }
+  // As configured ("accuracy", "sst2_accuracy"), for messages.
   const std::string& metric() const { return t_.best_metric; }
+  // The name of the dev set (RunInputs::dev) the metric is read on.
+  const std::string& dev_name() const { return ref_.dev; }
 
  private:
   const TrainConfig& t_;
+  BestMetricRef ref_;
 };
 
 }  // namespace ft

@@ -240,7 +240,7 @@ class MaskedLm final : public Objective {
 
 // The best checkpoint is judged by a metric this problem type reports.
 void check_best_metric(const RunConfig& config, ProblemType type) {
-  const std::string& metric = config.train.best_metric;
+  const std::string metric = best_metric_ref(config).metric;
   std::vector<std::string> names{"loss"};
   ClassificationReport empty;
   if (type == ProblemType::kSingleLabel) empty = classification_report({}, {}, 1, 0.0);
@@ -294,7 +294,7 @@ double global_token_divisor(const std::vector<Batch>& micro_batches, Comm& comm)
 
 std::unique_ptr<Objective> make_objective(const RunConfig& config, const RunInputs& inputs) {
   if (config.task == RunConfig::Task::kTokenClassify) {
-    const std::string& metric = config.train.best_metric;
+    const std::string metric = best_metric_ref(config).metric;
     if (metric != "loss" && metric != "accuracy" && metric != "f1" && metric != "precision" && metric != "recall") {
       fail("{}: train.best_metric: '{}' is not a metric of token classification (its metrics: loss, f1, precision, "
            "recall, accuracy)",
@@ -304,7 +304,7 @@ std::unique_ptr<Objective> make_objective(const RunConfig& config, const RunInpu
   }
   if (config.task == RunConfig::Task::kSentenceEmbedding) {
     const bool scored = inputs.train && inputs.train->problem_type() == ProblemType::kRegression;
-    const std::string& metric = config.train.best_metric;
+    const std::string metric = best_metric_ref(config).metric;
     const std::vector<std::string> metrics =
         scored ? std::vector<std::string>{"loss", "accuracy", "pearson", "spearman"}
                : std::vector<std::string>{"loss", "accuracy", "recall@1", "recall@10", "mrr@10"};

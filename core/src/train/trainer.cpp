@@ -1,7 +1,5 @@
 #include "ft/trainer.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -29,41 +27,11 @@
 #include "ft/tuning_method.h"
 #include "ft/abilities.h"
 #include "best_model.h"
+#include "component_options.h"
 
 namespace ft {
 namespace fsys = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-double peak_rss_mb() {
-  struct rusage usage {};
-  ::getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is KiB on Linux
-}
-
-
-LossScalerOptions loss_scaler_options(const StrategyConfig& s) {
-  LossScalerOptions o;
-  o.dynamic = s.loss_scale == 0;
-  o.init_scale = o.dynamic ? s.loss_scale_init : s.loss_scale;
-  o.growth_interval = s.loss_scale_window;
-  o.hysteresis = s.loss_scale_hysteresis;
-  o.min_scale = s.loss_scale_min;
-  return o;
-}
-
-// The tracer's settings from runtime.profile_steps / profile_dir (NVTX when
-// runtime.device is cuda); a window that is not "A:B" is refused by name.
-Tracer::Options tracer_options(const RuntimeConfig& runtime, int rank) {
-  Tracer::Options o;
-  o.rank = rank;
-  o.dir = runtime.profile_dir;
-  o.nvtx = runtime.device == "cuda";
-  if (!runtime.profile_steps.empty()) {
-    o.window = parse_step_window(runtime.profile_steps);
-    if (!o.window) fail("runtime.profile_steps: '{}': {}", runtime.profile_steps, kStepWindowHelp);
-  }
-  return o;
-}
 
 struct Trainer::Impl {
   RunConfig config;
@@ -79,7 +47,7 @@ struct Trainer::Impl {
   std::shared_ptr<EncoderModel> model;
   TrainerState state;
   std::optional<ClassificationReport> last_eval, best_eval;
-  BestModelTracker best{config.train};
+  BestModelTracker best{config.train, best_metric_ref(config)};
   bool stop_early = false;
   int64_t last_eval_step = -1;
   // Counted before setup: strategies that slice the model (tensor) leave
@@ -200,18 +168,39 @@ struct Trainer::Impl {
                             state.strategy, state.world_size));
   }
 
-  ClassificationReport evaluate() {
+  ClassificationReport evaluate(const Dataset& dev) {
     strategy->set_training(false);
     torch::NoGradGuard no_grad;
     const int64_t per_rank = config.train.eval_batch_size > 0 ? config.train.eval_batch_size : batching.rows;
-    auto report = objective->evaluate(*strategy, *inputs.dev, data_comm(), events, per_rank);
+    auto report = objective->evaluate(*strategy, dev, data_comm(), events, per_rank);
     strategy->set_training(true);
     return report;
   }
 
+  // The dev set train.best_metric is read on; its report is the run's (summary, best model).
+  const Dataset& judged_dev() const {
+    for (const auto& d : inputs.dev) {
+      if (d.name == best.dev_name()) return *d.data;
+    }
+    fail("{}: train.best_metric {} is read on dev set '{}', which has no rows", config.source, best.metric(),
+         best.dev_name());
+  }
+
+  // Evaluates and reports every dev set, each under its name; returns the judged set's report.
+  ClassificationReport report_dev_sets(int64_t step, int64_t epoch) {
+    std::optional<ClassificationReport> judged;
+    for (const auto& d : inputs.dev) {
+      auto report = evaluate(*d.data);
+      events.dev_set(d.name);
+      objective->report(events, step, epoch, report, inputs.label_names);
+      if (d.data.get() == &judged_dev()) judged = std::move(report);
+    }
+    events.dev_set("");
+    return *judged;
+  }
+
   void run_eval(int64_t epoch) {
-    auto report = evaluate();
-    objective->report(events, state.global_step, epoch, report, inputs.label_names);
+    auto report = report_dev_sets(state.global_step, epoch);
     last_eval = report;
     last_eval_step = state.global_step;
     const auto verdict = best.observe(report, state, comm);
@@ -246,7 +235,7 @@ struct Trainer::Impl {
     events.info(fmt::format("load_best_model_at_end: {} (step {}, {} {:.4f}) is written as the final weights",
                             state.best_checkpoint, state.best_step, best.metric(),
                             best_eval ? best.shown(state.best_metric, *best_eval) : state.best_metric));
-    last_eval = best_eval ? best_eval : std::optional<ClassificationReport>(evaluate());
+    last_eval = best_eval ? best_eval : std::optional<ClassificationReport>(evaluate(judged_dev()));
   }
 
   CheckpointData checkpoint_data(bool with_training_state) {
@@ -455,7 +444,7 @@ void Trainer::Impl::log_step(const Schedule& plan, FitProgress& p, const StepRes
 // by finish_fit, so the last step never saves here.
 void Trainer::Impl::after_step(FitProgress& p, int64_t epoch, bool last) {
   const auto& t = config.train;
-  if (t.eval_every > 0 && inputs.dev && (state.global_step % t.eval_every == 0 || last)) {
+  if (t.eval_every > 0 && !inputs.dev.empty() && (state.global_step % t.eval_every == 0 || last)) {
     timed(p.side_seconds, [&] { run_eval(epoch); });
   }
   if (!t.output_dir.empty() && save_every() > 0 && state.global_step % save_every() == 0 && !last) {
@@ -494,7 +483,7 @@ void Trainer::Impl::run_step(const Schedule& plan, FitProgress& p) {
 // step: finish_fit evaluates and writes the final checkpoint there.
 void Trainer::Impl::end_epoch(FitProgress& p) {
   const auto& t = config.train;
-  if (!t.eval_every && inputs.dev) timed(p.side_seconds, [&] { run_eval(state.epoch); });
+  if (!t.eval_every && !inputs.dev.empty()) timed(p.side_seconds, [&] { run_eval(state.epoch); });
   const bool saved_by_step = save_every() > 0 && state.global_step % save_every() == 0;
   if (save_each_epoch() && !t.output_dir.empty() && !saved_by_step) {
     timed(p.side_seconds, [&] { save_step_checkpoint(); });
@@ -509,7 +498,7 @@ TrainResult Trainer::Impl::finish_fit(FitProgress& p) {
   const auto& t = config.train;
   if (auto note = tracer.finish(state.global_step)) events.info(*note);
   // The per-epoch cadence also evaluates where training stops (unless it just did: an early stop).
-  if (!t.eval_every && inputs.dev && last_eval_step != state.global_step) {
+  if (!t.eval_every && !inputs.dev.empty() && last_eval_step != state.global_step) {
     timed(p.side_seconds, [&] { run_eval(state.epoch); });
   }
   timed(p.side_seconds, [&] { load_best_weights(); });
@@ -534,6 +523,7 @@ TrainResult Trainer::Impl::finish_fit(FitProgress& p) {
     s.has_eval = true;
     s.masked_lm = config.task == RunConfig::Task::kMaskedLm;
     s.eval = *last_eval;
+    s.eval_dev = best.dev_name();
   }
   if (!t.output_dir.empty()) {
     const fsys::path final_dir = fsys::path(t.output_dir) / "final";
@@ -571,8 +561,8 @@ void Trainer::Impl::gather_memory_facts(SummaryEvent& s) {
 TrainResult Trainer::Impl::fit() {
   const Schedule plan = make_schedule();
   begin_fit(plan);
-  if (objective->evaluates_first() && inputs.dev && state.global_step == 0) {
-    objective->report(events, 0, 0, evaluate(), inputs.label_names);  // the untrained model: the gain's baseline
+  if (objective->evaluates_first() && !inputs.dev.empty() && state.global_step == 0) {
+    report_dev_sets(0, 0);  // the untrained model: the gain's baseline
   }
   FitProgress progress;
   // Throughput leaves out the first steps (allocator and thread-pool warm-up).
@@ -598,9 +588,11 @@ Trainer::~Trainer() = default;
 
 TrainResult Trainer::fit() { return impl_->fit(); }
 
-ClassificationReport Trainer::evaluate() {
-  if (!impl_->inputs.dev) fail("no dev data: set data.dev or data.dev_fraction > 0");
-  return impl_->evaluate();
+std::vector<std::pair<std::string, ClassificationReport>> Trainer::evaluate() {
+  if (impl_->inputs.dev.empty()) fail("no dev data: set data.dev or data.dev_fraction > 0");
+  std::vector<std::pair<std::string, ClassificationReport>> reports;
+  for (const auto& d : impl_->inputs.dev) reports.emplace_back(d.name, impl_->evaluate(*d.data));
+  return reports;
 }
 
 }  // namespace ft
