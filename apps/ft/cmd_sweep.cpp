@@ -189,7 +189,8 @@ void Sweep::poll(const Running& r) {
     const json j = json::parse(line, nullptr, false);
     if (!j.is_object()) continue;
     const std::string event = j.value("event", "");
-    if (event == "step") t.steps = std::max(t.steps, j.value("step", int64_t{0}));
+    // Steps are logged every log_every; an evaluation (a rung) may come later.
+    if (event == "step" || event == "eval") t.steps = std::max(t.steps, j.value("step", int64_t{0}));
     if (event != "eval" || !j.contains(metric_) || !j.at(metric_).is_number()) continue;
     if (j.value("dev", std::string()) != dev_) continue;
     const double v = j.at(metric_).get<double>();
