@@ -297,6 +297,19 @@ TEST_CASE("named dev sets: each is evaluated and reported under its name, and be
   CHECK(again[1].at("dev") == "flipped");
   CHECK(again[1].at("loss").get<double>() == doctest::Approx(flipped.back().at("loss").get<double>()).epsilon(1e-9));
 
+  // ft pretrain leaves both sets' rows out of its corpus and evaluates the masked LM on each.
+  const std::string pre = ft_test::run_ok(fmt::format(
+      "pretrain --config {0}/run.yaml --set 'data.dev={{flipped: {0}/flipped.jsonl, again: {0}/flipped.jsonl}}' "
+      "--max-steps 2 --set train.eval_every=2 --metrics-out {0}/mlm.jsonl",
+      d.string()));
+  CHECK(pre.find("the 20 dev rows a fine-tuning run") != std::string::npos);
+  const auto mlm = ft_test::read_events(d / "mlm.jsonl", "eval");
+  REQUIRE(mlm.size() == 2);
+  CHECK(mlm[0].at("dev") == "flipped");
+  CHECK(mlm[1].at("dev") == "again");
+  CHECK(mlm[0].at("loss") == mlm[1].at("loss"));  // the same rows, the same weights
+  CHECK(mlm[1].at("task") == "masked_lm");
+
   // Bad names and metrics: one line each.
   auto refused = [&](const std::string& sets, const std::string& extra, const std::string& expected) {
     const auto r = ft_test::run_ft(fmt::format("run --config {}/run.yaml --max-steps 1 --set 'data.dev={}' {}", d.string(),

@@ -182,13 +182,9 @@ RunInputs prepare_pretrain_inputs(const RunConfig& config) {
     fail("{}: ft pretrain reads text (json, jsonl, csv, tsv); data.train {} is pre-tokenized", config.source, d.train);
   }
   detail::attach_tokenizer(config, in);
-  // Every dev set's rows, evaluated as one masked-LM set.
+  // Each dev set is evaluated on its own, under its name; all their rows leave the corpus.
   auto sets = detail::read_train_dev(config, in.skipped_rows).dev;
-  TextData dev;
-  for (size_t i = 0; i < sets.size(); ++i) {
-    if (i == 0) dev = std::move(sets[i].second);
-    else dev.rows.insert(dev.rows.end(), sets[i].second.rows.begin(), sets[i].second.rows.end());
-  }
+  int64_t dev_rows = 0;
   // The corpus: data.train again, without data.max_rows (it picked the fine-tuning rows).
   DataSource all_source = detail::make_source(config, d.train);
   all_source.max_rows = config.pretrain.max_rows;
@@ -197,7 +193,10 @@ RunInputs prepare_pretrain_inputs(const RunConfig& config) {
   all_source.label_field = "";  // labels are not read
   TextData corpus = read_text_data(all_source);
   std::unordered_set<std::string> held_out;
-  for (const auto& r : dev.rows) held_out.insert(row_key(r));
+  for (const auto& set : sets) {
+    for (const auto& r : set.second.rows) held_out.insert(row_key(r));
+    dev_rows += static_cast<int64_t>(set.second.rows.size());
+  }
   const size_t before = corpus.rows.size();
   corpus.rows.erase(std::remove_if(corpus.rows.begin(), corpus.rows.end(),
                                    [&](const TextExample& r) { return held_out.count(row_key(r)) > 0; }),
@@ -205,7 +204,7 @@ RunInputs prepare_pretrain_inputs(const RunConfig& config) {
   if (corpus.rows.empty()) fail("{}: every row of {} is a dev row; nothing is left to pretrain on", config.source, d.train);
   in.notes.push_back(fmt::format("pretraining corpus: {} of {} rows of {} ({} left out: the {} dev rows a fine-tuning "
                                  "run with this data section evaluates on, and their duplicates)",
-                                 corpus.rows.size(), before, d.train, before - corpus.rows.size(), dev.rows.size()));
+                                 corpus.rows.size(), before, d.train, before - corpus.rows.size(), dev_rows));
   const Padding padding = detail::parse_padding(d.padding);
   const int max_len = static_cast<int>(d.max_seq_len);
   const PairTruncation pair_rule = d.pair_truncation == "slow" ? PairTruncation::kSlow : PairTruncation::kFast;
@@ -215,7 +214,9 @@ RunInputs prepare_pretrain_inputs(const RunConfig& config) {
   } else {
     in.train = make_text_dataset(std::move(corpus), in.tokenizer, max_len, padding, pair_rule);
   }
-  if (!dev.rows.empty()) in.dev.push_back({"", make_text_dataset(std::move(dev), in.tokenizer, max_len, padding, pair_rule)});
+  for (auto& [name, dev] : sets) {
+    if (!dev.rows.empty()) in.dev.push_back({name, make_text_dataset(std::move(dev), in.tokenizer, max_len, padding, pair_rule)});
+  }
   return in;
 }
 

@@ -258,17 +258,17 @@ void EventLog::eval_masked_lm(int64_t step, int64_t epoch, const ClassificationR
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   if (!rank0_) return;
   const double perplexity = std::exp(r.loss);
-  nlohmann::json j{{"event", "eval"},          {"task", "masked_lm"},         {"step", step},
-                   {"epoch", epoch},           {"loss", number(r.loss)},      {"accuracy", r.accuracy},
-                   {"perplexity", number(perplexity)}, {"masked_tokens", r.total}};
+  nlohmann::json j = eval_record(dev_set_, step, epoch, r.loss);
+  j["task"] = "masked_lm";
+  j["accuracy"] = r.accuracy;
+  j["perplexity"] = number(perplexity);
+  j["masked_tokens"] = r.total;
   write_json(j.dump());
-  if (tensorboard_) {
-    tensorboard_->add_scalar("eval/loss", r.loss, step);
-    tensorboard_->add_scalar("eval/accuracy", r.accuracy, step);
-    tensorboard_->add_scalar("eval/perplexity", perplexity, step);
-  }
-  info(fmt::format("eval step {}: mlm loss {:.4f} perplexity {:.2f} masked-token accuracy {:.4f} ({} masked tokens)",
-                   step, r.loss, perplexity, r.accuracy, r.total));
+  eval_scalar("loss", r.loss, step);
+  eval_scalar("accuracy", r.accuracy, step);
+  eval_scalar("perplexity", perplexity, step);
+  info(fmt::format("{}: mlm loss {:.4f} perplexity {:.2f} masked-token accuracy {:.4f} ({} masked tokens)",
+                   eval_head(dev_set_, step), r.loss, perplexity, r.accuracy, r.total));
   refresh_report();
 }
 

@@ -99,6 +99,7 @@ struct Trainer::Impl {
     // Same seed on every rank: identical random init without a broadcast.
     at::manual_seed(static_cast<uint64_t>(config.train.seed));
     objective = make_objective(config, inputs);
+    if (!inputs.dev.empty()) judged_dev();  // the set best_metric names has rows: refused now, not at the first evaluation
     model = std::make_shared<EncoderModel>(inputs.model_config);
     if (inputs.initial_weights) {
       EncoderModel::LoadOptions load;
@@ -193,7 +194,7 @@ struct Trainer::Impl {
       auto report = evaluate(*d.data);
       events.dev_set(d.name);
       objective->report(events, step, epoch, report, inputs.label_names);
-      if (d.data.get() == &judged_dev()) judged = std::move(report);
+      if (d.name == best.dev_name()) judged = std::move(report);
     }
     events.dev_set("");
     return *judged;
