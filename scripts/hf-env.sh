@@ -31,6 +31,8 @@ pins=(
   datasets==5.2.0                         # SentenceTransformerTrainer's train_dataset
   scikit-learn==1.9.1                     # scripts/metrics-fixture.py (reference scores); also an mlflow dependency
   mlflow==3.17.2                          # tests/mlflow/check-mlflow.sh (the tracking server that `ft run` reports to)
+  onnx==1.23.2                            # the ONNX import checks: scripts/onnx-fixtures.py exports,
+  onnxruntime==1.32.0                     # scripts/check-onnx.py runs the export as the reference
 )
 want="$(printf '%s\n' "${pins[@]}")"
 
@@ -39,7 +41,7 @@ print_versions() {
 import importlib
 for name in ("torch", "numpy", "safetensors", "tokenizers", "transformers",
              "sentencepiece", "google.protobuf", "accelerate", "peft", "deepspeed",
-             "sentence_transformers", "datasets", "sklearn", "mlflow"):
+             "sentence_transformers", "datasets", "sklearn", "mlflow", "onnx", "onnxruntime"):
     try:
         mod = importlib.import_module(name)
         print(f"hf-env: {name} {mod.__version__}")

@@ -22,6 +22,7 @@ packages=(
   libfmt-dev doctest-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libutf8proc-dev libssl-dev
   libonig-dev                              # Oniguruma: tokenizer.json patterns run on the engine tokenizers uses
   libprotobuf-dev protobuf-compiler        # SentencePiece model files (spm.model) are protobuf messages
+  libonnx-dev                              # ft import onnx: ONNX's own protobuf definitions (libonnx_proto)
   libcurl4-openssl-dev                     # MLflow tracking (runtime.report_to: [mlflow]) over its REST API
 )
 

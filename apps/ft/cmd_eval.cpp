@@ -144,17 +144,24 @@ int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint,
   return 0;
 }
 
+// One tokenised text as a batch of one row.
+Batch one_row(const Encoding& enc) {
+  const auto n = static_cast<int64_t>(enc.input_ids.size());
+  Batch b;
+  b.input_ids = at::tensor(enc.input_ids, at::kLong).view({1, n});
+  b.attention_mask = at::tensor(enc.attention_mask, at::kLong).view({1, n});
+  b.token_type_ids = at::tensor(enc.token_type_ids, at::kLong).view({1, n});
+  return b;
+}
+
 // A token classifier's answer for raw text: its words through the model,
 // every token scored, grouped into entities as the pipeline groups them.
 nlohmann::ordered_json predict_entities(EncoderModel& model, const Tokenizer& tok, const BertConfig& config,
                                         const std::string& text, int max_length) {
   const TextWords words = split_text_words(text);
   const WordsEncoding enc = tok.encode_words(words.words, max_length, false);
-  const auto n = static_cast<int64_t>(enc.encoding.input_ids.size());
-  Batch b;
-  b.input_ids = at::tensor(enc.encoding.input_ids, at::kLong).view({1, n});
-  b.attention_mask = at::tensor(enc.encoding.attention_mask, at::kLong).view({1, n});
-  b.token_type_ids = at::tensor(enc.encoding.token_type_ids, at::kLong).view({1, n});
+  Batch b = one_row(enc.encoding);
+  const int64_t n = b.input_ids.size(1);
   b.positions = at::arange(n, at::kLong);
   const at::Tensor probs = model.forward(b).to(at::kFloat).softmax(1).contiguous();
   TokenPredictions tp;
@@ -169,8 +176,38 @@ nlohmann::ordered_json predict_entities(EncoderModel& model, const Tokenizer& to
   return entity_record(text, group_entities(text, tp, config.id2label));
 }
 
+// A base model (BertModel, ...): no head to answer with, so its answer is
+// the hidden states (transformers' feature-extraction pipeline).
+bool is_base_model(const fsys::path& dir) {
+  if (!fsys::exists(dir / "config.json")) return false;
+  const auto j = nlohmann::json::parse(fs::read_file(dir / "config.json"), nullptr, false);
+  if (j.is_discarded() || !j.contains("architectures") || !j.at("architectures").is_array()) return false;
+  for (const auto& a : j.at("architectures")) {
+    const std::string name = a.is_string() ? a.get<std::string>() : "";
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, "Model") == 0 && name.find("For") == std::string::npos)
+      return true;
+  }
+  return false;
+}
+
+// One line per text: {"text", "last_hidden_state": [tokens][hidden]}, every
+// position of the tokenised text, as AutoModel(...).last_hidden_state[0].
+void predict_features(EncoderModel& model, const Tokenizer& tok, const std::vector<std::string>& texts, int max_length) {
+  for (const auto& text : texts) {
+    auto enc = tok.encode(text, std::nullopt, max_length, false);
+    Batch b = one_row(enc);
+    const at::Tensor h = model.last_hidden_state(b)[0].to(at::kDouble).contiguous();
+    std::vector<std::vector<double>> rows;
+    for (int64_t t = 0; t < h.size(0); ++t) rows.emplace_back(h[t].data_ptr<double>(), h[t].data_ptr<double>() + h.size(1));
+    nlohmann::ordered_json line;
+    line["text"] = text;
+    line["last_hidden_state"] = rows;
+    std::cout << line.dump() << "\n";
+  }
+}
+
 int predict(const std::string& checkpoint, std::vector<std::string> texts, int max_length, bool logits,
-            double threshold) {
+            double threshold, const std::string& task) {
   configure_threads({});
   // Before loading: the head's name is the cause, whatever else the files say.
   const fsys::path config_json = fsys::path(checkpoint) / "config.json";
@@ -182,9 +219,19 @@ int predict(const std::string& checkpoint, std::vector<std::string> texts, int m
   // Tokenise as training did: the checkpoint's model_max_length unless --max-length says otherwise.
   const bool explicit_length = max_length > 0;
   if (max_length <= 0) max_length = static_cast<int>(read_model_max_length(checkpoint).value_or(128));
+  if (!task.empty() && task != "feature-extraction") {
+    fail("ft predict --task {}: the task comes with the checkpoint; --task takes only feature-extraction (its hidden "
+         "states)",
+         task);
+  }
+  // A sentence-transformers directory names BertModel too: its answer is its embedding.
+  const bool features =
+      !task.empty() || (ckpt.config.head == BertHead::kSequenceClassification && is_base_model(checkpoint));
   EncoderModel model(ckpt.config);
   apply_checkpoint_method(model, ckpt);  // its weights come with ckpt.model
-  model.load_weights(ckpt.model, checkpoint + "/model.safetensors");
+  EncoderModel::LoadOptions load;
+  load.head_optional = features;  // the hidden states need no head
+  model.load_weights(ckpt.model, checkpoint + "/model.safetensors", load);
   if (ckpt.check == CheckpointCheck::kUnverified) note_unverified(checkpoint);  // said once it loaded
   model.eval();
   const bool from_stdin = texts.empty();
@@ -193,16 +240,16 @@ int predict(const std::string& checkpoint, std::vector<std::string> texts, int m
       if (!line.empty()) texts.push_back(line);
   }
   torch::NoGradGuard no_grad;
+  if (features) {
+    predict_features(model, tok, texts, max_length);
+    return 0;
+  }
   if (ckpt.config.head == BertHead::kSentenceEmbedding) {
     // As SentenceTransformer.encode: each text alone, cut at max_seq_length.
     if (ckpt.config.sentence.max_seq_length > 0 && !explicit_length) max_length = static_cast<int>(ckpt.config.sentence.max_seq_length);
     for (const auto& text : texts) {
       auto enc = tok.encode(text, std::nullopt, max_length, false);
-      const auto n = static_cast<int64_t>(enc.input_ids.size());
-      Batch b;
-      b.input_ids = at::tensor(enc.input_ids, at::kLong).view({1, n});
-      b.attention_mask = at::tensor(enc.attention_mask, at::kLong).view({1, n});
-      b.token_type_ids = at::tensor(enc.token_type_ids, at::kLong).view({1, n});
+      Batch b = one_row(enc);
       const at::Tensor e = model.forward(b)[0].to(at::kDouble).contiguous();
       nlohmann::ordered_json line;
       line["text"] = text;
@@ -227,11 +274,7 @@ int predict(const std::string& checkpoint, std::vector<std::string> texts, int m
     std::optional<std::string_view> pair;
     if (input.text_pair) pair = *input.text_pair;
     auto enc = tok.encode(input.text, pair, max_length, false);
-    const auto n = static_cast<int64_t>(enc.input_ids.size());
-    Batch b;
-    b.input_ids = at::tensor(enc.input_ids, at::kLong).view({1, n});
-    b.attention_mask = at::tensor(enc.attention_mask, at::kLong).view({1, n});
-    b.token_type_ids = at::tensor(enc.token_type_ids, at::kLong).view({1, n});
+    Batch b = one_row(enc);
     std::cout << prediction_record(input, model.forward(b)[0], ckpt.config, threshold, logits).dump() << "\n";
   }
   return 0;
@@ -275,6 +318,7 @@ void add_eval_predict_commands(CLI::App& app, int& exit_code) {
     int max_length = 0;  // 0: the checkpoint's tokenizer_config.json, else 128
     bool logits = false;
     double threshold = 0.5;
+    std::string task;  // "feature-extraction"; empty: the checkpoint's own
   };
   auto pf = std::make_shared<PredictFlags>();
   auto* pred = app.add_subcommand(
@@ -285,8 +329,11 @@ void add_eval_predict_commands(CLI::App& app, int& exit_code) {
   pred->add_flag("--logits", pf->logits, "also print the raw logits (what transformers' model(...).logits gives)");
   pred->add_option("--threshold", pf->threshold, "multi-label: a label is predicted when its sigmoid reaches this")
       ->check(CLI::Range(0.0, 1.0));
+  pred->add_option("--task", pf->task,
+                   "feature-extraction: the encoder's last_hidden_state per token, whatever head the checkpoint has "
+                   "(the default for a base model, BertModel ...)");
   pred->callback([pf, &exit_code] {
-    exit_code = predict(pf->checkpoint, pf->texts, pf->max_length, pf->logits, pf->threshold);
+    exit_code = predict(pf->checkpoint, pf->texts, pf->max_length, pf->logits, pf->threshold, pf->task);
   });
 }
 

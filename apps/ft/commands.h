@@ -27,6 +27,7 @@ void add_eval_predict_commands(CLI::App& app, int& exit_code);
 void add_vocab_command(CLI::App& app, int& exit_code);
 void add_consolidate_command(CLI::App& app, int& exit_code);
 void add_export_command(CLI::App& app, int& exit_code);
+void add_import_command(CLI::App& app, int& exit_code);
 void add_bench_command(CLI::App& app, int& exit_code, const std::vector<std::string>& argv);
 void add_trace_command(CLI::App& app, int& exit_code);
 void add_config_command(CLI::App& app, int& exit_code);

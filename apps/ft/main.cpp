@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
   ft::app::add_vocab_command(app, exit_code);
   ft::app::add_consolidate_command(app, exit_code);
   ft::app::add_export_command(app, exit_code);
+  ft::app::add_import_command(app, exit_code);
   ft::app::add_bench_command(app, exit_code, args);
   ft::app::add_trace_command(app, exit_code);
   ft::app::add_config_command(app, exit_code);

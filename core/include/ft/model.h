@@ -276,6 +276,10 @@ class EncoderModel : public torch::nn::Module {
   // classifier reads, and what `ft features` writes. Plain execution (no
   // unit runner, no checkpointing): for evaluation under NoGradGuard.
   at::Tensor pooled_output(const Batch& batch);
+  // transformers' last_hidden_state [rows, seq, hidden] (ModernBERT's after
+  // its final norm): every position, pads included, as the HF model
+  // computes it. Plain execution, for inference under NoGradGuard.
+  at::Tensor last_hidden_state(const Batch& batch);
 
   // Padding-free execution (ft/token_layout.h), on by default: the encoder
   // runs on the batch's real tokens only. Off: every position is computed,

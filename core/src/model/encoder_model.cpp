@@ -111,6 +111,18 @@ at::Tensor EncoderModel::pooled_output(const Batch& input) {
   return parts_->head->features(x, batch, *layout).to(at::kFloat);
 }
 
+at::Tensor EncoderModel::last_hidden_state(const Batch& input) {
+  const Batch batch = encoder_input(input, config_, prompt_length(), prefix_length());
+  auto layout = std::make_shared<TokenLayout>(TokenLayout::padded(batch.attention_mask));
+  layout->attention = attention_;
+  auto& base = *parts_->base;
+  at::Tensor x = base.embeddings->forward(layout->gather_tokens(batch.input_ids),
+                                          layout->gather_tokens(batch.token_type_ids), *layout);
+  for (auto& layer : base.layers) x = layer->forward(x, *layout);
+  if (base.final_norm) x = base.final_norm(x);
+  return x.to(at::kFloat).view({layout->rows, layout->seq, -1});
+}
+
 std::vector<int64_t> EncoderModel::logits_shape(const Batch& batch) const {
   return parts_->head->logits_shape(batch, config_);
 }
