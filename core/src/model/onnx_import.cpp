@@ -274,10 +274,8 @@ std::optional<double> layer_norm_eps(const Graph& g) {
 // transformers 5 reshapes to [..., -1, head_dim]: heads = hidden / head_dim.
 std::optional<int64_t> attention_heads(const Graph& g, const std::string& query_bias, int64_t hidden) {
   std::vector<std::string> frontier;
-  for (const auto& n : g.proto().node()) {
-    for (const auto& in : n.input())
-      if (in == query_bias && n.op_type() == "Add") frontier.push_back(n.output(0));
-  }
+  for (const auto* n : g.consumers(query_bias))
+    if (n->op_type() == "Add") frontier.push_back(n->output(0));
   for (const auto& value : frontier) {
     for (const auto* r : g.consumers(value)) {
       if (r->op_type() != "Reshape" || r->input_size() < 2) continue;
@@ -306,9 +304,7 @@ std::optional<int64_t> attention_heads(const Graph& g, const std::string& query_
 std::set<std::string> activation_ops(const Graph& g, const std::string& bias) {
   std::set<std::string> ops;
   std::vector<std::string> frontier;
-  for (const auto& n : g.proto().node())
-    for (const auto& in : n.input())
-      if (in == bias) frontier.push_back(n.output(0));
+  for (const auto* n : g.consumers(bias)) frontier.push_back(n->output(0));
   std::set<std::string> seen;
   while (!frontier.empty() && seen.size() < 32) {
     const std::string v = frontier.back();
