@@ -1,8 +1,11 @@
 // `ft sweep --config sweep.yaml`: a hyper-parameter search whose trials are
 // `ft run` processes, K at a time, each in its own output directory and
-// process group; ASHA stops the trials that fall behind at a rung. The
-// sweep's state is written after every change, so a killed sweep run again
-// continues where it stopped (docs/training-loop.md).
+// process group. Successive halving prunes at rungs: ASHA stops a trial that
+// falls behind the ones already seen at its rung; SHA stops each trial at the
+// rung (SIGSTOP: its process keeps its state and memory, and goes on exactly
+// where it was) until every trial has reached it, then continues the best
+// 1/eta. The sweep's state is written after every change, so a killed sweep
+// run again continues where it stopped (docs/training-loop.md).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -42,11 +45,14 @@ struct SweepFlags {
 
 struct Trial {
   std::map<std::string, std::string> params;
-  std::string status = "pending";  // pending | running | done | pruned | failed
+  // pending | running | done | pruned | failed; SHA adds paused (stopped at
+  // its last rung, waiting for the others) and promoted (waiting for a slot).
+  std::string status = "pending";
   double best = std::nan("");
   int64_t steps = 0, pruned_at = 0;
-  double seconds = 0;
-  std::map<int, double> rungs;  // ASHA's recorded values
+  double seconds = 0;  // running time, pauses excluded
+  std::map<int, double> rungs;  // the metric at each rung reached
+  pid_t pid = 0;  // while paused or promoted
 };
 
 struct Running {
@@ -91,6 +97,9 @@ class Sweep {
   void save_state() const;
   pid_t launch(size_t i, const sigset_t& blocked);
   void poll(const Running& r);
+  void decide_rungs();
+  void prune_paused(size_t i, int rung);
+  bool sha() const { return pruner_->enabled() && spec_.scheduler == "sha"; }
   void print_table() const;
   void write_outputs() const;
 
@@ -151,6 +160,7 @@ void Sweep::save_state() const {
 pid_t Sweep::launch(size_t i, const sigset_t& blocked) {
   const fsys::path dir = trial_dir(i);
   fsys::create_directories(dir);
+  trials_[i].seconds = 0;
   const unsigned cores = std::max(1U, std::thread::hardware_concurrency());
   std::vector<std::string> args{fsys::read_symlink("/proc/self/exe").string(), "run"};
   if (!spec_.base.empty()) args.insert(args.end(), {"--config", spec_.base});
@@ -202,6 +212,15 @@ void Sweep::poll(const Running& r) {
     const int rung = pruner_->rung_of(step);
     if (rung < 0 || t.rungs.count(rung) || t.status != "running") continue;
     t.rungs[rung] = v;
+    if (sha()) {
+      t.status = "paused";
+      ::kill(-r.pid, SIGSTOP);
+      std::cout << fmt::format("trial {:02d} paused at step {} ({} {:.4f}, rung {}): the rung decides when every trial "
+                               "has reached it\n",
+                               r.trial, step, metric_, v, rung)
+                << std::flush;
+      return;
+    }
     if (!pruner_->keep(rung, v)) {
       t.status = "pruned";
       t.pruned_at = step;
@@ -210,6 +229,61 @@ void Sweep::poll(const Running& r) {
                 << std::flush;
     }
   }
+}
+
+// SHA's decisions, rung by rung: rung r is decided once every trial still
+// in the bracket (all of them at rung 0, the best at r-1 after) has a value
+// there or has ended; the best max(1, n / eta) of the n values go on. A
+// decision is a function of the values alone, so a resumed sweep, whose
+// interrupted trials run again to the rung, takes the same one.
+void Sweep::decide_rungs() {
+  std::vector<size_t> bracket;
+  for (size_t i = 0; i < trials_.size(); ++i) {
+    if (trials_[i].status != "failed") bracket.push_back(i);
+  }
+  for (int r = 0; !bracket.empty(); ++r) {
+    std::vector<size_t> reported;
+    for (size_t i : bracket) {
+      const Trial& t = trials_[i];
+      if (t.rungs.count(r)) reported.push_back(i);
+      else if (t.status != "done" && t.status != "failed") return;  // still on its way to rung r
+    }
+    std::stable_sort(reported.begin(), reported.end(), [&](size_t a, size_t b) {
+      const double x = trials_[a].rungs.at(r), y = trials_[b].rungs.at(r);
+      return greater_ ? x > y : x < y;
+    });
+    const size_t keep = std::max<size_t>(1, reported.size() / static_cast<size_t>(spec_.reduction_factor));
+    for (size_t k = 0; k < reported.size(); ++k) {
+      Trial& t = trials_[reported[k]];
+      if (t.status != "paused" || t.rungs.rbegin()->first != r) continue;
+      if (k < keep) {
+        t.status = "promoted";
+        std::cout << fmt::format("trial {:02d} goes on from rung {} ({} {:.4f}, {} of {})\n", reported[k], r, metric_,
+                                 t.rungs.at(r), k + 1, reported.size())
+                  << std::flush;
+      } else {
+        prune_paused(reported[k], r);
+      }
+    }
+    reported.resize(std::min(keep, reported.size()));
+    bracket = std::move(reported);
+  }
+}
+
+// A stopped trial is killed outright: it has nothing to save, and a stopped
+// process would not act on SIGTERM before it is continued.
+void Sweep::prune_paused(size_t i, int rung) {
+  Trial& t = trials_[i];
+  ::kill(-t.pid, SIGKILL);
+  ::waitpid(t.pid, nullptr, 0);
+  t.status = "pruned";
+  t.pid = 0;
+  int64_t at = spec_.min_steps;
+  for (int k = 0; k < rung; ++k) at *= spec_.reduction_factor;
+  t.pruned_at = at;
+  std::cout << fmt::format("trial {:02d} pruned at step {} ({} {:.4f}, rung {})\n", i, at, metric_, t.rungs.at(rung), rung)
+            << std::flush;
+  save_state();
 }
 
 int Sweep::run() {
@@ -226,11 +300,34 @@ int Sweep::run() {
   std::vector<Running> running;
   int stop_signal = 0;
   const auto sweep_start = Clock::now();
+  const auto has_slot = [&] { return !stop_signal && running.size() < static_cast<size_t>(spec_.parallel); };
   for (;;) {
-    for (size_t i = 0; i < trials_.size() && !stop_signal && running.size() < static_cast<size_t>(spec_.parallel); ++i) {
+    if (sha()) decide_rungs();
+    // Promoted trials first: the deeper rungs finish the sweep.
+    for (size_t i = 0; i < trials_.size() && has_slot(); ++i) {
+      Trial& t = trials_[i];
+      if (t.status != "promoted") continue;
+      ::kill(-t.pid, SIGCONT);
+      t.status = "running";
+      running.push_back({i, t.pid, Clock::now()});
+      t.pid = 0;
+    }
+    for (size_t i = 0; i < trials_.size() && has_slot(); ++i) {
       if (trials_[i].status == "pending") running.push_back({i, launch(i, blocked), Clock::now()});
     }
-    if (running.empty()) break;
+    if (running.empty()) {
+      // Every trial has ended (or, interrupted, stopped): paused ones cannot
+      // be waiting on a rung any more, which decide_rungs has settled.
+      for (auto& t : trials_) {
+        if (t.pid == 0) continue;
+        ::kill(-t.pid, SIGTERM);
+        ::kill(-t.pid, SIGCONT);
+        ::waitpid(t.pid, nullptr, 0);
+        t.pid = 0;
+        t.status = "pending";
+      }
+      break;
+    }
     timespec tick{0, 200'000'000};  // a trial's new evaluations are read within 0.2 s
     const int sig = ::sigtimedwait(&blocked, nullptr, &tick);
     if (sig > 0 && !stop_signal) {
@@ -240,14 +337,21 @@ int Sweep::run() {
     }
     for (auto it = running.begin(); it != running.end();) {
       poll(*it);
+      Trial& t = trials_[it->trial];
+      if (t.status == "paused") {
+        t.seconds += std::chrono::duration<double>(Clock::now() - it->start).count();
+        t.pid = it->pid;
+        it = running.erase(it);
+        save_state();
+        continue;
+      }
       int status = 0;
       if (::waitpid(it->pid, &status, WNOHANG) != it->pid) {
         ++it;
         continue;
       }
       poll(*it);  // the records written before it exited
-      Trial& t = trials_[it->trial];
-      t.seconds = std::chrono::duration<double>(Clock::now() - it->start).count();
+      t.seconds += std::chrono::duration<double>(Clock::now() - it->start).count();
       const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
       if (stop_signal && t.status == "running") {
         t.status = "pending";
@@ -310,7 +414,7 @@ void Sweep::write_outputs() const {
 
 void add_sweep_command(CLI::App& app, int& exit_code) {
   auto flags = std::make_shared<SweepFlags>();
-  auto* cmd = app.add_subcommand("sweep", "hyper-parameter search: trials as ft run processes, pruned by ASHA");
+  auto* cmd = app.add_subcommand("sweep", "hyper-parameter search: trials as ft run processes, pruned by successive halving (ASHA or SHA)");
   cmd->add_option("-c,--config", flags->config, "the sweep file (docs/training-loop.md)")->required();
   cmd->add_option("--parallel", flags->parallel, "trials at once, sharing the cores (default: the file's, else 1)");
   cmd->add_flag("--dry-run", flags->dry_run, "list the trials and stop");

@@ -73,7 +73,8 @@ void read_scheduler(SweepSpec& s, const YAML::Node& n) {
     const std::string k = kv.first.Scalar();
     if (k == "type") {
       const std::string t = scalar(kv.second, s.source, "scheduler.type");
-      if (t != "asha") fail("{}: scheduler.type: unknown '{}' (asha)", s.source, t);
+      if (t != "asha" && t != "sha") fail("{}: scheduler.type: unknown '{}' (asha, sha)", s.source, t);
+      s.scheduler = t;
     } else if (k == "min_steps") {
       s.min_steps = static_cast<int64_t>(number(kv.second, s.source, "scheduler.min_steps"));
     } else if (k == "reduction_factor") {

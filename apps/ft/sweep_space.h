@@ -31,7 +31,11 @@ struct SweepSpec {
   std::string metric;                    // empty: the base config's train.best_metric
   std::optional<bool> greater_is_better;  // unset: lower for loss, mse, mae
   std::vector<ParamSpace> params;
-  // ASHA (scheduler: {type: asha, ...}); min_steps 0 = no pruning.
+  // Successive halving (scheduler: {type: asha | sha, ...}); min_steps 0 =
+  // no pruning. asha decides at each rung as trials arrive; sha pauses every
+  // trial at a rung until all of them have reached it, then goes on with the
+  // best 1/reduction_factor (docs/training-loop.md).
+  std::string scheduler = "asha";
   int64_t min_steps = 0;
   int64_t reduction_factor = 3;
   std::string text;  // the file as read: a resumed sweep must be the same sweep

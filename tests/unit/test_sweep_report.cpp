@@ -27,18 +27,20 @@ json page_data(const fsys::path& page) {
   return json::parse(data);
 }
 
-void write_sweep(const fsys::path& dir, const std::string& extra) {
-  std::ofstream(dir / "sweep.yaml") << fmt::format(R"(base: {0}/run.yaml
-output_dir: {0}/sweep
+// A sweep over lr on the tiny task, written to DIR/NAME.yaml, its trials in DIR/NAME.
+void write_sweep(const fsys::path& dir, const std::string& extra, const std::string& name = "sweep",
+                 const std::string& lrs = "5.0e-3, 2.0e-2, 2.0e-2", const std::string& scheduler = "asha") {
+  std::ofstream(dir / (name + ".yaml")) << fmt::format(R"(base: {0}/run.yaml
+output_dir: {0}/{2}
 method: grid
 parallel: 1
 metric: loss
 overrides: ["data.dev={0}/train.jsonl", "train.max_steps=32", "train.warmup_steps=0"]
 params:
-  train.lr: [5.0e-3, 2.0e-2, 2.0e-2]
-scheduler: {{type: asha, min_steps: 8, reduction_factor: 2}}
+  train.lr: [{3}]
+scheduler: {{type: {4}, min_steps: 8, reduction_factor: 2}}
 {1})",
-                                                   dir.string(), extra);
+                                                       dir.string(), extra, name, lrs, scheduler);
 }
 
 }  // namespace
@@ -144,4 +146,48 @@ TEST_CASE("ft sweep: random search draws the same trials from the same seed, log
     CHECK(v <= 1e-3);
   }
   CHECK(n == 6);
+}
+
+TEST_CASE("ft sweep: SHA decides a rung on every trial's value there, ASHA on the values seen so far") {
+  ft_test::TempDir tmp("sweep-sha");
+  ft_test::write_tiny_task(tmp.path());
+  // lr 2e-2 is behind lr 5e-3 at step 8 (dev loss 0.7000 against 0.6932) and ahead by step 32
+  // (0.6920 against 0.6928): both schedulers bet on step 8, only SHA with all three values in hand.
+  const std::string lrs = "2.0e-2, 5.0e-3, 2.0e-2";
+  write_sweep(tmp.path(), "", "asha", lrs, "asha");
+  write_sweep(tmp.path(), "", "sha", lrs, "sha");
+  ft_test::run_ok(fmt::format("sweep --config {}/asha.yaml", tmp.path().string()));
+  const std::string out = ft_test::run_ok(fmt::format("sweep --config {}/sha.yaml", tmp.path().string()));
+  const json asha = json::parse(ft_test::read_text(tmp.path() / "asha/sweep_state.json")).at("trials");
+  const json sha = json::parse(ft_test::read_text(tmp.path() / "sha/sweep_state.json")).at("trials");
+  INFO("asha: " << asha.dump());
+  INFO("sha: " << sha.dump());
+  // ASHA keeps trial 0, alone at step 8, to the end; trial 1 loses to it at the last rung.
+  CHECK(asha[0].at("status") == "done");
+  CHECK(asha[1].at("status") == "pruned");
+  CHECK(asha[1].at("pruned_at") == 32);
+  CHECK(asha[2].at("pruned_at") == 8);
+  // SHA stops all three at step 8; only the best there (lr 5e-3) goes on, through steps 16 and 32.
+  for (int i : {0, 2}) {
+    INFO("trial " << i);
+    CHECK(sha[i].at("status") == "pruned");
+    CHECK(sha[i].at("pruned_at") == 8);
+    CHECK(sha[i].at("steps") == 8);
+  }
+  CHECK(sha[1].at("status") == "done");
+  const auto at = [&](const std::string& line) {
+    INFO(line);
+    const auto p = out.find(line);
+    REQUIRE(p != std::string::npos);
+    return p;
+  };
+  CHECK(at("trial 00 paused at step 8") < at("trial 01 started"));
+  CHECK(at("trial 02 paused at step 8") < at("trial 01 goes on from rung 0"));
+  CHECK(at("trial 01 goes on from rung 0") < at("trial 00 pruned at step 8"));
+  CHECK(at("trial 00 pruned at step 8") < at("trial 01 done"));
+  // A pause changes nothing in the run it stops: trial 1's values at steps 8, 16 and 32 are
+  // those of its uninterrupted ASHA run, to the bit.
+  CHECK(sha[1].at("rungs").size() == 3);
+  CHECK(sha[1].at("rungs") == asha[1].at("rungs"));
+  CHECK(out.find("best: trial 01") != std::string::npos);
 }
