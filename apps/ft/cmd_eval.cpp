@@ -73,15 +73,6 @@ std::vector<std::string> checkpoint_overrides(const fsys::path& dir, const std::
   return out;
 }
 
-// A checkpoint of a task ft has no head for would load as something else.
-void refuse_unbuilt_head(const std::string& checkpoint, const BertConfig& c) {
-  if (c.unbuilt_head.empty()) return;
-  fail("checkpoint {}: its architecture {} is a head ft does not build; ft runs {} and {} (fine-tune its encoder "
-       "with ft run --set model.config={})",
-       checkpoint, c.unbuilt_head, head_names(c, BertHead::kSequenceClassification).architecture,
-       head_names(c, BertHead::kTokenClassification).architecture, checkpoint);
-}
-
 // Evaluation reuses the Trainer with a one-process `single` strategy, so
 // `ft eval` and the in-training evaluation are the same code.
 int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint, const std::string& data, int max_length) {
@@ -176,20 +167,6 @@ nlohmann::ordered_json predict_entities(EncoderModel& model, const Tokenizer& to
   return entity_record(text, group_entities(text, tp, config.id2label));
 }
 
-// A base model (BertModel, ...): no head to answer with, so its answer is
-// the hidden states (transformers' feature-extraction pipeline).
-bool is_base_model(const fsys::path& dir) {
-  if (!fsys::exists(dir / "config.json")) return false;
-  const auto j = nlohmann::json::parse(fs::read_file(dir / "config.json"), nullptr, false);
-  if (j.is_discarded() || !j.contains("architectures") || !j.at("architectures").is_array()) return false;
-  for (const auto& a : j.at("architectures")) {
-    const std::string name = a.is_string() ? a.get<std::string>() : "";
-    if (name.size() > 5 && name.compare(name.size() - 5, 5, "Model") == 0 && name.find("For") == std::string::npos)
-      return true;
-  }
-  return false;
-}
-
 // One line per text: {"text", "last_hidden_state": [tokens][hidden]}, every
 // position of the tokenised text, as AutoModel(...).last_hidden_state[0].
 void predict_features(EncoderModel& model, const Tokenizer& tok, const std::vector<std::string>& texts, int max_length) {
@@ -281,6 +258,27 @@ int predict(const std::string& checkpoint, std::vector<std::string> texts, int m
 }
 
 }  // namespace
+
+// A checkpoint of a task ft has no head for would load as something else.
+void refuse_unbuilt_head(const std::string& checkpoint, const BertConfig& c) {
+  if (c.unbuilt_head.empty()) return;
+  fail("checkpoint {}: its architecture {} is a head ft does not build; ft runs {} and {} (fine-tune its encoder "
+       "with ft run --set model.config={})",
+       checkpoint, c.unbuilt_head, head_names(c, BertHead::kSequenceClassification).architecture,
+       head_names(c, BertHead::kTokenClassification).architecture, checkpoint);
+}
+
+bool is_base_model(const fsys::path& dir) {
+  if (!fsys::exists(dir / "config.json")) return false;
+  const auto j = nlohmann::json::parse(fs::read_file(dir / "config.json"), nullptr, false);
+  if (j.is_discarded() || !j.contains("architectures") || !j.at("architectures").is_array()) return false;
+  for (const auto& a : j.at("architectures")) {
+    const std::string name = a.is_string() ? a.get<std::string>() : "";
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, "Model") == 0 && name.find("For") == std::string::npos)
+      return true;
+  }
+  return false;
+}
 
 void add_eval_predict_commands(CLI::App& app, int& exit_code) {
   struct EvalFlags {

@@ -2,10 +2,15 @@
 // escapes to main(), which prints it as one line.
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
+
+namespace ft {
+struct BertConfig;
+}
 
 namespace ft::app {
 
@@ -36,6 +41,15 @@ void add_features_command(CLI::App& app, int& exit_code);
 void add_tokenize_command(CLI::App& app, int& exit_code);
 void add_report_command(CLI::App& app, int& exit_code);
 void add_sweep_command(CLI::App& app, int& exit_code);
+
+// A base model directory (config.json's architectures names BertModel, ...):
+// no head to answer with, so ft predict and ft export --onnx give its hidden
+// states (transformers' feature-extraction).
+bool is_base_model(const std::filesystem::path& dir);
+
+// A checkpoint of a task ft has no head for (config.json's architectures
+// names BertForQuestionAnswering, ...) would load as something else: one line.
+void refuse_unbuilt_head(const std::string& checkpoint, const ft::BertConfig& c);
 
 }  // namespace ft::app
 

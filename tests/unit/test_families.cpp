@@ -108,6 +108,11 @@ TEST_CASE("RoBERTa, XLM-R, ELECTRA, DistilBERT, DeBERTa-v3 and ModernBERT logits
       CHECK(max_diff(got, want) < 1e-5);
       CHECK(max_diff(got[0], got[40]) > 1e-3);  // an IMDB review and a Weibo post differ well beyond it
     }
+    // The hidden states (ft predict --task feature-extraction): one row per position, without
+    // DeBERTa's relative table that rides below the tokens.
+    const at::Tensor h = model->last_hidden_state(b);
+    CHECK(h.sizes() == at::IntArrayRef({b.input_ids.size(0), b.input_ids.size(1), model->config().hidden_size}));
+    CHECK(h.isfinite().all().item<bool>());
   }
 }
 

@@ -28,6 +28,7 @@ namespace ft {
 
 class EncoderModel;
 enum class BertHead;  // ft/model.h
+struct BertConfig;   // ft/model.h
 
 // PEFT's rule: module `module_name` is adapted when it equals a target or
 // ends with "." + target.

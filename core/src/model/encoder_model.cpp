@@ -119,6 +119,7 @@ at::Tensor EncoderModel::last_hidden_state(const Batch& input) {
   at::Tensor x = base.embeddings->forward(layout->gather_tokens(batch.input_ids),
                                           layout->gather_tokens(batch.token_type_ids), *layout);
   for (auto& layer : base.layers) x = layer->forward(x, *layout);
+  x = x.narrow(0, 0, layout->tokens);  // without DeBERTa's carried table rows
   if (base.final_norm) x = base.final_norm(x);
   return x.to(at::kFloat).view({layout->rows, layout->seq, -1});
 }
