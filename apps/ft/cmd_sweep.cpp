@@ -252,7 +252,7 @@ void Sweep::decide_rungs() {
       const double x = trials_[a].rungs.at(r), y = trials_[b].rungs.at(r);
       return greater_ ? x > y : x < y;
     });
-    const size_t keep = std::max<size_t>(1, reported.size() / static_cast<size_t>(spec_.reduction_factor));
+    const size_t keep = pruner_->survivors(reported.size());
     for (size_t k = 0; k < reported.size(); ++k) {
       Trial& t = trials_[reported[k]];
       if (t.status != "paused" || t.rungs.rbegin()->first != r) continue;
@@ -278,10 +278,9 @@ void Sweep::prune_paused(size_t i, int rung) {
   ::waitpid(t.pid, nullptr, 0);
   t.status = "pruned";
   t.pid = 0;
-  int64_t at = spec_.min_steps;
-  for (int k = 0; k < rung; ++k) at *= spec_.reduction_factor;
-  t.pruned_at = at;
-  std::cout << fmt::format("trial {:02d} pruned at step {} ({} {:.4f}, rung {})\n", i, at, metric_, t.rungs.at(rung), rung)
+  t.pruned_at = pruner_->step_of(rung);
+  std::cout << fmt::format("trial {:02d} pruned at step {} ({} {:.4f}, rung {})\n", i, t.pruned_at, metric_,
+                           t.rungs.at(rung), rung)
             << std::flush;
   save_state();
 }

@@ -196,12 +196,18 @@ int AshaPruner::rung_of(int64_t step) const {
   return -1;
 }
 
+int64_t AshaPruner::step_of(int rung) const {
+  int64_t at = min_steps_;
+  for (int k = 0; k < rung; ++k) at *= eta_;
+  return at;
+}
+
 bool AshaPruner::keep(int rung, double value) {
   auto& seen = values_[rung];
   seen.push_back(value);
   std::vector<double> sorted = seen;
   std::sort(sorted.begin(), sorted.end(), [&](double a, double b) { return greater_ ? a > b : a < b; });
-  const size_t top = std::max<size_t>(1, seen.size() / static_cast<size_t>(eta_));
+  const size_t top = survivors(seen.size());
   const double cut = sorted[top - 1];
   return greater_ ? value >= cut : value <= cut;
 }

@@ -2,6 +2,7 @@
 // the processes that run them (cmd_sweep.cpp).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -65,6 +66,10 @@ class AshaPruner {
   int rung_of(int64_t step) const;
   // Records `value` at `rung`; returns whether the trial goes on.
   bool keep(int rung, double value);
+  // The step of rung `rung`: min_steps * reduction_factor^rung.
+  int64_t step_of(int rung) const;
+  // How many of n values at a rung go on: max(1, n / reduction_factor).
+  size_t survivors(size_t n) const { return std::max<size_t>(1, n / static_cast<size_t>(eta_)); }
   // Restores a recorded value (a resumed sweep) without deciding.
   void restore(int rung, double value) { values_[rung].push_back(value); }
 
