@@ -14,6 +14,7 @@
 #include <torch/autograd.h>
 
 #include "commands.h"
+#include "ft/batched_inference.h"
 #include "ft/checkpoint.h"
 #include "ft/comm.h"
 #include "ft/config.h"
@@ -135,31 +136,61 @@ int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint,
   return 0;
 }
 
-// One tokenised text as a batch of one row.
-Batch one_row(const Encoding& enc) {
-  const auto n = static_cast<int64_t>(enc.input_ids.size());
-  Batch b;
-  b.input_ids = at::tensor(enc.input_ids, at::kLong).view({1, n});
-  b.attention_mask = at::tensor(enc.attention_mask, at::kLong).view({1, n});
-  b.token_type_ids = at::tensor(enc.token_type_ids, at::kLong).view({1, n});
-  return b;
+// The inputs a window at a time: the texts given on the command line, else
+// stdin's lines, read as they come (a stream is never held whole).
+class InputWindows {
+ public:
+  explicit InputWindows(std::vector<std::string> texts) : texts_(std::move(texts)), from_stdin_(texts_.empty()) {}
+
+  // Up to `n` more inputs (empty lines skipped) and where each came from.
+  bool next(size_t n, std::vector<std::string>& lines, std::vector<std::string>& where) {
+    lines.clear();
+    where.clear();
+    while (lines.size() < n) {
+      std::string line;
+      if (from_stdin_) {
+        if (!std::getline(std::cin, line)) break;
+        ++read_;
+        if (line.empty()) continue;
+        where.push_back(fmt::format("stdin line {}", read_));
+      } else {
+        if (read_ >= texts_.size()) break;
+        line = texts_[read_++];
+        where.push_back(fmt::format("input {}", read_));
+      }
+      lines.push_back(std::move(line));
+    }
+    return !lines.empty();
+  }
+
+ private:
+  std::vector<std::string> texts_;
+  bool from_stdin_;
+  size_t read_ = 0;
+};
+
+std::vector<std::vector<double>> rows_of(const at::Tensor& t) {
+  const at::Tensor d = t.to(at::kDouble).contiguous();
+  std::vector<std::vector<double>> rows;
+  for (int64_t r = 0; r < d.size(0); ++r) rows.emplace_back(d[r].data_ptr<double>(), d[r].data_ptr<double>() + d.size(1));
+  return rows;
 }
 
-// A token classifier's answer for raw text: its words through the model,
-// every token scored, grouped into entities as the pipeline groups them.
-nlohmann::ordered_json predict_entities(EncoderModel& model, const Tokenizer& tok, const BertConfig& config,
-                                        const std::string& text, int max_length) {
-  const TextWords words = split_text_words(text);
-  const WordsEncoding enc = tok.encode_words(words.words, max_length, false);
-  Batch b = one_row(enc.encoding);
-  const int64_t n = b.input_ids.size(1);
-  b.positions = at::arange(n, at::kLong);
-  const at::Tensor probs = model.forward(b).to(at::kFloat).softmax(1).contiguous();
+std::vector<double> values_of(const at::Tensor& t) {
+  const at::Tensor d = t.to(at::kDouble).contiguous();
+  return {d.data_ptr<double>(), d.data_ptr<double>() + d.numel()};
+}
+
+// A token classifier's answer for raw text: its tokens' scores (`logits`
+// [tokens, labels]) grouped into entities as the pipeline groups them.
+nlohmann::ordered_json entities_of(const std::string& text, const TextWords& words, const WordsEncoding& enc,
+                                   const at::Tensor& logits, const Tokenizer& tok, const BertConfig& config) {
+  const at::Tensor probs = logits.softmax(1).contiguous();
   TokenPredictions tp;
   tp.word_ids = enc.word_ids;
   tp.offsets = token_offsets(enc, words, tok.tokens());
   const at::Tensor best = probs.argmax(1);
-  for (int64_t t = 0; t < n; ++t) {
+  for (int64_t t = 0; t < probs.size(0); ++t) {
     tp.labels.push_back(best[t].item<int64_t>());
     const float* row = probs[t].data_ptr<float>();
     tp.scores.emplace_back(row, row + probs.size(1));
@@ -167,25 +198,17 @@ nlohmann::ordered_json predict_entities(EncoderModel& model, const Tokenizer& to
   return entity_record(text, group_entities(text, tp, config.id2label));
 }
 
-// One line per text: {"text", "last_hidden_state": [tokens][hidden]}, every
-// position of the tokenised text, as AutoModel(...).last_hidden_state[0].
-void predict_features(EncoderModel& model, const Tokenizer& tok, const std::vector<std::string>& texts, int max_length) {
-  for (const auto& text : texts) {
-    auto enc = tok.encode(text, std::nullopt, max_length, false);
-    Batch b = one_row(enc);
-    const at::Tensor h = model.last_hidden_state(b)[0].to(at::kDouble).contiguous();
-    std::vector<std::vector<double>> rows;
-    for (int64_t t = 0; t < h.size(0); ++t) rows.emplace_back(h[t].data_ptr<double>(), h[t].data_ptr<double>() + h.size(1));
-    nlohmann::ordered_json line;
-    line["text"] = text;
-    line["last_hidden_state"] = rows;
-    std::cout << line.dump() << "\n";
-  }
-}
+struct PredictOptions {
+  int max_length = 0;  // 0: the checkpoint's tokenizer_config.json, else 128
+  bool logits = false;
+  double threshold = 0.5;
+  std::string task;  // "feature-extraction"; empty: the checkpoint's own
+  int64_t batch_size = 32;
+  int64_t threads = 0;  // 0: this machine's CPUs
+};
 
-int predict(const std::string& checkpoint, std::vector<std::string> texts, int max_length, bool logits,
-            double threshold, const std::string& task) {
-  configure_threads({});
+int predict(const std::string& checkpoint, std::vector<std::string> texts, PredictOptions opt) {
+  configure_threads({opt.threads});
   // Before loading: the head's name is the cause, whatever else the files say.
   const fsys::path config_json = fsys::path(checkpoint) / "config.json";
   if (fsys::exists(config_json)) refuse_unbuilt_head(checkpoint, BertConfig::from_json_file(config_json.string()));
@@ -193,66 +216,80 @@ int predict(const std::string& checkpoint, std::vector<std::string> texts, int m
   const auto tokenizer = load_model_dir_tokenizer(checkpoint);
   if (!tokenizer) fail("checkpoint {}: neither tokenizer.json nor vocab.txt; predict needs the tokenizer", checkpoint);
   const Tokenizer& tok = *tokenizer;
+  const BertConfig& config = ckpt.config;
   // Tokenise as training did: the checkpoint's model_max_length unless --max-length says otherwise.
-  const bool explicit_length = max_length > 0;
+  int max_length = opt.max_length;
   if (max_length <= 0) max_length = static_cast<int>(read_model_max_length(checkpoint).value_or(128));
-  if (!task.empty() && task != "feature-extraction") {
+  if (!opt.task.empty() && opt.task != "feature-extraction") {
     fail("ft predict --task {}: the task comes with the checkpoint; --task takes only feature-extraction (its hidden "
          "states)",
-         task);
+         opt.task);
   }
   // A sentence-transformers directory names BertModel too: its answer is its embedding.
   const bool features =
-      !task.empty() || (ckpt.config.head == BertHead::kSequenceClassification && is_base_model(checkpoint));
-  EncoderModel model(ckpt.config);
+      !opt.task.empty() || (config.head == BertHead::kSequenceClassification && is_base_model(checkpoint));
+  // As SentenceTransformer.encode: each text cut at max_seq_length.
+  if (!features && config.head == BertHead::kSentenceEmbedding && config.sentence.max_seq_length > 0 &&
+      opt.max_length <= 0) {
+    max_length = static_cast<int>(config.sentence.max_seq_length);
+  }
+  EncoderModel model(config);
   apply_checkpoint_method(model, ckpt);  // its weights come with ckpt.model
   EncoderModel::LoadOptions load;
   load.head_optional = features;  // the hidden states need no head
   model.load_weights(ckpt.model, checkpoint + "/model.safetensors", load);
   if (ckpt.check == CheckpointCheck::kUnverified) note_unverified(checkpoint);  // said once it loaded
   model.eval();
-  const bool from_stdin = texts.empty();
-  if (from_stdin) {
-    for (std::string line; std::getline(std::cin, line);)
-      if (!line.empty()) texts.push_back(line);
-  }
   torch::NoGradGuard no_grad;
-  if (features) {
-    predict_features(model, tok, texts, max_length);
-    return 0;
-  }
-  if (ckpt.config.head == BertHead::kSentenceEmbedding) {
-    // As SentenceTransformer.encode: each text alone, cut at max_seq_length.
-    if (ckpt.config.sentence.max_seq_length > 0 && !explicit_length) max_length = static_cast<int>(ckpt.config.sentence.max_seq_length);
-    for (const auto& text : texts) {
-      auto enc = tok.encode(text, std::nullopt, max_length, false);
-      Batch b = one_row(enc);
-      const at::Tensor e = model.forward(b)[0].to(at::kDouble).contiguous();
+  const InferenceOutput what = features                                           ? InferenceOutput::kHiddenStates
+                               : config.head == BertHead::kTokenClassification ? InferenceOutput::kPerToken
+                                                                                 : InferenceOutput::kPerText;
+  // Sorting by length pays within a window; a window of many batches keeps stdin streaming.
+  const size_t window = static_cast<size_t>(opt.batch_size) * 16;
+  InputWindows source(std::move(texts));
+  std::vector<std::string> lines, where;
+  bool warned = false;
+  while (source.next(window, lines, where)) {
+    std::vector<Encoding> enc(lines.size());
+    std::vector<PredictInput> parsed(lines.size());
+    std::vector<TextWords> words(lines.size());
+    std::vector<WordsEncoding> word_enc(lines.size());
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (features || config.head == BertHead::kSentenceEmbedding) {
+        enc[i] = tok.encode(lines[i], std::nullopt, max_length, false);
+      } else if (config.head == BertHead::kTokenClassification) {
+        words[i] = split_text_words(lines[i]);
+        word_enc[i] = tok.encode_words(words[i].words, max_length, false);
+        enc[i] = word_enc[i].encoding;
+      } else {
+        parsed[i] = parse_predict_input(lines[i], config, where[i]);
+        if (parsed[i].text_pair && !config.text_pair && !warned) {
+          warned = true;
+          std::fprintf(stderr, "ft: note: %s is read as a sentence pair, but %s was trained on single texts\n",
+                       where[i].c_str(), checkpoint.c_str());
+        }
+        std::optional<std::string_view> pair;
+        if (parsed[i].text_pair) pair = *parsed[i].text_pair;
+        enc[i] = tok.encode(parsed[i].text, pair, max_length, false);
+      }
+    }
+    const auto out = infer_batched(model, enc, tok.pad_id(), opt.batch_size, what);
+    for (size_t i = 0; i < lines.size(); ++i) {
       nlohmann::ordered_json line;
-      line["text"] = text;
-      line["embedding"] = std::vector<double>(e.data_ptr<double>(), e.data_ptr<double>() + e.numel());
+      if (what == InferenceOutput::kHiddenStates) {
+        line["text"] = lines[i];
+        line["last_hidden_state"] = rows_of(out[i]);
+      } else if (what == InferenceOutput::kPerToken) {
+        line = entities_of(lines[i], words[i], word_enc[i], out[i], tok, config);
+      } else if (config.head == BertHead::kSentenceEmbedding) {
+        line["text"] = lines[i];
+        line["embedding"] = values_of(out[i]);
+      } else {
+        line = prediction_record(parsed[i], out[i], config, opt.threshold, opt.logits);
+      }
       std::cout << line.dump() << "\n";
     }
-    return 0;
-  }
-  if (ckpt.config.head == BertHead::kTokenClassification) {
-    for (const auto& text : texts) std::cout << predict_entities(model, tok, ckpt.config, text, max_length).dump() << "\n";
-    return 0;
-  }
-  bool warned = false;
-  for (size_t i = 0; i < texts.size(); ++i) {
-    const std::string where = from_stdin ? fmt::format("stdin line {}", i + 1) : fmt::format("input {}", i + 1);
-    const PredictInput input = parse_predict_input(texts[i], ckpt.config, where);
-    if (input.text_pair && !ckpt.config.text_pair && !warned) {
-      warned = true;
-      std::fprintf(stderr, "ft: note: %s is read as a sentence pair, but %s was trained on single texts\n",
-                   where.c_str(), checkpoint.c_str());
-    }
-    std::optional<std::string_view> pair;
-    if (input.text_pair) pair = *input.text_pair;
-    auto enc = tok.encode(input.text, pair, max_length, false);
-    Batch b = one_row(enc);
-    std::cout << prediction_record(input, model.forward(b)[0], ckpt.config, threshold, logits).dump() << "\n";
+    std::cout.flush();  // a window's answers reach a pipe before the next window is read
   }
   return 0;
 }
@@ -313,25 +350,27 @@ void add_eval_predict_commands(CLI::App& app, int& exit_code) {
   struct PredictFlags {
     std::string checkpoint;
     std::vector<std::string> texts;
-    int max_length = 0;  // 0: the checkpoint's tokenizer_config.json, else 128
-    bool logits = false;
-    double threshold = 0.5;
-    std::string task;  // "feature-extraction"; empty: the checkpoint's own
+    PredictOptions options;
   };
   auto pf = std::make_shared<PredictFlags>();
   auto* pred = app.add_subcommand(
       "predict", "text in (a line, text<TAB>text_pair or {\"text\", \"text_pair\"}), the model's answer out (JSON Lines)");
   pred->add_option("--checkpoint", pf->checkpoint, "checkpoint directory")->required();
-  pred->add_option("--max-length", pf->max_length, "truncate inputs to this many tokens (default: the checkpoint's model_max_length, else 128)");
+  pred->add_option("--max-length", pf->options.max_length, "truncate inputs to this many tokens (default: the checkpoint's model_max_length, else 128)");
   pred->add_option("texts", pf->texts, "inputs, each as a stdin line would be (default: one per line on stdin)");
-  pred->add_flag("--logits", pf->logits, "also print the raw logits (what transformers' model(...).logits gives)");
-  pred->add_option("--threshold", pf->threshold, "multi-label: a label is predicted when its sigmoid reaches this")
+  pred->add_flag("--logits", pf->options.logits, "also print the raw logits (what transformers' model(...).logits gives)");
+  pred->add_option("--threshold", pf->options.threshold, "multi-label: a label is predicted when its sigmoid reaches this")
       ->check(CLI::Range(0.0, 1.0));
-  pred->add_option("--task", pf->task,
+  pred->add_option("--task", pf->options.task,
                    "feature-extraction: the encoder's last_hidden_state per token, whatever head the checkpoint has "
                    "(the default for a base model, BertModel ...)");
+  pred->add_option("--batch-size", pf->options.batch_size,
+                   "inputs per forward pass: sorted by length, padded to their batch's longest (default 32)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  pred->add_option("--threads", pf->options.threads, "intra-op threads (default: this machine's CPUs)")
+      ->check(CLI::Range(int64_t{0}, int64_t{4096}));
   pred->callback([pf, &exit_code] {
-    exit_code = predict(pf->checkpoint, pf->texts, pf->max_length, pf->logits, pf->threshold, pf->task);
+    exit_code = predict(pf->checkpoint, pf->texts, pf->options);
   });
 }
 

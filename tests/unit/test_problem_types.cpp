@@ -56,8 +56,9 @@ std::string one_step(const fsys::path& dir, const std::string& extra) {
 }
 
 // `ft predict --logits` on every text: one logits vector per row.
-std::vector<std::vector<double>> predicted_logits(const fsys::path& checkpoint, std::vector<json>* records = nullptr) {
-  std::string args = fmt::format("predict --checkpoint {} --logits", checkpoint.string());
+std::vector<std::vector<double>> predicted_logits(const fsys::path& checkpoint, std::vector<json>* records = nullptr,
+                                                  const std::string& extra = "") {
+  std::string args = fmt::format("predict --checkpoint {} --logits {}", checkpoint.string(), extra);
   for (const char* t : kTexts) args += fmt::format(" '{}'", t);
   const auto run = ft_test::run_ft(args);
   INFO(run.output);
@@ -259,6 +260,48 @@ TEST_CASE("a transformers directory saying multi_label_classification is predict
     CHECK(records[i].at("probabilities").at("pos").get<double>() ==
           doctest::Approx(1 / (1 + std::exp(-logits[i].at(1)))).epsilon(1e-6));
   }
+}
+
+TEST_CASE("ft predict runs batches sorted by length and answers in input order, from arguments or stdin") {
+  ft_test::TempDir tmp("batched-predict");
+  const fsys::path& dir = tmp.path();
+  ft_test::write_tiny_task(dir);
+  std::vector<json> labels;
+  for (int i = 0; i < 16; ++i) labels.push_back(i % 3 == 0 ? "neg" : "pos");
+  write_rows(dir / "rows.jsonl", labels);
+  ft_test::run_ok(one_step(dir, ""));
+  // One text per forward pass is the reference: what predict did before it batched.
+  std::vector<json> alone_records, batched_records;
+  const auto alone = predicted_logits(dir / "out/final", &alone_records, "--batch-size 1");
+  // Batches of 5 over texts of 3 to 7 tokens: each batch mixes lengths, and the last is short.
+  const auto batched = predicted_logits(dir / "out/final", &batched_records, "--batch-size 5 --threads 1");
+  for (size_t i = 0; i < 16; ++i) {
+    CHECK(batched_records[i].at("text") == kTexts[i]);
+    CHECK(alone_records[i].at("text") == kTexts[i]);
+    for (size_t k = 0; k < alone[i].size(); ++k) CHECK(batched[i][k] == doctest::Approx(alone[i][k]).epsilon(1e-5));
+  }
+  // Logits that differ by row: equal answers would hide a mixed-up order.
+  CHECK(alone[0] != alone[8]);
+  // stdin with an empty line (skipped), 20 inputs: at batch size 1 a window holds 16, so the
+  // second window starts mid-stream. The same answers, in order.
+  std::ofstream in(dir / "texts.txt");
+  for (size_t i = 0; i < 20; ++i) in << kTexts[i % 16] << (i == 7 ? "\n\n" : "\n");
+  in.close();
+  const auto piped = ft_test::run_ft(
+      fmt::format("predict --checkpoint {}/out/final --logits --batch-size 1 < {}/texts.txt", dir.string(), dir.string()));
+  REQUIRE(piped.exit_code == 0);
+  std::istringstream lines(piped.output);
+  size_t row = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    REQUIRE(row < 20);
+    const json j = json::parse(line);
+    CHECK(j.at("text") == kTexts[row % 16]);
+    const auto l = j.at("logits").get<std::vector<double>>();
+    for (size_t k = 0; k < l.size(); ++k) CHECK(l[k] == doctest::Approx(alone[row % 16][k]).epsilon(1e-5));
+    ++row;
+  }
+  CHECK(row == 20);
 }
 
 TEST_CASE("a model trained on pairs predicts pairs, and refuses a single text") {

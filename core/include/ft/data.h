@@ -149,6 +149,10 @@ class Dataset {
   virtual bool labels_per_token() const { return false; }
 };
 
+/// `inputs` as one batch of `width` columns (at least the longest input):
+/// after each row's own tokens, the pad id, mask 0 and token type 0.
+Batch pad_encodings(const std::vector<const Encoding*>& inputs, int64_t pad_id, int64_t width);
+
 /// Token classification's labels: per_token [rows, seq] int64 with
 /// kIgnoreLabel (-100) where a token has none -> batch.positions (the flat
 /// positions of the labelled tokens) and batch.labels (their labels).

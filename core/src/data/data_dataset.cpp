@@ -30,6 +30,37 @@ void check_rows(const std::vector<int64_t>& rows, int64_t size, const std::strin
            source, r, size);
 }
 
+}  // namespace
+
+Batch pad_encodings(const std::vector<const Encoding*>& inputs, int64_t pad_id, int64_t width) {
+  const auto n = static_cast<int64_t>(inputs.size());
+  for (const Encoding* e : inputs) {
+    if (static_cast<int64_t>(e->input_ids.size()) > width)
+      fail("pad_encodings: an input of {} tokens is wider than the batch's {} columns", e->input_ids.size(), width);
+  }
+  Batch b;
+  b.input_ids = empty_long({n, width});
+  b.attention_mask = empty_long({n, width});
+  b.token_type_ids = empty_long({n, width});
+  int64_t* ids = b.input_ids.data_ptr<int64_t>();
+  int64_t* mask = b.attention_mask.data_ptr<int64_t>();
+  int64_t* types = b.token_type_ids.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    const Encoding& e = *inputs[static_cast<size_t>(i)];
+    const auto len = static_cast<int64_t>(e.input_ids.size());
+    const int64_t off = i * width;
+    std::memcpy(ids + off, e.input_ids.data(), static_cast<size_t>(len) * sizeof(int64_t));
+    std::memcpy(mask + off, e.attention_mask.data(), static_cast<size_t>(len) * sizeof(int64_t));
+    std::memcpy(types + off, e.token_type_ids.data(), static_cast<size_t>(len) * sizeof(int64_t));
+    std::fill(ids + off + len, ids + off + width, pad_id);
+    std::fill(mask + off + len, mask + off + width, int64_t{0});
+    std::fill(types + off + len, types + off + width, int64_t{0});
+  }
+  return b;
+}
+
+namespace {
+
 class TextDataset final : public Dataset {
  public:
   TextDataset(TextData data, std::shared_ptr<const Tokenizer> tok, int max_length,
@@ -70,33 +101,16 @@ class TextDataset final : public Dataset {
 
   Batch collate(const std::vector<int64_t>& rows) const override {
     check_rows(rows, size(), data_.source);
-    const auto n = static_cast<int64_t>(rows.size());
     std::vector<Encoding> enc(rows.size());
+    std::vector<const Encoding*> views(rows.size());
     int64_t width = padding_ == Padding::MaxLength ? max_length_ : 0;
     for (size_t i = 0; i < rows.size(); ++i) {
       enc[i] = encode(rows[i]);
+      views[i] = &enc[i];
       width = std::max<int64_t>(width, static_cast<int64_t>(enc[i].input_ids.size()));
     }
-    Batch b;
-    b.input_ids = empty_long({n, width});
-    b.attention_mask = empty_long({n, width});
-    b.token_type_ids = empty_long({n, width});
+    Batch b = pad_encodings(views, tok_->pad_id(), width);
     b.labels = collate_labels(rows);
-    int64_t* ids = b.input_ids.data_ptr<int64_t>();
-    int64_t* mask = b.attention_mask.data_ptr<int64_t>();
-    int64_t* types = b.token_type_ids.data_ptr<int64_t>();
-    const int64_t pad = tok_->pad_id();
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Encoding& e = enc[i];
-      const auto len = static_cast<int64_t>(e.input_ids.size());
-      const int64_t off = static_cast<int64_t>(i) * width;
-      std::memcpy(ids + off, e.input_ids.data(), static_cast<size_t>(len) * sizeof(int64_t));
-      std::memcpy(mask + off, e.attention_mask.data(), static_cast<size_t>(len) * sizeof(int64_t));
-      std::memcpy(types + off, e.token_type_ids.data(), static_cast<size_t>(len) * sizeof(int64_t));
-      std::fill(ids + off + len, ids + off + width, pad);
-      std::fill(mask + off + len, mask + off + width, int64_t{0});
-      std::fill(types + off + len, types + off + width, int64_t{0});
-    }
     return b;
   }
 
