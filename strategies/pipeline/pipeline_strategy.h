@@ -6,10 +6,12 @@
 //   optimizer state live on its rank; the other units' storage is freed.
 //   forward: a UnitRunner runs the owned units; the stage before sends the
 //     activation entering `first` (fp32, point to point), this stage sends
-//     the one leaving end-1 to the next. The last stage computes the logits
-//     and broadcasts them to its pipeline group, so every rank returns the
-//     same logits and the Trainer's loss, logging and evaluation work
-//     unchanged on every stage.
+//     the one leaving end-1 to the next. The last stage computes the logits.
+//     In training the other stages return zeros of the logits' shape (waiting
+//     for the loss would serialise the pipeline; holds_loss() keeps them out of
+//     the logged loss). In evaluation the last stage broadcasts its logits to
+//     the pipeline group, so every stage returns the same ones and scores
+//     them alike.
 //   backward: deferred by the schedule. The last stage back-propagates the
 //     loss; every other stage receives the gradient of the activation it
 //     sent and back-propagates that; each sends the gradient of the

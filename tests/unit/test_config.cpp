@@ -360,7 +360,8 @@ TEST_CASE("each pretraining config reads its fine-tuning run's data the same way
     CHECK(p.split_seed == r.split_seed);
     CHECK(p.shuffle_before_split == r.shuffle_before_split);
     CHECK(p.strip_spaces == r.strip_spaces);
-    CHECK(p.vocab == r.vocab);
+    // The same pieces, unless the run reads its pretrained model's own tokenizer (weibo.yaml's bge).
+    if (!r.vocab.empty()) CHECK(p.vocab == r.vocab);
     CHECK(p.max_seq_len == r.max_seq_len);
   }
 }

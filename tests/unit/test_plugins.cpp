@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -157,6 +158,24 @@ TEST_CASE("missing directories: a warning for FT_PLUGIN_PATH, an error for --plu
 TEST_CASE("the default built-in directory is <exe dir>/../lib/ft/strategies") {
   const fs::path expected = fs::weakly_canonical(ft_test::binary_dir() / "lib" / "ft" / "strategies");
   CHECK(fs::weakly_canonical(ft::default_builtin_plugin_dir()) == expected);
+}
+
+TEST_CASE("the built-in strategies are exactly the seeds' rows plus auto, pipeline and tensor, each from its own plugin") {
+  ft::DiscoveryOptions options;
+  options.builtin_dir = ft_test::binary_dir() / "lib" / "ft" / "strategies";
+  const auto host = ft::PluginHost::discover(options);
+  CHECK(host.warnings().empty());
+  auto got = names(host);
+  std::sort(got.begin(), got.end());
+  // A strategy added or lost changes the README, ft bench's matrix and the docs: this list says so.
+  CHECK(got == std::vector<std::string>{"auto", "ddp", "ddp_amp", "dp", "fsdp", "horovod", "pipeline", "single",
+                                        "tensor", "zero1", "zero2", "zero3"});
+  std::map<std::string, std::string> library;
+  for (const auto& info : host.list()) library[info.name] = info.file.filename().string();
+  CHECK(library["ddp_amp"] == "libft_strategy_ddp.so");
+  for (const char* sharded : {"zero1", "zero2", "zero3", "fsdp"}) CHECK(library[sharded] == "libft_strategy_sharded.so");
+  for (const char* own : {"auto", "dp", "horovod", "pipeline", "single", "tensor"})
+    CHECK(library[own] == std::string("libft_strategy_") + own + ".so");
 }
 
 TEST_CASE("a plugin built for another ABI version is refused, naming both versions") {

@@ -5,7 +5,9 @@
 // and the strategies see.
 //
 // The network is a sequence of *units*: 0 = embeddings, 1..L = encoder
-// layers, L+1 = head (pooler + dropout + classifier, or the masked LM).
+// layers, L+1 = head (the task's head in the family's HF form: BERT's
+// pooler + dropout + classifier, RoBERTa's classifier.dense + out_proj, ...;
+// heads/<task>/ builds each).
 // Strategies that must act around a unit (ZeRO-3/FSDP gather and free a
 // unit's weights, activation checkpointing recomputes a layer) install a
 // UnitRunner instead of re-implementing the forward pass.
@@ -48,10 +50,14 @@ class AdaptableLinearImpl : public torch::nn::LinearImpl {
 };
 TORCH_MODULE(AdaptableLinear);
 
-// Which head sits on the encoder: HF's BertForSequenceClassification
-// (pooler + classifier), BertForMaskedLM (cls.predictions, its decoder tied
-// to the word embeddings, no pooler) or BertForTokenClassification (a
-// classifier on every token). config.json's "architectures" says which; the
+// Which head sits on the encoder, named after BERT's classes though every
+// family has its own HF form (heads/<task>/): <Family>ForSequenceClassification
+// (BERT: pooler + classifier; RoBERTa, ELECTRA: classifier.dense + out_proj;
+// DistilBERT: pre_classifier + classifier; DeBERTa: context pooler +
+// classifier; ModernBERT: head + classifier), <Family>ForMaskedLM (a
+// transform and a decoder tied to the word embeddings) or
+// <Family>ForTokenClassification (a classifier on every token; ModernBERT's
+// head first). config.json's "architectures" says which; the
 // command decides what it builds (ft run fine-tunes a classifier of its
 // task from any of them, ft pretrain trains the masked-LM head). A
 // sentence-transformers directory (modules.json) is the base model with the
@@ -272,8 +278,10 @@ class EncoderModel : public torch::nn::Module {
   // that does not compute the head): [rows, num_labels], or [masked
   // tokens, vocab].
   std::vector<int64_t> logits_shape(const Batch& batch) const;
-  // The pooler's output [rows, hidden], tanh(dense(h_[CLS])): what the
-  // classifier reads, and what `ft features` writes. Plain execution (no
+  // One vector per row, what `ft features` writes: the output projection's
+  // input without dropout (BERT's pooler output tanh(dense(h_[CLS])), each family's
+  // form of it) or the sentence embedding; head_names().features names it.
+  // Token-classification and masked-LM heads refuse. Plain execution (no
   // unit runner, no checkpointing): for evaluation under NoGradGuard.
   at::Tensor pooled_output(const Batch& batch);
   // transformers' last_hidden_state [rows, seq, hidden] (ModernBERT's after

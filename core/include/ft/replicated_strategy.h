@@ -1,8 +1,11 @@
 // ReplicatedStrategy: the shared body of every strategy that keeps a full
 // copy of the model and of the optimizer state on each rank (single, ddp,
-// ddp_amp, horovod, dp, local_sgd). Subclasses decide only how gradients are
-// synchronised: they override on_setup(), run_backward() and
-// finish_grad_sync(); single overrides only on_setup() (its checks).
+// ddp_amp, horovod, dp, local_sgd). Gradient sync goes through three
+// protected hooks, on_setup(), run_backward() and finish_grad_sync(), so a
+// subclass changes it without rewriting the step; single overrides only
+// on_setup() (its checks). The Strategy methods stay overridable for the
+// rest: dp's forward and step (its replicas), local_sgd's step and state
+// (parameter averages).
 //
 // Step order (fixed here so every replicated strategy agrees on it):
 //   finish_grad_sync() -> unscale (fp16) -> global norm -> clip -> update

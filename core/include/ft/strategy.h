@@ -69,9 +69,9 @@ class __attribute__((visibility("default"))) Strategy {
                      StrategyContext& ctx) = 0;
 
   // Logits (float32) for this rank's micro-batch: [rows, num_labels] for a
-  // classifier, [masked tokens, vocab] for the masked-LM head; a pipeline
-  // rank that does not hold the loss returns placeholder logits of that
-  // shape (DataParallelGroup::holds_loss says which ranks do). Runs
+  // classifier, [masked tokens, vocab] for the masked-LM head; in training,
+  // a pipeline rank that does not hold the loss returns placeholder logits of
+  // that shape (DataParallelGroup::holds_loss says which ranks do). Runs
   // under the precision component's autocast. Collective for sharded
   // strategies.
   virtual at::Tensor forward(const Batch& batch) = 0;
@@ -94,7 +94,7 @@ class __attribute__((visibility("default"))) Strategy {
   // strategy. Collective.
   virtual void load_state(const TensorList& model, const OptimizerState* optimizer) = 0;
 
-  // --- Defaults that most strategies keep ---
+  // --- Defaults that most strategies keep (and state_bytes(), required) ---
 
   // Precision used when the run config says "auto" (ddp_amp: mixed).
   virtual PrecisionMode default_precision(c10::DeviceType device) const {
@@ -105,7 +105,9 @@ class __attribute__((visibility("default"))) Strategy {
   // Train/eval mode for the wrapped model(s).
   virtual void set_training(bool training);
 
-  // Bytes of params, grads and optimizer state held by this rank.
+  // Bytes of params, grads and optimizer state held by this rank. Pure, not
+  // a default: it sits here because moving it would change the vtable, the
+  // plugin ABI (kPluginAbiVersion).
   virtual StateBytes state_bytes() const = 0;
 
   // Release communication resources; called once before destruction, and
