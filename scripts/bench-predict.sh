@@ -10,8 +10,13 @@
 # load, tokenisation, inference, printing): its load is inside its number and
 # outside the peers'. The peers run in the env of scripts/hf-env.sh.
 #
-#   scripts/bench-predict.sh [OUT_DIR]
+#   scripts/bench-predict.sh [OUT_DIR [LABEL=FT ...]]
 #   CKPT=runs/default/final N=2000 THREADS=2 BATCH=32 ROUNDS=3 scripts/bench-predict.sh
+#   PEERS= scripts/bench-predict.sh runs/ab before=/tmp/old/bin/ft after=build/bin/ft
+#
+# LABEL=FT pairs time several ft binaries side by side (a change's before and
+# after; a copied build runs from its own lib/); the default is ft=build/bin/ft.
+# PEERS (default "pipeline ort") names the peers to run; empty runs none.
 #
 # The texts are the last N reviews of data/imdb/train.jsonl (the default run
 # trains on its first rows), as {"text": ...} lines so a review's tabs are
@@ -21,14 +26,20 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 out="${1:-runs/bench-predict}"
+shift || true
+variants=("$@")
+[ ${#variants[@]} -gt 0 ] || variants=("ft=$repo/build/bin/ft")
+peers="${PEERS-pipeline ort}"
 ckpt="${CKPT:-runs/default/final}"
 n="${N:-2000}"
 threads="${THREADS:-2}"
 batch="${BATCH:-32}"
 rounds="${ROUNDS:-3}"
 py="$repo/.venv-hf/bin/python"
-ft="$repo/build/bin/ft"
-[ -x "$ft" ] || { echo "bench-predict: $ft is not built; run scripts/setup.sh" >&2; exit 1; }
+for v in "${variants[@]}"; do
+  [ -x "${v#*=}" ] || { echo "bench-predict: ${v#*=} is not built; run scripts/setup.sh" >&2; exit 1; }
+done
+ft="${variants[0]#*=}"
 [ -x "$py" ] || { echo "bench-predict: no env at .venv-hf; run scripts/hf-env.sh" >&2; exit 1; }
 [ -d "$ckpt" ] || { echo "bench-predict: no checkpoint $ckpt; run scripts/run-default.sh (it saves runs/default/final)" >&2; exit 1; }
 mkdir -p "$out"
@@ -40,13 +51,17 @@ for line in sys.stdin:
 "$ft" export --onnx "$ckpt" "$out/model.onnx" > /dev/null
 echo "bench-predict: $n texts, max_length $max_len, $threads threads, batch $batch, $rounds rounds; $(uptime)"
 
+rm -f "$out/times.jsonl"
 for r in $(seq 1 "$rounds"); do
-  start=$(date +%s.%N)
-  /usr/bin/time -f '%M' -o "$out/ft.rss" \
-    "$ft" predict --checkpoint "$ckpt" --threads "$threads" --batch-size "$batch" < "$out/inputs.jsonl" > "$out/ft.jsonl"
-  end=$(date +%s.%N)
-  echo "{\"peer\": \"ft\", \"round\": $r, \"seconds\": $(echo "$end - $start" | bc), \"rss_kb\": $(cat "$out/ft.rss")}" >> "$out/times.jsonl"
-  for peer in pipeline ort; do
+  for v in "${variants[@]}"; do
+    label="${v%%=*}" bin="${v#*=}"
+    start=$(date +%s.%N)
+    LD_LIBRARY_PATH="$(dirname "$bin")/../lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" /usr/bin/time -f '%M' -o "$out/$label.rss" \
+      "$bin" predict --checkpoint "$ckpt" --threads "$threads" --batch-size "$batch" < "$out/inputs.jsonl" > "$out/$label.jsonl"
+    end=$(date +%s.%N)
+    echo "{\"peer\": \"$label\", \"round\": $r, \"seconds\": $(echo "$end - $start" | bc), \"rss_kb\": $(cat "$out/$label.rss")}" >> "$out/times.jsonl"
+  done
+  for peer in $peers; do
     line="$(/usr/bin/time -f '%M' -o "$out/$peer.rss" \
       "$py" scripts/predict_peer_bench.py "$peer" "$ckpt" "$out/inputs.jsonl" "$max_len" "$threads" "$batch" \
       "$out/$peer.jsonl" "$out/model.onnx" | tail -n 1)"
@@ -55,11 +70,20 @@ for r in $(seq 1 "$rounds"); do
   done
 done
 
-"$py" - "$out" "$n" <<'EOF'
+labels=()
+for v in "${variants[@]}"; do labels+=("${v%%=*}"); done
+"$py" - "$out" "$n" "$ckpt" "$max_len" "${labels[@]}" $peers <<'EOF'
 import json, statistics, sys
-out, n = sys.argv[1], int(sys.argv[2])
+out, n, ckpt, max_len, names = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5:]
 rows = [json.loads(l) for l in open(f"{out}/times.jsonl")]
-tokens = next(r["tokens"] for r in rows if "tokens" in r)
+tokens = next((r["tokens"] for r in rows if "tokens" in r), None)
+if tokens is None:  # no peer ran: count the tokens as the peers do
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(ckpt).backend_tokenizer
+    tok.enable_truncation(max_len)
+    tok.no_padding()
+    texts = [json.loads(l)["text"] for l in open(f"{out}/inputs.jsonl")]
+    tokens = sum(len(e.ids) for e in tok.encode_batch(texts))
 def median(peer):
     return statistics.median(r["seconds"] for r in rows if r["peer"] == peer)
 def labels(name):
@@ -67,16 +91,16 @@ def labels(name):
     for r in recs:  # ft prints every label's probability; the peers the winner's score
         r.setdefault("score", r.get("probabilities", {}).get(r["label"]))
     return recs
-ft = labels("ft")
-print(f"| | seconds (median) | texts/s | tokens/s | peak RSS MB | ft ÷ | labels = ft's | max score diff |")
+first = labels(names[0])
+print(f"| | seconds (median) | texts/s | tokens/s | peak RSS MB | {names[0]} ÷ | labels = {names[0]}'s | max score diff |")
 print("|---|---|---|---|---|---|---|---|")
-t_ft = median("ft")
-for peer in ["ft", "pipeline", "ort"]:
+t_first = median(names[0])
+for peer in names:
     t = median(peer)
     rss = max(r["rss_kb"] for r in rows if r["peer"] == peer) / 1024
     other = labels(peer)
-    assert len(other) == n == len(ft), (peer, len(other), len(ft))
-    same = sum(a["label"] == b["label"] for a, b in zip(ft, other)) / n
-    diff = max(abs(a["score"] - b["score"]) for a, b in zip(ft, other))
-    print(f"| {peer} | {t:.2f} | {n / t:.1f} | {tokens / t:.0f} | {rss:.0f} | {t / t_ft:.2f}x | {same:.4f} | {diff:.1e} |")
+    assert len(other) == n == len(first), (peer, len(other), len(first))
+    same = sum(a["label"] == b["label"] for a, b in zip(first, other)) / n
+    diff = max(abs(a["score"] - b["score"]) for a, b in zip(first, other))
+    print(f"| {peer} | {t:.2f} | {n / t:.1f} | {tokens / t:.0f} | {rss:.0f} | {t / t_first:.2f}x | {same:.4f} | {diff:.1e} |")
 EOF

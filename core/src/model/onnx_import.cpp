@@ -248,13 +248,16 @@ std::map<std::string, at::Tensor> linear_weights(const Graph& g, const std::stri
   return out;
 }
 
+// eps is a float32 in the graph: its shortest decimal is what config.json said.
+double shortest_decimal(float f) { return std::stod(fmt::format("{}", f)); }
+
 // The Add that feeds `sqrt` its epsilon (decomposed LayerNorm), or a
 // LayerNormalization node's attribute.
 std::optional<double> layer_norm_eps(const Graph& g) {
   for (const auto& n : g.proto().node()) {
     if (n.op_type() == "LayerNormalization") {
       for (const auto& a : n.attribute())
-        if (a.name() == "epsilon") return static_cast<double>(a.f());
+        if (a.name() == "epsilon") return shortest_decimal(a.f());
       return 1e-5;  // the operator's default
     }
     if (n.op_type() != "Sqrt") continue;
@@ -262,8 +265,7 @@ std::optional<double> layer_norm_eps(const Graph& g) {
     if (!add || add->op_type() != "Add") continue;
     for (const auto& in : add->input()) {
       auto v = g.numbers(in);
-      // eps is a float32 in the graph: its shortest decimal is what config.json said.
-      if (v && v->size() == 1) return std::stod(fmt::format("{}", static_cast<float>((*v)[0])));
+      if (v && v->size() == 1) return shortest_decimal(static_cast<float>((*v)[0]));
     }
   }
   return std::nullopt;
