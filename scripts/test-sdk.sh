@@ -7,8 +7,10 @@
 #   3. `ft strategies --verbose` names where each strategy came from
 #      (built-in, --plugin-dir, FT_PLUGIN_PATH);
 #   4. parity: `ft run --strategy local_sgd --nproc 2` (gradients averaged
-#      every step) reproduces ../shared/fixtures/parity-tiny within 1e-4.
-# Step 4 needs ../shared (or FT_SHARED_DIR); without it the script prints
+#      every step) reproduces ../shared/fixtures/parity-tiny within 1e-4;
+#   5. `ft bench` gives local_sgd a theory column from its MemoryModel, equal
+#      to what each rank holds.
+# Steps 4 and 5 need ../shared (or FT_SHARED_DIR); without it the script prints
 # SKIPPED and exits 77, which ctest reports as a skip.
 #
 # Usage: scripts/test-sdk.sh [build-dir]     (default: <repo>/build, already built)
@@ -93,5 +95,23 @@ for i, (g, r) in enumerate(zip(got, ref)):
 if abs(got[worst] - ref[worst]) > 1e-4:
     sys.exit(f"test-sdk: FAIL: step {worst + 1} loss {got[worst]} differs from the reference {ref[worst]} by more than 1e-4")
 print(f"test-sdk: parity OK (max diff {abs(got[worst] - ref[worst]):.2e} <= 1e-4)")
+EOF
+
+step "ft bench: the template's theory column"
+bench="$work/bench"
+(cd "$repo" && "$prefix/bin/ft" bench --workload tiny --strategies local_sgd --plugin-dir "$plugin_build" \
+   --steps 2 --out "$bench" >"$work/bench.log" 2>&1) || { cat "$work/bench.log"; fail "ft bench --strategies local_sgd"; }
+python3 - "$bench/results.csv" <<'EOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1], encoding="utf-8")))
+if len(rows) != 1 or rows[0]["status"] != "ok":
+    sys.exit(f"test-sdk: FAIL: expected one ok local_sgd row in {sys.argv[1]}, got {rows}")
+r = rows[0]
+held = [int(b) for b in r["model_state_bytes_per_rank"].split(";")]
+if r["theory_formula"] != "16Ψ" or not r["theory_bytes_per_rank"]:
+    sys.exit(f"test-sdk: FAIL: local_sgd's theory column is '{r['theory_formula']}' '{r['theory_bytes_per_rank']}', expected 16Ψ and its bytes")
+if any(b != int(r["theory_bytes_per_rank"]) for b in held):
+    sys.exit(f"test-sdk: FAIL: local_sgd ranks hold {held} bytes, its theory says {r['theory_bytes_per_rank']}")
+print(f"test-sdk: local_sgd theory {r['theory_formula']} = {r['theory_bytes_per_rank']} B, each rank holds {held}")
 EOF
 step "PASS"

@@ -34,14 +34,7 @@ double max_rss(const BenchRow& r) {
   return m;
 }
 
-int64_t theory_bytes(const BenchRow& r) {
-  if (r.trainable_params <= 0) return -1;
-  const std::string& s = r.theory_strategy.empty() ? r.strategy : r.theory_strategy;
-  if (!r.unit_params.empty() && (s == "zero1" || s == "zero2" || s == "zero3" || s == "fsdp")) {
-    return sharded_state_bytes(s, r.unit_params, std::max(1, r.world_size), 2, 1, r.sharded_words).total();
-  }
-  return theory_state_bytes(s, r.trainable_params, std::max(1, r.world_size), r.replicas, r.sliced_params);
-}
+int64_t theory_bytes(const BenchRow& r) { return r.trainable_params > 0 ? r.theory_bytes : -1; }
 
 // Markdown cells must not contain '|' or newlines.
 std::string md_escape(std::string s) {
@@ -156,7 +149,7 @@ std::string bench_markdown(const BenchReport& rep) {
     const std::string rss = join(r.peak_rss_mb, " / ", [](double v) { return fmt::format("{:.0f}", v); });
     std::string state = join(r.model_state_bytes, " / ", [](int64_t v) { return fmt::format("{:.2f}", to_mb(v)); });
     const int64_t theory = theory_bytes(r);
-    const std::string formula = theory_formula(r.theory_strategy.empty() ? r.strategy : r.theory_strategy);
+    const std::string formula = r.theory_formula;
     if (theory >= 0) state += fmt::format(" [{} = {:.2f}]", formula, to_mb(theory));
     out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |{}\n", label, r.strategy,
                        r.world_size, r.precision, cell(r.train_seconds, 2), cell(r.samples_per_s, 1),
@@ -187,7 +180,7 @@ std::string bench_csv(const BenchReport& rep) {
   std::string out = bench_csv_header() + "\n";
   for (const auto& r : rep.rows) {
     const int64_t theory = theory_bytes(r);
-    const std::string formula = theory_formula(r.theory_strategy.empty() ? r.strategy : r.theory_strategy);
+    const std::string formula = r.theory_formula;
     std::vector<std::string> f{
         csv_escape(r.id),
         csv_escape(r.strategy),
@@ -242,7 +235,7 @@ std::string bench_json(const BenchReport& rep) {
       if (r.negatives_per_anchor >= 0) j["negatives_per_anchor"] = r.negatives_per_anchor;
       j["model_state_bytes"] = r.model_state_bytes;
       j["trainable_params"] = r.trainable_params;
-      j["theory_formula"] = theory_formula(r.theory_strategy.empty() ? r.strategy : r.theory_strategy);
+      j["theory_formula"] = r.theory_formula;
       j["theory_bytes"] = theory >= 0 ? json(theory) : json(nullptr);
       j["final_loss"] = nullable(r.final_loss);
       j["dev_accuracy"] = nullable(r.dev_accuracy);

@@ -31,13 +31,9 @@ struct BenchRow {
   std::string strategy;  ///< registered strategy name that ran
   std::string seed_row;  ///< the seed table's row, "" if none
   double seed_minutes = std::numeric_limits<double>::quiet_NaN();
-  std::string theory_strategy;  ///< whose memory formula applies (auto: its pick)
-  int replicas = 1;             ///< dp replicas (theory)
-  int64_t sliced_params = 0;    ///< parameters tensor parallelism cuts (theory)
-  /// Each shard unit's parameters, model order (zero*/fsdp theory: padding,
-  /// the bucket pool and the gathered units follow from them).
-  std::vector<int64_t> unit_params;
-  WordTableShape sharded_words;  ///< zero2/3/fsdp: the row-sharded word table (theory)
+  std::string theory_strategy;  ///< whose MemoryModel applies (auto: its pick)
+  std::string theory_formula;   ///< its model-state formula, "" without a MemoryModel
+  int64_t theory_bytes = -1;    ///< what it says each rank holds; -1: unknown
   bool ok = false;
   std::string error;  ///< first error line of a failed row
   std::string note;   ///< e.g. "auto picked ddp"

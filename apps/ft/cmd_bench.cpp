@@ -20,6 +20,7 @@
 #include "bench_proc.h"
 #include "commands.h"
 #include "bench_report.h"
+#include "ft/abilities.h"
 #include "ft/config.h"
 #include "ft/cost_model.h"
 #include "ft/error.h"
@@ -28,6 +29,7 @@
 #include "ft/options.h"
 #include "ft/plugin_host.h"
 #include "ft/run_inputs.h"
+#include "ft/strategy.h"
 
 namespace ft::app {
 namespace {
@@ -69,6 +71,9 @@ struct RowDef {
   /// tensor-parallel group), so the whole global batch goes through them,
   /// in this many micro-batches (train.grad_accum).
   int micro_batches = 0;
+  /// A strategy option that must be told the per-rank batch (auto's
+  /// activation estimate), set to it; empty: none.
+  std::string batch_option;
 };
 
 /// The seed table's rows in its order (BENCHMARK.md's mapping), with the
@@ -85,7 +90,7 @@ std::vector<RowDef> known_rows() {
       {"zero1", "zero1", "zero1", Launch::Spawn, "deepspeed (ran ZeRO-3)", 1.0114, {}},
       {"zero2", "zero2", "zero2", Launch::Spawn, "deepspeed (ran ZeRO-3)", 1.0114, {}},
       {"zero3", "zero3", "zero3", Launch::Spawn, "deepspeed ZeRO-3", 1.0114, {}},
-      {"auto", "auto", "auto", Launch::Spawn, "accelerate", 1.3667, {}},
+      {"auto", "auto", "auto", Launch::Spawn, "accelerate", 1.3667, {}, 0, "batch_size"},
       {"trainer", "Trainer preset", "ddp_amp", Launch::Spawn, "Trainer fp16", 0.4900, {}},
       {"fsdp", "fsdp", "fsdp", Launch::Spawn, "", std::nan(""), {}},
       {"pipeline", "pipeline (1f1b, 4 micro-batches)", "pipeline", Launch::Spawn, "", std::nan(""), {}, 4},
@@ -231,29 +236,45 @@ std::string first_error_line(const std::string& log) {
   return last;
 }
 
-// The data of the row's strategy event `name` (null when it never came).
-nlohmann::json strategy_event(const fsys::path& metrics, const std::string& name) {
+// What the row's strategy said about itself for the table: every
+// strategy event's "bench_note" (pipeline: its bubble; auto: its pick), and
+// the strategy a delegating one "picked", whose theory then applies.
+void read_strategy_events(const fsys::path& metrics, BenchRow& row) {
   std::ifstream in(metrics);
   for (std::string line; std::getline(in, line);) {
     const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.value("event", "") == "strategy" && j.value("name", "") == name) return j.at("data");
+    if (!j.is_object() || j.value("event", "") != "strategy" || !j.contains("data") || !j["data"].is_object()) continue;
+    const auto& data = j["data"];
+    if (data.contains("bench_note") && data["bench_note"].is_string()) {
+      row.note += (row.note.empty() ? "" : "; ") + data["bench_note"].get<std::string>();
+    }
+    if (data.contains("picked") && data["picked"].is_string()) row.theory_strategy = data["picked"].get<std::string>();
   }
-  return nullptr;
 }
 
-// What `auto` picked: the "picked" of its "auto.plan" event.
-std::string auto_choice(const fsys::path& metrics) {
-  const auto plan = strategy_event(metrics, "auto.plan");
-  return plan.is_object() ? plan.value("picked", "") : "";
-}
-
-// "bubble 31% (theory 20%)": the stages' mean idle share, from the one
-// "pipeline.bubble" event that rank 0 writes after gathering every stage's.
-std::string pipeline_bubble(const fsys::path& metrics) {
-  const auto b = strategy_event(metrics, "pipeline.bubble");
-  if (!b.is_object()) return "";
-  return fmt::format("bubble {:.0f}% (theory {:.0f}%)", 100.0 * b.value("idle_fraction", 0.0),
-                     100.0 * b.value("theory_fraction", 0.0));
+// The theory column: the formula and bytes per rank the row's strategy (or
+// the one it picked) says it holds, from the model the run builds (one
+// config load with the row's overrides) and the options that change it.
+// Strategies without a MemoryModel leave it empty.
+void fill_theory(BenchRow& row, const Workload& wl, const std::vector<std::string>& sets,
+                 const std::vector<std::string>& plugin_dirs, int ranks) {
+  std::vector<fsys::path> dirs(plugin_dirs.begin(), plugin_dirs.end());
+  const PluginHost host = PluginHost::discover(DiscoveryOptions::from_environment(dirs));
+  const std::shared_ptr<Strategy> strategy = host.create(row.theory_strategy);
+  const MemoryModel* theory = strategy->ability<MemoryModel>();
+  if (theory == nullptr) return;
+  const RunConfig config = load_config(wl.config, sets);
+  TheoryInputs in;
+  for (const auto& key : theory->memory_options()) {
+    auto it = config.strategy.options.find(key);
+    if (it != config.strategy.options.end()) in.options.insert(*it);
+  }
+  // Full fine-tuning: every parameter trains.
+  const EncoderModel model(planned_model_config(config));
+  in.model = model_shape(model, {}, ranks);
+  in.world_size = ranks;
+  row.theory_formula = theory->memory_formula(in.options);
+  row.theory_bytes = theory->theory_bytes(in);
 }
 
 std::string shell_join(const std::vector<std::string>& argv) {
@@ -300,11 +321,8 @@ BenchRow run_row(const RowDef& def, const BenchFlags& flags, const Workload& wl,
   } else {
     sets.push_back("train.output_dir=\"\"");  // no checkpoints: the loop alone is timed
   }
-  if (def.launch == Launch::Replicas) {
-    sets.push_back(fmt::format("strategy.options.replicas={}", flags.nproc));
-    row.replicas = flags.nproc;
-  }
-  if (def.strategy == "auto") sets.push_back(fmt::format("strategy.options.batch_size={}", batch));
+  if (def.launch == Launch::Replicas) sets.push_back(fmt::format("strategy.options.replicas={}", flags.nproc));
+  if (!def.batch_option.empty()) sets.push_back(fmt::format("strategy.options.{}={}", def.batch_option, batch));
   if (def.micro_batches > 0) sets.push_back(fmt::format("train.grad_accum={}", def.micro_batches));
   sets.insert(sets.end(), def.sets.begin(), def.sets.end());
   sets.insert(sets.end(), flags.sets.begin(), flags.sets.end());
@@ -355,41 +373,12 @@ BenchRow run_row(const RowDef& def, const BenchFlags& flags, const Workload& wl,
     row.error = first_error_line(output);
     if (row.error.empty()) row.error = result.exit_code ? fmt::format("exit code {}", result.exit_code) : "no summary in the metrics";
   }
-  if (def.strategy == "pipeline") row.note = pipeline_bubble(metrics);
-  if (def.strategy == "auto") {
-    const std::string pick = auto_choice(metrics);
-    if (!pick.empty()) {
-      row.theory_strategy = pick;
-      row.note = "picked " + pick;
-    }
-  }
-  // The theory column needs the model's shape (and, for ZeRO-2/3, whether the
-  // word table is split): one config load, with the user's overrides.
-  const std::string& t = row.theory_strategy;
-  const bool sharded = t == "zero1" || t == "zero2" || t == "zero3" || t == "fsdp";
-  if (!sharded && t != "tensor") return row;
-  const RunConfig config = load_config(wl.config, flags.sets);
-  const BertConfig shape = planned_model_config(config);
-  if (sharded) {
-    // Full fine-tuning: each unit's parameters give its padding, its bucket and its gather.
-    const EncoderModel model(shape);
-    for (const auto& unit : model.unit_parameters()) {
-      int64_t n = 0;
-      for (const auto& named : unit) n += named.second.numel();
-      row.unit_params.push_back(n);
-    }
-    // A classifier's word table is split by rows under zero2/3 and fsdp
-    // unless the user's overrides turn shard_word_table off.
-    const auto& options = config.strategy.options;
-    const auto off = options.find("shard_word_table");
-    const bool split = off == options.end() || OptionReader::parse_bool(off->second).value_or(true);
-    if (t != "zero1" && split && model.units_read_by(model.num_units() - 1).empty()) {
-      const at::Tensor& table = *model.named_parameters().find(model.config().family().word_embeddings());
-      row.sharded_words = {table.size(0), table.size(1)};
-    }
-  } else {
-    // Full fine-tuning: every parameter trains, so the cut ones follow from the shape.
-    row.sliced_params = tensor_sliced_params(shape, ranks);
+  read_strategy_events(metrics, row);
+  try {
+    fill_theory(row, wl, sets, flags.plugin_dirs, ranks);
+  } catch (const Error& e) {
+    // A row keeps its measurements when its options have no theory.
+    row.note += (row.note.empty() ? "theory: " : "; theory: ") + std::string(e.what());
   }
   return row;
 }

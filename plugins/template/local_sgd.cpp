@@ -19,7 +19,8 @@
 // Everything here comes from ft's public headers: ReplicatedStrategy gives
 // placement, forward, the step (unscale, clip, update, zero), model and
 // optimizer state; ft::Comm gives the collectives; ft::OptionReader reads
-// strategy.options.
+// strategy.options; ft::MemoryModel (ft/abilities.h) lets `ft bench` print
+// this strategy's theory column beside what each rank measured.
 
 #include <c10/core/GradMode.h>
 #include <cstdint>
@@ -29,6 +30,7 @@
 
 #include <ATen/ATen.h>
 
+#include "ft/abilities.h"
 #include "ft/comm.h"
 #include "ft/model.h"
 #include "ft/options.h"
@@ -76,8 +78,16 @@ void through_flat_buffer(const std::vector<at::Tensor>& tensors, Collective coll
   }
 }
 
-class LocalSgdStrategy final : public ft::ReplicatedStrategy {
+class LocalSgdStrategy final : public ft::ReplicatedStrategy, public ft::MemoryModel {
  public:
+  // MemoryModel: every rank holds a full replica, its gradients and its own
+  // AdamW moments, all fp32 (16 bytes per trainable parameter); sync_every
+  // changes how often ranks talk, not what they hold. `ft bench` compares
+  // this with state_bytes() per rank. A strategy `auto` should weigh also
+  // overrides estimate() (see ft/abilities.h).
+  std::string memory_formula(const std::map<std::string, std::string>&) const override { return "16Ψ"; }
+  int64_t theory_bytes(const ft::TheoryInputs& in) const override { return 16 * in.model.params; }
+
   ft::StepResult step(const ft::StepOptions& options) override {
     ft::StepResult result = ReplicatedStrategy::step(options);
     // Counted here, not from the optimizer, so that every rank agrees on

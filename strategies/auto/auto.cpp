@@ -1,17 +1,20 @@
 // `auto`: one name that picks the backend (the seeds' accelerate row).
 //
-// At setup it estimates, for every installed candidate (ddp or ddp_amp,
-// zero1, zero2, zero3, fsdp, and pipeline or tensor over all ranks where
-// the model allows them), the per-rank memory (model-state formula +
-// gathered unit + 16-bit copies + activations) and the step time (compute
-// from a measured matmul rate + communication from an α-β link model fitted
-// to timed all-reduces of two sizes), picks one with ft::plan_strategy,
-// reports the estimate table and the reason on rank 0 (the "auto.plan" event), and from then on
-// forwards every Strategy call to the chosen strategy, which it owns; its
-// optional abilities (ft/abilities.h) are reached through delegate().
-// Whichever it picks, the global batch is train.batch_size x ranks x
-// grad_accum: under pipeline the stages run N times the micro-batches,
-// under tensor each group reads N times the rows (DataParallelGroup).
+// At setup it asks every installed strategy that describes itself (the
+// MemoryModel ability, ft/abilities.h) for its estimate of this job: the
+// per-rank memory (model-state formula + gathered unit + 16-bit copies +
+// activations) and the step time (compute from a measured matmul rate +
+// communication from an α-β link model fitted to timed all-reduces of two
+// sizes). Each strategy decides whether it applies (ddp under fp32, ddp_amp
+// under mixed precision; pipeline and tensor over all ranks where the model
+// allows them), so a third-party plugin with a MemoryModel is weighed too.
+// ft::plan_strategy picks one; rank 0 reports the estimate table and the
+// reason (the "auto.plan" event), and from then on every Strategy call goes
+// to the chosen strategy, which it owns; its optional abilities
+// (ft/abilities.h) are reached through delegate(). Whichever it picks, the
+// global batch is train.batch_size x ranks x grad_accum: under pipeline the
+// stages run N times the micro-batches, under tensor each group reads N
+// times the rows (DataParallelGroup).
 //
 // strategy.options read here (all others go to the chosen strategy):
 //   memory_limit_mb  per-rank budget in MiB (default: none)
@@ -21,12 +24,14 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "ft/abilities.h"
@@ -42,9 +47,26 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Preference order for near-ties: the simplest strategy first.
+// Preference order for near-ties: the simplest strategy first. Installed
+// strategies not named here come after these, in discovery order.
 const std::vector<std::string> kPreference = {"ddp",  "ddp_amp", "zero1",    "zero2",
                                               "zero3", "fsdp",   "pipeline", "tensor"};
+
+// The installed strategies auto may delegate to, in preference order.
+std::vector<std::string> delegates(const ft::PluginHost& host) {
+  std::vector<std::string> installed;
+  for (const auto& info : host.list()) {
+    if (info.name != "auto") installed.push_back(info.name);
+  }
+  std::vector<std::string> out;
+  for (const auto& name : kPreference) {
+    if (std::find(installed.begin(), installed.end(), name) != installed.end()) out.push_back(name);
+  }
+  for (const auto& name : installed) {
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  }
+  return out;
+}
 
 struct AutoOptions {
   int64_t memory_limit_bytes = 0;
@@ -54,7 +76,7 @@ struct AutoOptions {
   std::map<std::string, std::string> passthrough;  // for the chosen strategy
 };
 
-AutoOptions read_options(const std::map<std::string, std::string>& options) {
+AutoOptions read_options(const std::map<std::string, std::string>& options, const std::vector<std::string>& installed) {
   // Keys auto does not know belong to the strategy it picks, which checks them.
   const ft::OptionReader r(options, "auto", {"memory_limit_mb", "batch_size", "seq_len", "candidates"},
                            ft::OptionReader::Unknown::kKeep);
@@ -70,11 +92,8 @@ AutoOptions read_options(const std::map<std::string, std::string>& options) {
     std::stringstream ss(list);
     for (std::string item; std::getline(ss, item, ',');) {
       if (item.empty()) continue;
-      auto name = ft::OptionReader::match_choice(item, kPreference);
-      if (!name) {
-        r.fail_value("candidates", item,
-                     "one auto can model (known: ddp, ddp_amp, zero1, zero2, zero3, fsdp, pipeline, tensor)");
-      }
+      auto name = ft::OptionReader::match_choice(item, installed);
+      if (!name) r.fail_value("candidates", item, fmt::format("an installed strategy ({})", fmt::join(installed, ", ")));
       out.candidates.push_back(*name);
     }
     if (out.candidates.empty()) r.fail_value("candidates", list, "a list naming at least one strategy, e.g. ddp,zero3");
@@ -112,35 +131,19 @@ double measure_flops(int64_t hidden) {
   return 2.0 * static_cast<double>(m * k * n) / std::max(1e-9, best);
 }
 
-// Whether `name` can run this model over all `world` ranks (the only layout
-// auto weighs for pipeline and tensor); the other candidates always can.
-bool applies(const std::string& name, const ft::EncoderModel& model, int world) {
-  if (name == "pipeline") return world > 1 && world <= model.num_units();
-  if (name == "tensor") return world > 1 && ft::tensor_parallel_refusal(model.config(), world).empty();
-  return true;
-}
-
 class AutoStrategy final : public ft::Strategy, public ft::DataParallelGroup {
  public:
   void setup(std::shared_ptr<ft::EncoderModel> model, const ft::OptimizerSpec& optimizer,
              const ft::ParamPlan& plan, ft::StrategyContext& ctx) override {
     model_ = model;
-    const AutoOptions options = read_options(ctx.options);
+    ft::PluginHost host = ft::PluginHost::discover(ft::DiscoveryOptions::from_environment());
+    const std::vector<std::string> installed = delegates(host);
+    const AutoOptions options = read_options(ctx.options, installed);
     ft::Comm& comm = *ctx.comm;
     job_comm_ = &comm;
 
-    ft::PluginHost host = ft::PluginHost::discover(ft::DiscoveryOptions::from_environment());
-    std::vector<std::string> installed;
-    for (const auto& info : host.list()) installed.push_back(info.name);
-    const std::vector<std::string>& wanted = options.candidates.empty() ? kPreference : options.candidates;
     ft::PlanInputs in;
-    for (const auto& name : wanted) {
-      if (std::find(installed.begin(), installed.end(), name) != installed.end() &&
-          applies(name, *model, comm.world_size())) {
-        in.candidates.push_back(name);
-      }
-    }
-    in.model = shape_of(*model, plan);
+    in.model = ft::model_shape(*model, plan, comm.world_size());
     in.world_size = comm.world_size();
     in.mixed_precision = ctx.precision->mixed();
     in.batch_rows = options.batch_size;
@@ -148,7 +151,27 @@ class AutoStrategy final : public ft::Strategy, public ft::DataParallelGroup {
     in.memory_limit_bytes = options.memory_limit_bytes;
     measure(comm, in);
 
-    plan_ = ft::plan_strategy(in);
+    // Strategies without a MemoryModel (dp, horovod, single) cannot be
+    // weighed; those with one say themselves whether they apply.
+    std::vector<ft::CandidateEstimate> estimates;
+    std::vector<std::string> weighable;
+    for (const auto& name : options.candidates.empty() ? installed : options.candidates) {
+      const std::shared_ptr<ft::Strategy> candidate = host.create(name);
+      const ft::MemoryModel* theory = candidate->ability<ft::MemoryModel>();
+      if (theory == nullptr) continue;
+      weighable.push_back(name);
+      if (std::optional<ft::CandidateEstimate> e = theory->estimate(in, *model)) {
+        e->name = name;  // the registered name, whatever the plugin calls itself
+        estimates.push_back(std::move(*e));
+      }
+    }
+    if (estimates.empty()) {
+      ft::fail("auto: none of the candidates can run this job on {} rank(s) (weighable: {}; candidates: {}); "
+               "install ddp or the sharded strategies, or pick a strategy by name",
+               comm.world_size(), weighable.empty() ? "none" : fmt::format("{}", fmt::join(weighable, ", ")),
+               fmt::join(options.candidates.empty() ? installed : options.candidates, ", "));
+    }
+    plan_ = ft::plan_strategy(std::move(estimates), in);
     // The inputs agree on every rank, so the plans do; rank 0's choice is
     // broadcast anyway so a floating-point tie can never split the job.
     at::Tensor chosen = at::tensor({static_cast<int64_t>(plan_.chosen)}, at::kLong);
@@ -220,35 +243,6 @@ class AutoStrategy final : public ft::Strategy, public ft::DataParallelGroup {
     return *inner_;
   }
 
-  static ft::ModelShape shape_of(const ft::EncoderModel& model, const ft::ParamPlan& plan) {
-    ft::ModelShape s;
-    const auto& cfg = model.config();
-    s.hidden = cfg.hidden_size;
-    s.layers = cfg.num_hidden_layers;
-    s.heads = cfg.num_attention_heads;
-    s.num_units = model.num_units();
-    int index = 0;
-    for (const auto& unit : model.unit_parameters()) {
-      const bool layer = index > 0 && index < s.num_units - 1;
-      ++index;
-      int64_t n = 0;
-      for (const auto& [name, p] : unit) {
-        auto it = plan.find(name);
-        if (it != plan.end() && !it->second.trainable) continue;
-        n += p.numel();
-        const bool words = name.find("word_embeddings") != std::string::npos;
-        if (words) s.embedding_params += p.numel();
-        // ZeRO-2/3 split a classifier's table by rows (no head reads it).
-        if (words && model.units_read_by(s.num_units - 1).empty()) s.sharded_words = {p.size(0), p.size(1)};
-        if (layer || words) s.sliceable_params += p.numel();
-      }
-      s.params += n;
-      s.largest_unit_params = std::max(s.largest_unit_params, n);
-      s.unit_params.push_back(n);
-    }
-    return s;
-  }
-
   // The estimate table, the inputs it came from and the pick, as the
   // "auto.plan" event; its line is the table ft::format_plan prints.
   void report_plan(const ft::PlanInputs& in, ft::StrategyEvents& events) const {
@@ -262,7 +256,8 @@ class AutoStrategy final : public ft::Strategy, public ft::DataParallelGroup {
     std::string line = ft::format_plan(plan_, in);
     if (!line.empty() && line.back() == '\n') line.pop_back();
     events.emit("auto.plan",
-                nlohmann::json{{"picked", plan_.choice().name}, {"reason", plan_.reason}, {"candidates", table},
+                nlohmann::json{{"picked", plan_.choice().name}, {"bench_note", "picked " + plan_.choice().name},
+                               {"reason", plan_.reason}, {"candidates", table},
                                {"params", in.model.params}, {"world_size", in.world_size},
                                {"mixed_precision", in.mixed_precision}, {"batch_rows", in.batch_rows},
                                {"seq_len", in.seq_len}, {"link_alpha_s", in.link.alpha_s},

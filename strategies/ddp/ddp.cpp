@@ -5,7 +5,11 @@
 // `ddp_amp` is the same class registered with mixed precision as its
 // default (bf16 autocast on CPU, fp16 autocast + loss scaling on CUDA); the
 // precision component does the rest, so it is a preset, not a copy.
+#include <algorithm>
+#include <map>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -13,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddp_options.h"
+#include "ft/abilities.h"
 #include "ft/comm.h"
 #include "ft/grad_buffer.h"
 #include "ft/model.h"
@@ -24,9 +29,34 @@ namespace {
 using ft::ddp::Compression;
 using ft::ddp::DdpOptions;
 
-class DdpStrategy final : public ft::ReplicatedStrategy {
+class DdpStrategy final : public ft::ReplicatedStrategy, public ft::MemoryModel {
  public:
   explicit DdpStrategy(bool amp) : amp_(amp) {}
+
+  // A full replica: fp32 weights, gradients (the GradBuffer) and AdamW's two
+  // moments on every rank.
+  std::string memory_formula(const std::map<std::string, std::string>&) const override { return "16Ψ"; }
+  int64_t theory_bytes(const ft::TheoryInputs& in) const override { return 16 * in.model.params; }
+
+  // One bucketed ring all-reduce of the fp32 gradients per step; `auto`
+  // weighs ddp under fp32 and ddp_amp under mixed precision, which is all
+  // that tells them apart.
+  std::optional<ft::CandidateEstimate> estimate(const ft::PlanInputs& in, const ft::EncoderModel&) const override {
+    if (amp_ != in.mixed_precision) return std::nullopt;
+    ft::CandidateEstimate e = ft::begin_estimate(amp_ ? "ddp_amp" : "ddp", "16Ψ", in);
+    const int64_t psi = in.model.params, grad_bytes = 4 * psi;
+    e.state_bytes = 16 * psi;
+    e.extra_bytes = in.mixed_precision ? 2 * psi : 0;  // autocast's 16-bit weight copies
+    const int n = std::max(1, in.world_size);
+    if (n > 1) {
+      const int64_t buckets = (grad_bytes + in.bucket_bytes - 1) / std::max<int64_t>(1, in.bucket_bytes);
+      e.collectives = buckets;
+      e.comm_bytes = static_cast<int64_t>(2.0 * (n - 1) / n * static_cast<double>(grad_bytes));
+      e.comm_s = ft::ring_allreduce_seconds(in.link, n, grad_bytes, buckets);
+    }
+    ft::finish_estimate(e, in);
+    return e;
+  }
 
   ft::PrecisionMode default_precision(c10::DeviceType device) const override {
     if (!amp_) return ft::PrecisionMode::FP32;

@@ -37,6 +37,7 @@
 #include "ft/model.h"
 #include "ft/optim.h"
 #include "ft/options.h"
+#include "ft/abilities.h"
 #include "ft/plugin.h"
 #include "ft/precision.h"
 #include "ft/replicated_strategy.h"
@@ -69,8 +70,20 @@ bool has_dropout(const Model& model) {
   return false;
 }
 
-class DpStrategy final : public ft::ReplicatedStrategy {
+class DpStrategy final : public ft::ReplicatedStrategy, public ft::MemoryModel {
  public:
+  // The first replica holds weights, gradients and AdamW's moments (16Ψ);
+  // every other one weights and gradients (8Ψ each).
+  std::string memory_formula(const std::map<std::string, std::string>&) const override { return "16Ψ+8Ψ(R-1)"; }
+  int64_t theory_bytes(const ft::TheoryInputs& in) const override {
+    // The default replica count is the machine's: without the option the
+    // theory does not know R.
+    if (in.options.count("replicas") == 0) return -1;
+    const int64_t r = read_replicas(in.options, 1);
+    return 16 * in.model.params + 8 * in.model.params * (r - 1);
+  }
+  std::vector<std::string> memory_options() const override { return {"replicas"}; }
+
   at::Tensor forward(const ft::Batch& batch) override {
     if (stale_) copy_out();
     const int64_t rows = batch.rows();

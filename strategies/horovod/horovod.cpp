@@ -11,13 +11,16 @@
 // the buffer is laid out in the order gradients become ready, the tensors a
 // cycle fuses are adjacent and are reduced in place (no fusion-buffer copy).
 #include <algorithm>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "ft/abilities.h"
 #include "ft/comm.h"
 #include "ft/grad_buffer.h"
 #include "ft/model.h"
@@ -32,8 +35,13 @@ using ft::horovod::FusionOptions;
 using ft::horovod::HorovodOptions;
 using ft::horovod::TensorFusion;
 
-class HorovodStrategy final : public ft::ReplicatedStrategy {
+class HorovodStrategy final : public ft::ReplicatedStrategy, public ft::MemoryModel {
  public:
+  // A full replica per rank; the fusion buffer is reduced in place in the
+  // GradBuffer, so it adds nothing.
+  std::string memory_formula(const std::map<std::string, std::string>&) const override { return "16Ψ"; }
+  int64_t theory_bytes(const ft::TheoryInputs& in) const override { return 16 * in.model.params; }
+
   void teardown() override {
     if (fusion_ && ctx_->comm->world_size() > 1 && ctx_->comm->rank() == 0) {
       const ft::horovod::FusionStats s = fusion_->stats();

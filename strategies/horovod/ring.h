@@ -1,14 +1,14 @@
-// Horovod's ring all-reduce, written over ft::Comm point-to-point send/recv
-// (TensorFusion, fusion.h, runs it on its background thread).
+// Horovod's ring all-reduce (Baidu/Horovod), walked over core's ft::Ring
+// (ft/ring.h, the ring Comm's own reduce-scatter and all-gather use);
+// TensorFusion (fusion.h) runs it on its background thread.
 //
-// Algorithm (Baidu/Horovod ring): the tensor is cut into world_size chunks
-// (the first n % world chunks one element longer, so any length works,
-// including fewer elements than ranks). N-1 reduce-scatter steps: rank r
-// sends chunk (r - s) mod N to its right neighbour and adds the chunk
-// (r - s - 1) mod N it receives from its left one; afterwards rank r holds
-// the reduced chunk (r + 1) mod N. Then N-1 all-gather steps pass the
-// reduced chunks around. Each rank sends (and receives) 2(N-1)/N of the
-// tensor, independent of N: the bandwidth-optimal all-reduce.
+// The tensor is cut into world_size chunks (the first n % world chunks one
+// element longer, so any length works, including fewer elements than
+// ranks). The ring's reduce-scatter half leaves rank r with the reduced
+// chunk r; its all-gather half passes the reduced chunks around. Each rank
+// sends (and receives) 2(N-1)/N of the tensor, independent of N: the
+// bandwidth-optimal all-reduce. What is Horovod's here: any length, fp16
+// compression on the wire, and Avg finished once by the chunk's owner.
 //
 // Every reduced chunk is produced by exactly one rank and copied verbatim to
 // the others, so all ranks end with bit-identical results (Avg divides the
@@ -25,6 +25,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "ft/comm.h"
+#include "ft/ring.h"
 
 namespace ft::horovod {
 
@@ -45,16 +46,8 @@ struct RingOptions {
   int tag = kRingTag;
 };
 
-/// What one ring_allreduce() moved, for tests and logs.
-struct RingTraffic {
-  int64_t bytes_sent = 0;
-  int64_t bytes_received = 0;
-  int messages_sent = 0;  ///< non-empty sends (2(N-1) at most)
-};
-
-/// Sizes of the world_size chunks a ring cuts `numel` elements into: the
-/// first numel % world chunks hold one element more. world >= 1.
-std::vector<int64_t> ring_chunk_sizes(int64_t numel, int world);
+/// What one ring_allreduce() moved (2(N-1) non-empty sends at most).
+using RingTraffic = ft::RingTraffic;
 
 /// In-place ring all-reduce of a contiguous 1-D floating tensor (fp32 or
 /// fp64; fp16/bf16 are accepted too and accumulate in their own dtype).

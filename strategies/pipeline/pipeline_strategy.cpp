@@ -348,7 +348,9 @@ void PipelineStrategy::teardown() {
     for (double f : idle) pct.push_back(fmt::format("{:.1f}%", 100.0 * f));
     ctx_->events.emit("pipeline.bubble",
                       nlohmann::json{{"idle_fraction", mean}, {"stage_idle_fractions", idle}, {"steps", timed_steps_},
-                                     {"theory_fraction", theory}, {"stages", p}, {"micro_batches", m}},
+                                     {"theory_fraction", theory}, {"stages", p}, {"micro_batches", m},
+                                     {"bench_note", fmt::format("bubble {:.0f}% (theory {:.0f}%)", 100.0 * mean,
+                                                                100.0 * theory)}},
                       fmt::format("pipeline: idle {:.1f}% of the step time (stages {}) over {} steps (bubble "
                                   "theory (p-1)/(m+p-1) = {:.1f}% for p = {}, m = {})",
                                   100.0 * mean, fmt::join(pct, ", "), timed_steps_, 100.0 * theory, p, m));

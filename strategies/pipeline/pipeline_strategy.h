@@ -89,10 +89,17 @@ std::vector<int64_t> measured_unit_costs(EncoderModel& model, Comm& comm, c10::D
 /// followed by sizes.size().
 std::vector<int> balance_stages(const std::vector<int64_t>& sizes, int stages);
 
-class PipelineStrategy final : public Strategy, public DataParallelGroup {
+class PipelineStrategy final : public Strategy, public DataParallelGroup, public MemoryModel {
  public:
   PipelineStrategy();
   ~PipelineStrategy() override;
+
+  /// MemoryModel (pipeline_theory.cpp): equal stages of 16Ψ/S; `auto`
+  /// weighs S = N stages when the model has at least N units.
+  std::string memory_formula(const std::map<std::string, std::string>& options) const override;
+  int64_t theory_bytes(const TheoryInputs& in) const override;
+  std::vector<std::string> memory_options() const override { return {"stages"}; }
+  std::optional<CandidateEstimate> estimate(const PlanInputs& in, const EncoderModel& model) const override;
 
   void setup(std::shared_ptr<EncoderModel> model, const OptimizerSpec& optimizer,
              const ParamPlan& plan, StrategyContext& ctx) override;

@@ -1,9 +1,9 @@
 // `zero1` / `zero2` / `zero3` / `fsdp`: one plugin, one engine
 // (ShardedStrategy, sharded_strategy.h), four names. A name is only a
 // policy, refined by its strategy.options at setup.
-#include <algorithm>
+#include <map>
+#include <string>
 
-#include "ft/comm.h"
 #include "ft/plugin.h"
 #include "sharded_strategy.h"
 
@@ -13,10 +13,8 @@ class ZeroStrategy final : public ft::ShardedStrategy {
  public:
   explicit ZeroStrategy(ft::ZeroStage stage) : ShardedStrategy(ft::ShardingPolicy::zero(stage)), stage_(stage) {}
 
-  void setup(std::shared_ptr<ft::EncoderModel> model, const ft::OptimizerSpec& optimizer,
-             const ft::ParamPlan& plan, ft::StrategyContext& ctx) override {
-    set_policy(ft::zero_policy_from_options(stage_, ctx.options));
-    ShardedStrategy::setup(std::move(model), optimizer, plan, ctx);
+  ft::ShardingPolicy read_policy(const std::map<std::string, std::string>& options, int, int) const override {
+    return ft::zero_policy_from_options(stage_, options);
   }
 
  private:
@@ -27,11 +25,9 @@ class FsdpStrategy final : public ft::ShardedStrategy {
  public:
   FsdpStrategy() : ShardedStrategy(ft::ShardingPolicy::fsdp(ft::FsdpSharding::kFullShard)) {}
 
-  void setup(std::shared_ptr<ft::EncoderModel> model, const ft::OptimizerSpec& optimizer,
-             const ft::ParamPlan& plan, ft::StrategyContext& ctx) override {
-    const auto& env = ctx.comm->env();
-    set_policy(ft::fsdp_policy_from_options(ctx.options, env.world_size, std::max(1, env.local_world_size)));
-    ShardedStrategy::setup(std::move(model), optimizer, plan, ctx);
+  ft::ShardingPolicy read_policy(const std::map<std::string, std::string>& options, int world_size,
+                                 int local_world_size) const override {
+    return ft::fsdp_policy_from_options(options, world_size, local_world_size);
   }
 };
 

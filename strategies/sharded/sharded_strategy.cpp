@@ -3,6 +3,7 @@
 #include "sharded_strategy.h"
 
 #include <c10/core/GradMode.h>
+#include <algorithm>
 #include <cmath>
 
 #include <ATen/ATen.h>
@@ -23,17 +24,21 @@ namespace ft {
 
 // ---------------------------------------------------------------- policies
 
+ShardingPolicy ShardedStrategy::read_policy(const std::map<std::string, std::string>&, int, int) const {
+  return policy_;
+}
+
 ShardingPolicy ShardingPolicy::zero(ZeroStage stage) {
   ShardingPolicy p;
   switch (stage) {
     case ZeroStage::kDisabled:
       fail("zero: stage 0 is plain data parallelism; use the ddp strategy");
     case ZeroStage::kOptimizerStates: p.name = "zero1"; break;
-    case ZeroStage::kGradients: p.name = "zero2"; p.shard_grads = true; break;
+    case ZeroStage::kGradients: p.name = "zero2"; p.grads_sharded = true; break;
     case ZeroStage::kWeights:
       p.name = "zero3";
-      p.shard_grads = true;
-      p.shard_params = true;
+      p.grads_sharded = true;
+      p.params_sharded = true;
       break;
   }
   return p;
@@ -44,10 +49,10 @@ ShardingPolicy ShardingPolicy::fsdp(FsdpSharding mode, int world_size, int shard
   p.name = "fsdp";
   switch (mode) {
     case FsdpSharding::kFullShard:
-      p.shard_grads = p.shard_params = true;
+      p.grads_sharded = p.params_sharded = true;
       break;
     case FsdpSharding::kShardGradOp:
-      p.shard_grads = p.shard_params = true;
+      p.grads_sharded = p.params_sharded = true;
       p.reshard_after_forward = false;
       break;
     case FsdpSharding::kNoShard:
@@ -55,7 +60,7 @@ ShardingPolicy ShardingPolicy::fsdp(FsdpSharding mode, int world_size, int shard
       break;
     case FsdpSharding::kHybridShard:
     case FsdpSharding::kHybridShardZero2: {
-      p.shard_grads = p.shard_params = true;
+      p.grads_sharded = p.params_sharded = true;
       p.reshard_after_forward = mode == FsdpSharding::kHybridShard;
       const int s = shard_group_size;
       if (s < 1 || world_size % s != 0) {
@@ -102,9 +107,12 @@ bool ShardedStrategy::writes_shards() const {
 
 void ShardedStrategy::setup(std::shared_ptr<EncoderModel> model, const OptimizerSpec& optimizer,
                             const ParamPlan& plan, StrategyContext& ctx) {
+  // Options are checked before anything else, so every rank fails alike.
+  const DistEnv& env = ctx.comm->env();
+  policy_ = read_policy(ctx.options, env.world_size, std::max(1, env.local_world_size));
   adopt(std::move(model), plan, ctx);
   if (policy_.limit_all_gathers < 0) fail("strategy.options.limit_all_gathers: must be >= 0");
-  if (policy_.shard_params && !policy_.shard_grads) fail("{}: sharded parameters need sharded gradients", policy_.name);
+  if (policy_.params_sharded && !policy_.grads_sharded) fail("{}: sharded parameters need sharded gradients", policy_.name);
   if (policy_.shard_group_size > 0) {
     const int s = policy_.shard_group_size;
     mesh_ = std::make_unique<DeviceMesh>(*ctx.comm, std::vector<MeshDim>{{"replicate", ctx.comm->world_size() / s},
@@ -129,7 +137,7 @@ void ShardedStrategy::setup(std::shared_ptr<EncoderModel> model, const Optimizer
     slots.push_back({e.name, f.shard().narrow(0, r.piece.offset_in_shard, r.piece.numel), s.weight_decay, s.lr_scale});
   }
   optimizer_ = std::make_unique<TensorOptimizer>(optimizer, std::move(slots));
-  if (!policy_.shard_grads) build_grad_buffer();
+  if (!policy_.grads_sharded) build_grad_buffer();
   norm_buf_ = at::zeros({1}, at::kDouble);
 }
 
@@ -141,21 +149,13 @@ void ShardedStrategy::build_group(const ParamPlan& plan) {
     for (const auto& [name, t] : unit) tensors.push_back(t);
     broadcast_tensors(*ctx_->comm, tensors, 0);
   }
-  FlatParamGroupOptions o;
-  o.params_sharded = policy_.shard_params;
-  o.reshard_after_forward = policy_.reshard_after_forward;
-  o.forward_prefetch = policy_.forward_prefetch;
-  o.backward_prefetch = policy_.backward_prefetch;
-  o.limit_all_gathers = policy_.limit_all_gathers;
-  o.grads_sharded = policy_.shard_grads;
-  o.grad_buckets = policy_.grad_buckets;
-  o.accumulation = policy_.accumulation;
+  FlatParamGroupOptions o = policy_;
   // Hybrid sharding averages gradients over the whole world, which the
   // table's row exchange (inside the shard group) would not.
   o.shard_word_table = policy_.shard_word_table && !mesh_;
   o.trace = ctx_->trace;
   CommHook reduce;
-  if (policy_.shard_grads) {
+  if (policy_.grads_sharded) {
     reduce = mesh_ ? hybrid_reduce_hook(shard_comm(), mesh_->comm("replicate")) : reduce_scatter_avg_hook(shard_comm());
   }
   auto trainable = [&plan](const std::string& name) {
@@ -209,7 +209,7 @@ std::vector<at::Tensor> ShardedStrategy::slot_grads() const {
   std::vector<at::Tensor> out;
   out.reserve(slots_.size());
   for (const SlotRef& r : slots_) {
-    if (policy_.shard_grads) {
+    if (policy_.grads_sharded) {
       out.push_back(group_->grad_shard(r.unit).narrow(0, r.piece.offset_in_shard, r.piece.numel));
       continue;
     }
@@ -241,7 +241,7 @@ StepResult ShardedStrategy::step(const StepOptions& options) {
   }
   // Replicated parameters (ZeRO-1/2): every rank re-assembles the full
   // model from the updated shards. Sharded ones gather on next use.
-  if (!result.skipped && !policy_.shard_params && shard_world() > 1) {
+  if (!result.skipped && !policy_.params_sharded && shard_world() > 1) {
     std::vector<Work> works;
     for (size_t u = 0; u < units().size(); ++u) {
       if (ctx_->trace) ctx_->trace->begin_async("all-gather unit", static_cast<int64_t>(u));

@@ -64,31 +64,15 @@ enum class ZeroStage { kDisabled = 0, kOptimizerStates = 1, kGradients = 2, kWei
 /// FSDP's sharding modes.
 enum class FsdpSharding { kFullShard, kShardGradOp, kNoShard, kHybridShard, kHybridShardZero2 };
 
-/// Everything that makes zero1/2/3 and the FSDP modes differ.
-struct ShardingPolicy {
+/// Everything that makes zero1/2/3 and the FSDP modes differ: the
+/// per-unit engine's options (params_sharded, grads_sharded, prefetch,
+/// limit_all_gathers, grad_buckets, accumulation, shard_word_table;
+/// ft::FlatParamGroupOptions documents them) and what only the strategy
+/// decides. build_group() hands the engine its part as it is.
+struct ShardingPolicy : FlatParamGroupOptions {
   std::string name = "zero";          ///< registered name, for messages
   bool shard_optimizer = true;        ///< false: every rank holds all optimizer state (NO_SHARD)
-  bool shard_grads = false;           ///< reduce-scatter grads per unit; false: all-reduce (GradBuffer)
-  bool shard_params = false;          ///< only the shard lives between uses of a unit
-  bool reshard_after_forward = true;  ///< free a unit after its forward (else after its backward)
-  bool forward_prefetch = true;       ///< gather the next unit while one runs forward
-  bool backward_prefetch = true;      ///< gather the previous unit while one runs backward
-  /// Most prefetched all-gathers in flight at once (units gathered ahead of
-  /// use), >= 0; 0 disables prefetching. With 1, at most two units are
-  /// materialised at a time under FULL_SHARD / zero3.
-  int limit_all_gathers = 1;
   int64_t bucket_bytes = 25LL << 20;  ///< GradBuffer bucket size for all-reduced grads (option bucket_mb)
-  /// Sharded grads: most units' full gradients alive at once (the bucket
-  /// pool's bound, >= 1; FSDP2 and DeepSpeed keep about two).
-  int grad_buckets = 2;
-  /// Sharded grads: reduce every micro-batch (DeepSpeed) or keep full
-  /// gradients until the synchronised one (FSDP no_sync, +4Ψ).
-  GradAccumulation accumulation = GradAccumulation::kReduceEachMicroBatch;
-  /// Sharded grads: the word-embedding table is split by rows, looked up
-  /// across the shard group and gets row-sparse gradients instead of being
-  /// gathered and bucketed whole (ft::FlatParamGroupOptions::shard_word_table).
-  /// Not under hybrid sharding, nor when a head reads the table (masked LM).
-  bool shard_word_table = true;
   /// Hybrid sharding: shard inside groups of this many neighbouring ranks and
   /// replicate across the groups; 0 shards over the whole world.
   int shard_group_size = 0;
@@ -121,10 +105,24 @@ ShardingPolicy zero_policy_from_options(ZeroStage stage, const std::map<std::str
 ShardingPolicy fsdp_policy_from_options(const std::map<std::string, std::string>& options, int world_size,
                                         int local_world_size);
 
-class ShardedStrategy : public Strategy, public ShardedCheckpointing {
+class ShardedStrategy : public Strategy, public ShardedCheckpointing, public MemoryModel {
  public:
   explicit ShardedStrategy(ShardingPolicy policy);
   ~ShardedStrategy() override;
+
+  /// The policy `options` make of this strategy on `world_size` ranks
+  /// (`local_world_size` per host); the base class's is the constructor's.
+  /// setup() and the memory theory both read it, so they cannot drift.
+  virtual ShardingPolicy read_policy(const std::map<std::string, std::string>& options, int world_size,
+                                     int local_world_size) const;
+
+  /// MemoryModel (sharded_theory.cpp): ZeRO's formula of the policy's stage,
+  /// and what this engine holds: units padded to whole shards, the bucket
+  /// pool, the gathered units, the row-split word table.
+  std::string memory_formula(const std::map<std::string, std::string>& options) const override;
+  int64_t theory_bytes(const TheoryInputs& in) const override;
+  std::vector<std::string> memory_options() const override;
+  std::optional<CandidateEstimate> estimate(const PlanInputs& in, const EncoderModel& model) const override;
 
   void setup(std::shared_ptr<EncoderModel> model, const OptimizerSpec& optimizer,
              const ParamPlan& plan, StrategyContext& ctx) override;
@@ -147,10 +145,6 @@ class ShardedStrategy : public Strategy, public ShardedCheckpointing {
   const std::vector<std::unique_ptr<FlatParam>>& flat_params() const { return group_->units(); }
   /// The per-unit engine (for tests and tools).
   const FlatParamGroup& group() const { return *group_; }
-
- protected:
-  /// For plugins that parse strategy.options in setup() before calling ours.
-  void set_policy(ShardingPolicy policy) { policy_ = std::move(policy); }
 
  private:
   struct SlotRef {

@@ -1,5 +1,6 @@
 // `single`: one process, one device, no communication. The baseline row of
 // the timing table and the reference every other strategy must match.
+#include "ft/abilities.h"
 #include "ft/comm.h"
 #include "ft/error.h"
 #include "ft/options.h"
@@ -8,7 +9,12 @@
 
 namespace {
 
-class SingleStrategy final : public ft::ReplicatedStrategy {
+class SingleStrategy final : public ft::ReplicatedStrategy, public ft::MemoryModel {
+ public:
+  // Weights, gradients and AdamW's two moments, all fp32.
+  std::string memory_formula(const std::map<std::string, std::string>&) const override { return "16Ψ"; }
+  int64_t theory_bytes(const ft::TheoryInputs& in) const override { return 16 * in.model.params; }
+
  protected:
   void on_setup() override {
     // No options: a key set for another strategy is a mistake worth naming.

@@ -46,8 +46,15 @@ namespace ft {
 ///            group; world / tp_size groups are data-parallel replicas
 int tensor_parallel_size_from(const std::map<std::string, std::string>& options, int world_size);
 
-class TensorStrategy final : public Strategy, public DataParallelGroup {
+class TensorStrategy final : public Strategy, public DataParallelGroup, public MemoryModel {
  public:
+  /// MemoryModel (tensor_theory.cpp): the cut parameters Ψs split over the
+  /// group, the rest Ψr whole; `auto` weighs one group of all N ranks.
+  std::string memory_formula(const std::map<std::string, std::string>& options) const override;
+  int64_t theory_bytes(const TheoryInputs& in) const override;
+  std::vector<std::string> memory_options() const override { return {"tp_size"}; }
+  std::optional<CandidateEstimate> estimate(const PlanInputs& in, const EncoderModel& model) const override;
+
   void setup(std::shared_ptr<EncoderModel> model, const OptimizerSpec& optimizer,
              const ParamPlan& plan, StrategyContext& ctx) override;
   at::Tensor forward(const Batch& batch) override;

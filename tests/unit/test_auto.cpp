@@ -1,13 +1,18 @@
-// The `auto` strategy: its decision function (ft::plan_strategy, the α-β
-// link fit) in-process, and real `ft run --strategy auto` parity runs that
-// delegate to the strategy it picked.
+// The `auto` strategy: its decision (each installed plugin's MemoryModel
+// estimate, ft::plan_strategy, the α-β link fit) in-process, and real
+// `ft run --strategy auto` parity runs that delegate to the strategy it
+// picked.
 #include <cmath>
 #include <string>
 
 #include <fmt/format.h>
 
+#include "ft/abilities.h"
 #include "ft/cost_model.h"
 #include "ft/error.h"
+#include "ft/plugin_host.h"
+#include "ft/strategy.h"
+#include "ft_small_model.h"
 #include "ft_run.h"
 #include "ft_tiny_task.h"
 
@@ -29,8 +34,35 @@ ft::PlanInputs base_inputs() {
   in.seq_len = 128;
   in.link = {50e-6, 1e-9};  // 50 us, 1 GB/s
   in.flops_per_s = 50e9;
-  in.candidates = {"ddp", "ddp_amp", "zero1", "zero2", "zero3", "fsdp"};
   return in;
+}
+
+const std::vector<std::string> kDataParallel = {"ddp", "ddp_amp", "zero1", "zero2", "zero3", "fsdp"};
+const std::vector<std::string> kAll = {"ddp", "ddp_amp", "zero1", "zero2", "zero3", "fsdp", "pipeline", "tensor"};
+
+// The built-in plugin's MemoryModel of `name`, as `auto` and `ft bench` ask it.
+struct Theory {
+  std::shared_ptr<ft::Strategy> strategy;
+  const ft::MemoryModel* model;
+};
+Theory theory_of(const std::string& name) {
+  const ft::PluginHost host = ft::PluginHost::discover(ft::DiscoveryOptions{});
+  Theory t{host.create(name), nullptr};
+  t.model = t.strategy->ability<ft::MemoryModel>();
+  return t;
+}
+
+// What `auto` decides among `names`: each plugin's estimate (those that
+// apply to a 2-layer, 2-head model on in.world_size ranks), then the plan.
+ft::Plan plan_among(const ft::PlanInputs& in, const std::vector<std::string>& names) {
+  const ft::EncoderModel model(ft_test::small_config(2));
+  std::vector<ft::CandidateEstimate> estimates;
+  for (const auto& name : names) {
+    const Theory t = theory_of(name);
+    REQUIRE(t.model != nullptr);
+    if (auto e = t.model->estimate(in, model)) estimates.push_back(*e);
+  }
+  return ft::plan_strategy(std::move(estimates), in);
 }
 
 const ft::CandidateEstimate& row(const ft::Plan& plan, const std::string& name) {
@@ -87,26 +119,26 @@ TEST_CASE("ZeRO Table 1 through ft's cost model: 7.5 B parameters, K = 12, 64 ra
 TEST_CASE("sharded engine state per rank from its units: padding, the bucket pool, the gathered units") {
   // Units of 10, 7, 7, 3 parameters on 2 ranks: padded 10, 8, 8, 4 (30).
   const std::vector<int64_t> units = {10, 7, 7, 3};
-  const auto z1 = ft::sharded_state_bytes("zero1", units, 2);
+  const auto z1 = ft::sharded_state_bytes(1, units, 2);
   CHECK(z1.total() == 4 * 30 + 4 * 27 + 8 * 15);
-  const auto z2 = ft::sharded_state_bytes("zero2", units, 2);
+  const auto z2 = ft::sharded_state_bytes(2, units, 2);
   CHECK(z2.buckets == 4 * 16);  // two layers of 8 beat the 10 alone
   CHECK(z2.total() == 4 * 30 + 4 * 15 + 4 * 16 + 8 * 15);
-  const auto z3 = ft::sharded_state_bytes("zero3", units, 2);
+  const auto z3 = ft::sharded_state_bytes(3, units, 2);
   CHECK(z3.gathered == 4 * 18);  // the first unit and the prefetched next
   CHECK(z3.total() == 4 * 15 + 4 * 18 + 4 * 15 + 4 * 16 + 8 * 15);
-  CHECK(ft::sharded_state_bytes("fsdp", units, 2, 1, 0).gathered == 4 * 10);
-  CHECK(ft::sharded_state_bytes("ddp", units, 2).total() == 0);
+  CHECK(ft::sharded_state_bytes(3, units, 2, 1, 0).gathered == 4 * 10);
+  CHECK(ft::sharded_state_bytes(0, units, 2).total() == 0);
   // A word table of 3 rows x 2 in unit 0, split by rows: its own 8 (two rows
   // per rank), unit 0 keeps 4; neither bucketed nor gathered.
   const ft::WordTableShape words{3, 2};
-  CHECK(ft::sharded_state_bytes("zero1", units, 2, 2, 1, words).total() == z1.total());
-  const auto w2 = ft::sharded_state_bytes("zero2", units, 2, 2, 1, words);
+  CHECK(ft::sharded_state_bytes(1, units, 2, 2, 1, words).total() == z1.total());
+  const auto w2 = ft::sharded_state_bytes(2, units, 2, 2, 1, words);
   CHECK(w2.params == 4 * 32);
   CHECK(w2.grads == 4 * 16);
   CHECK(w2.buckets == 4 * 12);  // a layer of 8 and the next largest, 4
   CHECK(w2.optimizer == 8 * 16);
-  const auto w3 = ft::sharded_state_bytes("zero3", units, 2, 2, 1, words);
+  const auto w3 = ft::sharded_state_bytes(3, units, 2, 2, 1, words);
   CHECK(w3.params == 4 * 16);
   CHECK(w3.gathered == 4 * 16);  // two layers now; unit 0 is 4
   CHECK(w3.buckets == 4 * 12);
@@ -115,24 +147,68 @@ TEST_CASE("sharded engine state per rank from its units: padding, the bucket poo
   CHECK(ft::grad_pool_capacity({8, 8, 8}, 2) == 16);
 }
 
-TEST_CASE("memory formulas per rank (fp32 AdamW: 16 bytes per parameter)") {
-  CHECK(ft::theory_state_bytes("ddp", 1000, 4) == 16000);
-  CHECK(ft::theory_state_bytes("single", 1000, 1) == 16000);
-  CHECK(ft::theory_state_bytes("zero1", 1000, 4) == 8000 + 2000);
-  // zero2/3 and fsdp: gradients as shards (the bucket pool and the gathered
-  // units come on top; sharded_state_bytes below).
-  CHECK(ft::theory_state_bytes("zero2", 1000, 4) == 4000 + 3000);
-  CHECK(ft::theory_state_bytes("zero3", 1000, 4) == 4000);
-  CHECK(ft::theory_state_bytes("fsdp", 1000, 4) == 4000);
-  CHECK(ft::theory_state_bytes("dp", 1000, 1, 3) == 16000 + 16000);
-  CHECK(ft::theory_state_bytes("mystery", 1000, 4) == -1);
-  CHECK(ft::theory_formula("zero2") == "4Ψ+12Ψ/N+B");
-  CHECK(ft::theory_formula("zero3") == "16Ψ/N+G+B");
-  CHECK(ft::theory_state_bytes("pipeline", 1000, 4) == 4000);
+TEST_CASE("every built-in strategy states its memory: formula and bytes per rank (fp32 AdamW: 16 B per parameter)") {
+  ft::TheoryInputs in;
+  in.model.params = 1000;
+  in.model.unit_params = {1000};
+  in.world_size = 4;
+  auto bytes = [&](const std::string& name, std::map<std::string, std::string> options = {}) {
+    const Theory t = theory_of(name);
+    REQUIRE(t.model != nullptr);
+    ft::TheoryInputs with = in;
+    with.options = std::move(options);
+    return t.model->theory_bytes(with);
+  };
+  auto formula = [](const std::string& name, std::map<std::string, std::string> options = {}) {
+    return theory_of(name).model->memory_formula(options);
+  };
+  for (const std::string name : {"single", "ddp", "ddp_amp", "horovod"}) {
+    CAPTURE(name);
+    CHECK(bytes(name) == 16000);
+    CHECK(formula(name) == "16Ψ");
+  }
+  // One unit of 1000 over 4 ranks: shards of 250; zero2/3 add the pool (the
+  // unit, 4000 B), zero3 the gathered unit (4000 B).
+  CHECK(bytes("zero1") == 4000 + 4000 + 2000);
+  CHECK(bytes("zero2") == 4000 + 1000 + 4000 + 2000);
+  CHECK(bytes("zero3") == 1000 + 4000 + 1000 + 4000 + 2000);
+  CHECK(bytes("fsdp") == bytes("zero3"));
+  CHECK(formula("zero1") == "8Ψ+8Ψ/N");
+  CHECK(formula("zero2") == "4Ψ+12Ψ/N+B");
+  CHECK(formula("zero3") == "16Ψ/N+G+B");
+  // The mode changes the theory: NO_SHARD is DDP's, SHARD_GRAD_OP keeps every
+  // unit gathered from forward to backward (ZeRO-2's memory).
+  CHECK(bytes("fsdp", {{"sharding_strategy", "NO_SHARD"}}) == 16000);
+  CHECK(formula("fsdp", {{"sharding_strategy", "NO_SHARD"}}) == "16Ψ");
+  CHECK(formula("fsdp", {{"sharding_strategy", "SHARD_GRAD_OP"}}) == "4Ψ+12Ψ/N+B");
+  // Units of 400, 300, 300: zero3 gathers the unit in use and the next
+  // (700 at most), SHARD_GRAD_OP all three, limit_all_gathers 0 one.
+  in.model.unit_params = {400, 300, 300};
+  CHECK(bytes("fsdp", {{"sharding_strategy", "SHARD_GRAD_OP"}}) - bytes("zero3") == 4 * (1000 - 700));
+  CHECK(bytes("zero3") - bytes("zero3", {{"limit_all_gathers", "0"}}) == 4 * (700 - 400));
+  // A row-split word table (a classifier's, 200 of unit 0's 400) has no
+  // bucket: zero2's pool of two units is 300 + 200 instead of 300 + 300,
+  // unless the option keeps the table whole.
+  in.model.sharded_words = {100, 2};
+  CHECK(bytes("zero2", {{"shard_word_table", "false"}}) - bytes("zero2") == 4 * (600 - 500));
+  in.model.sharded_words = {};
+  in.model.unit_params = {1000};
+  // A bad option is the strategy's own error, naming the key.
+  CHECK_THROWS_WITH_AS(bytes("zero2", {{"grad_buckets", "0"}}), doctest::Contains("strategy.options.grad_buckets"),
+                       ft::Error);
+  // dp: R replicas, each beyond the first holding weights and grads; the
+  // machine's default R is unknown to the theory.
+  CHECK(bytes("dp", {{"replicas", "3"}}) == 16000 + 16000);
+  CHECK(bytes("dp") == -1);
+  CHECK(formula("dp") == "16Ψ+8Ψ(R-1)");
+  CHECK(bytes("pipeline") == 4000);
+  CHECK(bytes("pipeline", {{"stages", "2"}}) == 8000);
   // tensor: 16 B for each replicated parameter, 16/N for each cut one.
-  CHECK(ft::theory_state_bytes("tensor", 1000, 4, 1, 800) == 16 * 200 + 16 * 200);
-  CHECK(ft::theory_state_bytes("tensor", 1000, 4) == -1);  // unknown without the cut count
-  CHECK(ft::theory_formula("tensor") == "16Ψr+16Ψs/N");
+  CHECK(bytes("tensor") == -1);  // unknown without the cut count
+  in.model.sliceable_params = 800;
+  CHECK(bytes("tensor") == 16 * 200 + 16 * 200);
+  CHECK(formula("tensor") == "16Ψr+16Ψs/N");
+  CHECK(theory_of("auto").model == nullptr);  // auto's theory is its pick's
   // BERT-base: 12 x (4 x 768² + 2 x 768 x 3072 + 3 x 768 + 3072) + 30522 x 768.
   CHECK(ft::tensor_sliced_params(768, 3072, 12, 30522, 768, true) ==
         12 * (4 * 768 * 768 + 2 * 768 * 3072 + 3 * 768 + 3072) + 30522 * 768);
@@ -143,7 +219,7 @@ TEST_CASE("memory formulas per rank (fp32 AdamW: 16 bytes per parameter)") {
 
 TEST_CASE("auto picks a DDP variant when the model state fits") {
   ft::PlanInputs in = base_inputs();
-  ft::Plan plan = ft::plan_strategy(in);
+  ft::Plan plan = plan_among(in, kDataParallel);
   // fp32: ddp_amp is not a separate candidate (same class, other default precision).
   REQUIRE(plan.table.size() == 5);
   CHECK(plan.choice().name == "ddp");
@@ -156,24 +232,24 @@ TEST_CASE("auto picks a DDP variant when the model state fits") {
   CHECK(plan.reason.find("no memory limit") != std::string::npos);
 
   in.mixed_precision = true;
-  plan = ft::plan_strategy(in);
+  plan = plan_among(in, kDataParallel);
   CHECK(plan.choice().name == "ddp_amp");
   // 16-bit weight copies on top of the fp32 state.
   CHECK(row(plan, "ddp_amp").extra_bytes == 2 * 110'000'000LL);
 
   // A limit that DDP (16Ψ + activations) fits still picks it.
   in.mixed_precision = false;
-  in.memory_limit_bytes = row(ft::plan_strategy(in), "ddp").total_bytes;
-  CHECK(ft::plan_strategy(in).choice().name == "ddp");
+  in.memory_limit_bytes = row(plan_among(in, kDataParallel), "ddp").total_bytes;
+  CHECK(plan_among(in, kDataParallel).choice().name == "ddp");
 }
 
 TEST_CASE("auto picks zero3/fsdp when only a full shard fits the memory limit") {
   ft::PlanInputs in = base_inputs();
-  const ft::Plan open = ft::plan_strategy(in);
+  const ft::Plan open = plan_among(in, kDataParallel);
   // Between the full-shard total and the ZeRO-2 total: only zero3 and fsdp fit.
   REQUIRE(row(open, "zero3").total_bytes < row(open, "zero2").total_bytes);
   in.memory_limit_bytes = row(open, "zero3").total_bytes + 1;
-  const ft::Plan plan = ft::plan_strategy(in);
+  const ft::Plan plan = plan_among(in, kDataParallel);
   CHECK(plan.choice().name == "zero3");
   CHECK_FALSE(row(plan, "ddp").fits);
   CHECK_FALSE(row(plan, "zero2").fits);
@@ -181,8 +257,7 @@ TEST_CASE("auto picks zero3/fsdp when only a full shard fits the memory limit") 
   CHECK(plan.reason.find("ddp, zero1, zero2 would not fit") != std::string::npos);
 
   // Only fsdp installed among the sharded ones: fsdp.
-  in.candidates = {"ddp", "zero1", "zero2", "fsdp"};
-  CHECK(ft::plan_strategy(in).choice().name == "fsdp");
+  CHECK(plan_among(in, {"ddp", "zero1", "zero2", "fsdp"}).choice().name == "fsdp");
 
   // ZeRO-2 holds gradient shards (4Ψ + 12Ψ/N) plus the bucket pool, counted
   // as extra: here the embedding unit alone (no other units given); it
@@ -195,20 +270,21 @@ TEST_CASE("auto picks zero3/fsdp when only a full shard fits the memory limit") 
 
   // Nothing fits: the least memory, and the reason says so.
   in.memory_limit_bytes = 1 << 20;
-  const ft::Plan none = ft::plan_strategy(in);
+  const ft::Plan none = plan_among(in, kDataParallel);
   CHECK(none.choice().name == "zero3");
   CHECK(none.reason.find("no candidate fits") != std::string::npos);
 
-  in.candidates = {"dp", "horovod"};
-  CHECK_THROWS_WITH_AS(ft::plan_strategy(in), doctest::Contains("none of ddp"), ft::Error);
+  // dp and horovod have a theory but no estimate: auto never picks them.
+  const ft::EncoderModel model(ft_test::small_config(2));
+  for (const std::string name : {"single", "dp", "horovod"}) CHECK_FALSE(theory_of(name).model->estimate(in, model));
+  CHECK_THROWS_WITH_AS(ft::plan_strategy({}, in), doctest::Contains("no candidate"), ft::Error);
 }
 
 TEST_CASE("auto weighs pipeline and tensor: pipeline when only a model split fits, tensor when a layer is too big "
           "for one rank") {
   ft::PlanInputs in = base_inputs();
-  in.candidates = {"ddp", "zero1", "zero2", "zero3", "fsdp", "pipeline", "tensor"};
   in.model.sliceable_params = 85'000'000 + 30522LL * 768;  // the 12 layers and the word embeddings
-  const ft::Plan open = ft::plan_strategy(in);
+  const ft::Plan open = plan_among(in, kAll);
   REQUIRE(open.table.size() == 7);
   CHECK(open.choice().name == "ddp");  // no limit: the bubble and the activation all-reduces cost more
   const auto& pp = row(open, "pipeline");
@@ -227,7 +303,7 @@ TEST_CASE("auto weighs pipeline and tensor: pipeline when only a model split fit
   // BERT-base on 4 ranks with room for a quarter of the model but not for
   // ZeRO-3's 7Ψ: the pipeline.
   in.memory_limit_bytes = pp.total_bytes + 1;
-  ft::Plan plan = ft::plan_strategy(in);
+  ft::Plan plan = plan_among(in, kAll);
   CHECK(plan.choice().name == "pipeline");
   CHECK(plan.reason.find("ddp, zero1, zero2, zero3, fsdp, tensor would not fit") != std::string::npos);
 
@@ -235,7 +311,6 @@ TEST_CASE("auto weighs pipeline and tensor: pipeline when only a model split fit
   // per parameter exceed the limit, so no pipeline stage and no gathered
   // ZeRO-3 unit fits; a quarter of every layer does.
   in = base_inputs();
-  in.candidates = {"ddp", "zero1", "zero2", "zero3", "fsdp", "pipeline", "tensor"};
   const int64_t layer = 12LL * 2048 * 2048 + 13LL * 2048, words = 8000LL * 2048;
   in.model = {};
   in.model.params = 2 * layer + words + 2048LL * 2048 + 600'000;
@@ -247,10 +322,10 @@ TEST_CASE("auto weighs pipeline and tensor: pipeline when only a model split fit
   in.model.layers = 2;
   in.model.heads = 16;
   in.batch_rows = 2;
-  const ft::Plan wide = ft::plan_strategy(in);
+  const ft::Plan wide = plan_among(in, kAll);
   in.memory_limit_bytes = row(wide, "tensor").total_bytes + 1;
   REQUIRE(16 * layer > in.memory_limit_bytes);
-  plan = ft::plan_strategy(in);
+  plan = plan_among(in, kAll);
   CHECK(plan.choice().name == "tensor");
   CHECK_FALSE(row(plan, "pipeline").fits);
   CHECK_FALSE(row(plan, "zero3").fits);

@@ -83,6 +83,8 @@ ft::BenchReport sample_report() {
   single.id = single.label = single.strategy = "single";
   single.seed_row = "single GPU";
   single.seed_minutes = 2.8276;
+  single.theory_formula = "16Ψ";  // what the plugin's MemoryModel says
+  single.theory_bytes = 16000;
   ft::fill_row_from_summary(
       single,
       R"({"event":"summary","strategy":"single","precision":"fp32","world_size":1,"threads_per_rank":2,"steps":5,)"
@@ -92,8 +94,10 @@ ft::BenchReport sample_report() {
   single.ok = true;
   ft::BenchRow zero;
   zero.id = zero.label = zero.strategy = zero.theory_strategy = "zero2";
-  // Two units: the pool holds the larger (600), as two of the others do not exist.
-  zero.unit_params = {600, 400};
+  // Two units of 600 and 400: 4·1000 params + 4·1000/2 grad shards + 4·600
+  // pool + 8·1000/2 Adam.
+  zero.theory_formula = "4Ψ+12Ψ/N+B";
+  zero.theory_bytes = 12400;
   ft::fill_row_from_summary(
       zero,
       R"({"event":"summary","strategy":"zero2","precision":"fp32","world_size":2,"threads_per_rank":1,"steps":5,)"
@@ -154,7 +158,6 @@ TEST_CASE("markdown, CSV, JSON and SVG carry every row, the theory and the failu
   CHECK(field(z, "speedup_vs_single") == "2.5000");
   CHECK(field(z, "peak_rss_mb_per_rank") == "200.0;210.0");
   CHECK(field(z, "theory_formula") == "4Ψ+12Ψ/N+B");
-  // 4·1000 params + 4·1000/2 grad shards + 4·600 pool + 8·1000/2 Adam.
   CHECK(field(z, "theory_bytes_per_rank") == "12400");
   const auto bad = csv_fields(csv[3]);
   CHECK(field(bad, "status") == "failed");
@@ -279,6 +282,21 @@ TEST_CASE("ft bench: the theory column counts the model the run builds (a random
     // table of 13 rows splits in 7 + 6).
     CHECK(fullest_rank(field(csv[r], "model_state_bytes_per_rank")) ==
           std::stoll(field(csv[r], "theory_bytes_per_rank")));
+  }
+  // The strategy's own options shape its theory: FSDP's SHARD_GRAD_OP keeps
+  // every unit gathered from forward to backward, NO_SHARD is DDP's 16Ψ.
+  for (const std::string mode : {"SHARD_GRAD_OP", "NO_SHARD"}) {
+    CAPTURE(mode);
+    const auto fsdp = ft_test::run_ft("bench --workload '" + config.string() + "' --strategies fsdp --steps 1 --set " +
+                                      "strategy.options.sharding_strategy=" + mode + " --out '" +
+                                      (dir.path() / mode).string() + "'");
+    INFO(fsdp.output);
+    REQUIRE(fsdp.exit_code == 0);
+    const auto rows = lines_of(ft_test::read_text(dir.path() / mode / "results.csv"));
+    REQUIRE(rows.size() == 2);
+    CHECK(field(rows[1], "theory_formula") == (mode == "NO_SHARD" ? "16Ψ" : "4Ψ+12Ψ/N+B"));
+    CHECK(fullest_rank(field(rows[1], "model_state_bytes_per_rank")) ==
+          std::stoll(field(rows[1], "theory_bytes_per_rank")));
   }
 }
 

@@ -54,11 +54,11 @@ void check_losses(const std::filesystem::path& metrics, double tolerance) {
 }  // namespace
 
 TEST_CASE("ring chunks: uneven sizes put the extra elements first") {
-  CHECK(ft::horovod::ring_chunk_sizes(10, 4) == std::vector<int64_t>{3, 3, 2, 2});
-  CHECK(ft::horovod::ring_chunk_sizes(2, 3) == std::vector<int64_t>{1, 1, 0});
-  CHECK(ft::horovod::ring_chunk_sizes(0, 2) == std::vector<int64_t>{0, 0});
-  CHECK(ft::horovod::ring_chunk_sizes(7, 1) == std::vector<int64_t>{7});
-  CHECK(error_of([] { ft::horovod::ring_chunk_sizes(4, 0); }) == "ring all-reduce: world size must be >= 1, got 0");
+  CHECK(ft::ring_chunk_sizes(10, 4) == std::vector<int64_t>{3, 3, 2, 2});
+  CHECK(ft::ring_chunk_sizes(2, 3) == std::vector<int64_t>{1, 1, 0});
+  CHECK(ft::ring_chunk_sizes(0, 2) == std::vector<int64_t>{0, 0});
+  CHECK(ft::ring_chunk_sizes(7, 1) == std::vector<int64_t>{7});
+  CHECK(error_of([] { ft::ring_chunk_sizes(4, 0); }) == "ring: world size must be >= 1, got 0");
 }
 
 TEST_CASE("ring at world size 1: identity in fp32, fp16 wire rounds, misuse is one clear error") {

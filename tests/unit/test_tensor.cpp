@@ -220,7 +220,11 @@ TEST_CASE("bench-mini: a tensor x2 rank holds the replicated tensors and half of
     // What `ft bench` prints as the theory: 16(Ψ-Ψs) + 16Ψs/N.
     const int64_t cut = ft::tensor_sliced_params(c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.vocab_size,
                                                  c.embedding_width(), true);
-    CHECK(static_cast<int64_t>(b) == ft::theory_state_bytes("tensor", static_cast<int64_t>(psi), 2, 1, cut));
+    ft::TheoryInputs in;
+    in.model.params = static_cast<int64_t>(psi);
+    in.model.sliceable_params = cut;
+    in.world_size = 2;
+    CHECK(static_cast<int64_t>(b) == ft::TensorStrategy().theory_bytes(in));
   }
   MESSAGE("tensor x2 model state per rank: " << per_rank[0] / (16.0 * psi) << " of ddp's");
 }

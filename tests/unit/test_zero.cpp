@@ -187,17 +187,17 @@ TEST_CASE("FlatParam: reshard frees the storage, unshard brings the values back,
 
 TEST_CASE("strategy options: policies and errors naming the key") {
   auto z3 = ft::zero_policy_from_options(ft::ZeroStage::kWeights, {{"limit_all_gathers", "2"}});
-  CHECK((z3.shard_params && z3.shard_grads && z3.limit_all_gathers == 2 && z3.name == "zero3"));
+  CHECK((z3.params_sharded && z3.grads_sharded && z3.limit_all_gathers == 2 && z3.name == "zero3"));
   auto z1 = ft::zero_policy_from_options(ft::ZeroStage::kOptimizerStates, {});
-  CHECK((!z1.shard_grads && !z1.shard_params && z1.shard_optimizer));
+  CHECK((!z1.grads_sharded && !z1.params_sharded && z1.shard_optimizer));
   CHECK(z1.bucket_bytes == 25 * 1024 * 1024);
   CHECK(ft::zero_policy_from_options(ft::ZeroStage::kOptimizerStates, {{"bucket_mb", "0.5"}}).bucket_bytes == 512 * 1024);
   CHECK(ft_test::error_of([] { ft::fsdp_policy_from_options({{"bucket_mb", "1e-9"}}, 1, 1); }) ==
         "strategy.options.bucket_mb: 1e-9 MiB is smaller than one fp32 element");
   auto sgo = ft::fsdp_policy_from_options({{"sharding_strategy", "SHARD_GRAD_OP"}}, 1, 1);
-  CHECK((sgo.shard_params && !sgo.reshard_after_forward));
+  CHECK((sgo.params_sharded && !sgo.reshard_after_forward));
   auto ns = ft::fsdp_policy_from_options({{"sharding_strategy", "NO_SHARD"}, {"backward_prefetch", "NONE"}}, 1, 1);
-  CHECK((!ns.shard_optimizer && !ns.shard_grads && !ns.backward_prefetch));
+  CHECK((!ns.shard_optimizer && !ns.grads_sharded && !ns.backward_prefetch));
   CHECK(ft_test::error_of([] { ft::zero_policy_from_options(ft::ZeroStage::kGradients, {{"stage", "2"}}); }) ==
         "strategy.options.stage: unknown option for zero2 (known: bucket_mb, prefetch, limit_all_gathers, grad_buckets, "
         "grad_accumulation, shard_word_table)");
@@ -215,9 +215,9 @@ TEST_CASE("strategy options: policies and errors naming the key") {
         "_HYBRID_SHARD_ZERO2");
   // Hybrid: 4 ranks on one host act as 2 x 2; the group size defaults to the ranks per host.
   auto hs = ft::fsdp_policy_from_options({{"sharding_strategy", "HYBRID_SHARD"}, {"shard_group_size", "2"}}, 4, 4);
-  CHECK((hs.shard_params && hs.shard_grads && hs.reshard_after_forward && hs.shard_group_size == 2));
+  CHECK((hs.params_sharded && hs.grads_sharded && hs.reshard_after_forward && hs.shard_group_size == 2));
   auto hz2 = ft::fsdp_policy_from_options({{"sharding_strategy", "_HYBRID_SHARD_ZERO2"}}, 8, 4);
-  CHECK((hz2.shard_params && !hz2.reshard_after_forward && hz2.shard_group_size == 4));
+  CHECK((hz2.params_sharded && !hz2.reshard_after_forward && hz2.shard_group_size == 4));
   CHECK(ft::fsdp_policy_from_options({}, 4, 2).shard_group_size == 0);
   CHECK(ft_test::error_of([] { ft::fsdp_policy_from_options({{"sharding_strategy", "HYBRID_SHARD"}}, 4, 4); }) ==
         "strategy.options.shard_group_size: one shard group of all 4 ranks is FULL_SHARD; use FULL_SHARD, or set "
@@ -294,7 +294,7 @@ TEST_CASE("zero3 state bytes: shards, grad shards + the bucket pool, Adam state 
   CHECK(b.grads == shards + 4 * pool);
   CHECK(b.optimizer == 2 * 4 * trainable);
   CHECK(b.params + b.grads + b.optimizer ==
-        ft::sharded_state_bytes("zero3", unit_sizes(*h.model), 1, 2, 1, word_table(tiny_config())).total());
+        ft::sharded_state_bytes(3, unit_sizes(*h.model), 1, 2, 1, word_table(tiny_config())).total());
   CHECK(g.word_scratch_bytes() > 0);
 }
 
@@ -423,7 +423,7 @@ TEST_CASE("bench-mini at 2 and 4 ranks: model-state bytes per rank equal ft's co
     std::map<std::string, int64_t> rank0;
     for (const std::string name : {"zero1", "zero2", "zero3"}) {
       CAPTURE(name);
-      const ft::ShardedStateBytes theory = ft::sharded_state_bytes(name, units, world, 2, 1, words);
+      const ft::ShardedStateBytes theory = ft::sharded_state_bytes(name.back() - '0', units, world, 2, 1, words);
       const auto metrics = tmp.path() / fmt::format("{}-{}.jsonl", name, world);
       auto out = ft_test::run_ft(fmt::format(
           "run --config configs/bench-mini.yaml --strategy {} --nproc {} --threads 1 --set train.batch_size=2 "
@@ -440,8 +440,8 @@ TEST_CASE("bench-mini at 2 and 4 ranks: model-state bytes per rank equal ft's co
       rank0[name] = per_rank[0];
     }
     // The paper's terms, with the pool (B) and gathered units (G) on top.
-    const ft::ShardedStateBytes z2 = ft::sharded_state_bytes("zero2", units, world, 2, 1, words);
-    const ft::ShardedStateBytes z3 = ft::sharded_state_bytes("zero3", units, world, 2, 1, words);
+    const ft::ShardedStateBytes z2 = ft::sharded_state_bytes(2, units, world, 2, 1, words);
+    const ft::ShardedStateBytes z3 = ft::sharded_state_bytes(3, units, world, 2, 1, words);
     CHECK(std::abs(static_cast<double>(rank0["zero2"] - z2.buckets) - (4.0 * psi + 12.0 * psi / world)) <= 16.0 * padding);
     CHECK(std::abs(static_cast<double>(rank0["zero3"] - z3.buckets - z3.gathered) - 16.0 * psi / world) <= 16.0 * padding);
     if (world == 4) {

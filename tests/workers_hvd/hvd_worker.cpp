@@ -73,17 +73,19 @@ void check_ring(ft::Comm& comm) {
       at::Tensor want = ramp_sum(n, w, at::kFloat);
       if (op == ft::ReduceOp::Avg) want = want / static_cast<float>(w);
       check(r, at::equal(t, want), name + " values");
-      // Rank r sends every chunk but (r+1) in reduce-scatter and every
-      // chunk but (r+2) in all-gather: 2(N-1)/N of the tensor when even.
-      const auto sizes = ft::horovod::ring_chunk_sizes(n, w);
-      const int64_t elems = 2 * n - sizes[(r + 1) % w] - sizes[(r + 2) % w];
+      // ft::Ring's schedule: rank r sends every chunk but its own (r) in
+      // reduce-scatter and every chunk but (r+1) in all-gather, and receives
+      // every chunk but (r-1), then every chunk but r: 2(N-1)/N of the
+      // tensor each way when the chunks are even.
+      const auto sizes = ft::ring_chunk_sizes(n, w);
+      const int64_t elems = 2 * n - sizes[r] - sizes[(r + 1) % w];
       check(r, traffic.bytes_sent == 4 * elems, name + " bytes sent " + std::to_string(traffic.bytes_sent));
-      const int64_t in_elems = 2 * n - sizes[r] - sizes[(r + 1) % w];
+      const int64_t in_elems = 2 * n - sizes[(r + w - 1) % w] - sizes[r];
       check(r, traffic.bytes_received == 4 * in_elems, name + " bytes received");
       int messages = 0;
       for (int c = 0; c < w; ++c) {
+        if (c != r && sizes[c] > 0) ++messages;
         if (c != (r + 1) % w && sizes[c] > 0) ++messages;
-        if (c != (r + 2) % w && sizes[c] > 0) ++messages;
       }
       check(r, traffic.messages_sent == messages, name + " messages");
     }
@@ -102,8 +104,8 @@ void check_ring(ft::Comm& comm) {
     ft::horovod::RingOptions o;
     o.wire = at::kHalf;
     const ft::horovod::RingTraffic traffic = ft::horovod::ring_allreduce(comm, t, o);
-    const auto sizes = ft::horovod::ring_chunk_sizes(n, w);
-    check(r, traffic.bytes_sent == 2 * (2 * n - sizes[(r + 1) % w] - sizes[(r + 2) % w]), "fp16 wire: half the bytes");
+    const auto sizes = ft::ring_chunk_sizes(n, w);
+    check(r, traffic.bytes_sent == 2 * (2 * n - sizes[r] - sizes[(r + 1) % w]), "fp16 wire: half the bytes");
     const at::Tensor exact = at::arange(1, n + 1, at::kFloat) / 3.0f * ((w + 1) / 2.0f) + 0.1f;
     const double rel = ((t - exact).abs() / exact).max().item<double>();
     check(r, rel < 2e-3, "fp16 wire: within fp16 rounding of the exact mean, got " + std::to_string(rel));

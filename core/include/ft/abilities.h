@@ -6,10 +6,17 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ft/cost_model.h"
 
 namespace ft {
 
 class Comm;
+class EncoderModel;
 
 /// Rows per micro-batch (per data-parallel group) and micro-batches per step.
 struct MicroBatching {
@@ -56,6 +63,44 @@ class __attribute__((visibility("default"))) DataParallelGroup {
   /// data-parallel strategies it weighed them against.
   virtual MicroBatching micro_batching(int64_t batch_size, int64_t grad_accum) const {
     return {batch_size, grad_accum};
+  }
+};
+
+/// What a strategy's memory theory reads: the model's shape, the ranks and
+/// the run's strategy.options (only the keys memory_options() names).
+struct TheoryInputs {
+  ModelShape model;
+  int world_size = 1;
+  std::map<std::string, std::string> options;
+};
+
+/// A strategy that says what it holds and moves, so that core and the CLI
+/// never need its name: `ft bench` prints its formula and theory bytes beside
+/// what each rank measured, and `auto` weighs its estimate against the other
+/// installed strategies'. Called on a strategy that was created but never set
+/// up; every method is pure arithmetic on its arguments.
+class __attribute__((visibility("default"))) MemoryModel {
+ public:
+  virtual ~MemoryModel();
+  /// The model-state formula under `options`, e.g. "8Ψ+8Ψ/N" (Ψ trainable
+  /// parameters, N ranks; ft/cost_model.h has the notation).
+  virtual std::string memory_formula(const std::map<std::string, std::string>& options) const = 0;
+  /// Bytes per rank the theory predicts for what state_bytes() measures:
+  /// parameters, gradients and optimizer state, with whatever the strategy
+  /// keeps in flight (bucket pools, gathered units); -1 when the shape does
+  /// not say enough. Throws ft::Error for options the strategy refuses.
+  virtual int64_t theory_bytes(const TheoryInputs& in) const = 0;
+  /// The strategy.options keys that change the formula or the bytes.
+  virtual std::vector<std::string> memory_options() const { return {}; }
+  /// `auto`'s estimate of one step of `model` over all in.world_size ranks:
+  /// memory, communication and compute (begin_estimate/finish_estimate in
+  /// ft/cost_model.h do the shared parts). Empty when this strategy cannot
+  /// or should not run this job: the default, for strategies `auto` never
+  /// picks.
+  virtual std::optional<CandidateEstimate> estimate(const PlanInputs& in, const EncoderModel& model) const {
+    (void)in;
+    (void)model;
+    return std::nullopt;
   }
 };
 

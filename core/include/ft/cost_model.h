@@ -1,9 +1,11 @@
-// The memory and α-β communication cost model shared by the `auto`
-// strategy (which picks a strategy with it) and `ft bench` (which prints its
-// theory column). The benchmark table's writers are apps/ft/bench_report.h.
+// The memory and α-β communication cost model: the arithmetic every
+// strategy's MemoryModel (ft/abilities.h) builds its formula, its theory
+// bytes and its estimate for `auto` from. Core knows no strategy by name:
+// each plugin says what it holds and moves; `auto` weighs what the
+// installed plugins say, and `ft bench` prints their theory column.
 //
-// Everything here is plain arithmetic and text, free of LibTorch, so it can
-// be unit-tested in-process and shared by the CLI and a plugin.
+// Everything here except model_shape() is plain arithmetic and text, free of
+// LibTorch, so it can be unit-tested in-process.
 //
 // Byte counting (BENCHMARK.md "Memory"): fp32 AdamW, Ψ trainable
 // parameters, N ranks: 4 B param + 4 B grad + 8 B Adam moments = 16Ψ per
@@ -18,12 +20,15 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
 namespace ft {
 
 struct BertConfig;
+class EncoderModel;
+struct ParamSettings;
 
 // ---------------------------------------------------------------------------
 // Cost model
@@ -78,9 +83,9 @@ struct ModelShape {
   int64_t sliceable_params = 0;
 };
 
-/// What plan_strategy() decides from. All ranks must pass identical values
-/// (the auto strategy all-reduces its measurements first) so that every rank
-/// picks the same strategy.
+/// What a strategy's estimate and plan_strategy() decide from. All ranks
+/// must pass identical values (the auto strategy all-reduces its
+/// measurements first) so that every rank picks the same strategy.
 struct PlanInputs {
   ModelShape model;
   int world_size = 1;
@@ -91,13 +96,6 @@ struct PlanInputs {
   double flops_per_s = 1e10;       ///< measured matmul throughput of one rank
   int64_t memory_limit_bytes = 0;  ///< per rank; 0 = no limit
   int64_t bucket_bytes = 25LL << 20;
-  /// Installed strategy names, in preference order for near-ties. Names the
-  /// model does not know (dp, horovod, third-party) are ignored. `pipeline`
-  /// and `tensor` are weighed over all N ranks (N stages, or one group of
-  /// N), reading the same global batch as the data-parallel candidates:
-  /// N micro-batches of batch_rows rows through the pipeline, or N x
-  /// batch_rows rows per micro-batch through the tensor group.
-  std::vector<std::string> candidates;
 };
 
 /// One row of the estimate table.
@@ -124,18 +122,34 @@ struct Plan {
   const CandidateEstimate& choice() const { return table.at(static_cast<size_t>(chosen)); }
 };
 
-/// Estimates each known candidate and picks one: among those whose total
-/// per-rank memory fits the limit, the fastest estimated step (a candidate
-/// within 5 % of the fastest that comes earlier in `candidates` wins, so the
-/// simpler DDP beats an equal-cost ZeRO-2); if none fits, the one with the
-/// least memory. Under mixed precision `ddp` is skipped for `ddp_amp` and the
-/// other way round under fp32 (they differ only in their default precision).
-/// The data-parallel candidates come first in the preference order, so a
-/// model-parallel one is picked when it alone fits (tensor: a layer too big
-/// for one rank even gathered alone; pipeline: a model too big for a
-/// rank's share of ZeRO-3) or is clearly faster.
-/// Throws ft::Error when no candidate is known ("none of ... is installed").
-Plan plan_strategy(const PlanInputs& inputs);
+/// Picks one of `estimates`, which come in preference order for near-ties
+/// (the simplest strategy first): among those whose total per-rank memory
+/// fits the limit, the fastest estimated step (one within 5 % of the fastest
+/// that comes earlier wins, so the simpler DDP beats an equal-cost ZeRO-2);
+/// if none fits, the one with the least memory. Throws ft::Error when
+/// `estimates` is empty.
+Plan plan_strategy(std::vector<CandidateEstimate> estimates, const PlanInputs& inputs);
+
+/// The pieces every estimate shares. Saved activations per rank of a
+/// micro-batch of `rows` (Korthikanti et al. 2022), their a·s²·b and 24·s·b·h
+/// terms split over a tensor-parallel group of `tensor_group`.
+int64_t activation_bytes(const PlanInputs& in, int64_t rows, int tensor_group = 1);
+/// Forward + backward FLOPs of one micro-batch of `rows`.
+double step_flops(const PlanInputs& in, int64_t rows);
+/// An estimate named `name` with `formula`, the activations and compute of
+/// one data-parallel micro-batch (batch_rows) filled in; the strategy adds
+/// state, extra and communication, then calls finish_estimate.
+CandidateEstimate begin_estimate(const std::string& name, const std::string& formula, const PlanInputs& in);
+/// Totals the memory, checks it against the limit and adds up the step
+/// (no overlap credit: on CPU communication competes with compute for the
+/// same cores).
+void finish_estimate(CandidateEstimate& e, const PlanInputs& in);
+
+/// The shape facts of `model` that estimates and theory read: trainable
+/// parameters per unit (`plan` marks the frozen ones; empty: all train),
+/// the word table a classifier's sharding may split by rows, and the
+/// parameters tensor parallelism over `world_size` ranks cuts.
+ModelShape model_shape(const EncoderModel& model, const std::map<std::string, ParamSettings>& plan, int world_size);
 
 /// The estimate table and the reason as printable lines (rank 0 prints it).
 std::string format_plan(const Plan& plan, const PlanInputs& inputs);
@@ -191,24 +205,16 @@ struct ShardedStateBytes {
   int64_t optimizer = 0;  ///< Adam moments of the shard
   int64_t total() const { return params + gathered + grads + buckets + optimizer; }
 };
-/// For zero1, zero2, zero3 and fsdp (FULL_SHARD) with the defaults
-/// (`grad_buckets` units in flight, `limit_all_gathers` prefetched units);
-/// `unit_params`: each unit's parameters, model order (unit 0 with the word
-/// table). Unknown strategy: all 0.
-ShardedStateBytes sharded_state_bytes(const std::string& strategy, const std::vector<int64_t>& unit_params,
-                                      int world_size, int grad_buckets = 2, int limit_all_gathers = 1,
-                                      WordTableShape words = {});
+/// For ZeRO stage 1, 2 or 3 (3: FSDP's FULL_SHARD too) with `grad_buckets`
+/// units in flight and `limit_all_gathers` prefetched units; `unit_params`:
+/// each unit's parameters, model order (unit 0 with the word table). Any
+/// other stage: all 0.
+ShardedStateBytes sharded_state_bytes(int stage, const std::vector<int64_t>& unit_params, int world_size,
+                                      int grad_buckets = 2, int limit_all_gathers = 1, WordTableShape words = {});
 
-/// Model-state bytes per rank the theory predicts for `strategy` with Ψ =
-/// `params`, N = `world_size`, R = `replicas` (dp only); -1 when the strategy
-/// is unknown to the model. single/ddp/ddp_amp/horovod: 16Ψ; dp: 16Ψ +
-/// 8Ψ(R-1) (every extra replica holds params and grads); zero1/2/3, fsdp:
-/// zero_state_bytes in ft's fp32 accounting (without buckets and gathered
-/// units); pipeline 16Ψ/N (equal stages); tensor 16(Ψ-Ψs) + 16Ψs/N with
-/// Ψs = `sliced` (-1 when 0).
-int64_t theory_state_bytes(const std::string& strategy, int64_t params, int world_size, int replicas = 1,
-                           int64_t sliced = 0);
-/// The formula theory_state_bytes uses, e.g. "8Ψ+8Ψ/N"; empty when unknown.
-std::string theory_formula(const std::string& strategy);
+/// ZeRO's model-state formula of `stage` in ft's fp32 accounting, as
+/// `ft bench` and `auto` print it: "16Ψ", "8Ψ+8Ψ/N", "4Ψ+12Ψ/N+B",
+/// "16Ψ/N+G+B" (B: the bucket pool, G: the gathered units).
+std::string zero_formula(int stage);
 
 }  // namespace ft

@@ -114,16 +114,30 @@ class GradBucketPool {
   int64_t cursor_ = 0;      // where the next bucket would start
 };
 
+/// How the engine treats its units. One set of defaults: the sharded
+/// strategies' policy (ShardingPolicy) derives from this struct rather than
+/// copying it.
 struct FlatParamGroupOptions {
   bool params_sharded = false;        ///< only the shard lives between uses of a unit
   bool reshard_after_forward = true;  ///< free a unit after its forward (else after its backward)
-  bool forward_prefetch = true;
-  bool backward_prefetch = true;
-  int limit_all_gathers = 1;          ///< prefetched all-gathers in flight at most (>= 0)
+  bool forward_prefetch = true;       ///< gather the next unit while one runs forward
+  bool backward_prefetch = true;      ///< gather the previous unit while one runs backward
+  /// Most prefetched all-gathers in flight at once (units gathered ahead of
+  /// use), >= 0; 0 disables prefetching. With 1, at most two units are
+  /// materialised at a time under FULL_SHARD / zero3.
+  int limit_all_gathers = 1;
   bool grads_sharded = false;         ///< gradients as shards + bucket pool (else the caller's GradBuffer)
-  int grad_buckets = 2;               ///< most units' full gradients alive at once (>= 1)
+  /// Sharded grads: most units' full gradients alive at once (the bucket
+  /// pool's bound, >= 1; FSDP2 and DeepSpeed keep about two).
+  int grad_buckets = 2;
+  /// Sharded grads: reduce every micro-batch (DeepSpeed) or keep full
+  /// gradients until the synchronised one (FSDP no_sync, +4Ψ).
   GradAccumulation accumulation = GradAccumulation::kReduceEachMicroBatch;
-  bool shard_word_table = false;      ///< vocabulary-sharded word table (grads_sharded; see above)
+  /// Sharded grads: the word-embedding table is split by rows (see above)
+  /// instead of being gathered and bucketed whole. Only where no head reads
+  /// the table (a classifier's, not a masked LM's); ignored without
+  /// grads_sharded.
+  bool shard_word_table = true;
   Tracer* trace = nullptr;
 };
 

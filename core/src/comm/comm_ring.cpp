@@ -5,8 +5,8 @@
 // reduce_scatter_flat_async emulates one with alltoall, which stages the
 // whole input and a received copy of every chunk. The gradient buffer needs
 // less: its buckets are padded to a multiple of the world size and only this
-// rank's chunk must end up reduced, so a ring over send/recv does it in
-// place with one chunk of scratch: at step s (0 .. N-2) rank r sends chunk
+// rank's chunk must end up reduced, so the ring over send/recv (ft::Ring,
+// ft/ring.h) does it in place with one chunk of scratch: at step s (0 .. N-2) rank r sends chunk
 // (r - s - 1) mod N to its right neighbour and adds what its left one sends
 // into chunk (r - s - 2) mod N; after N-1 steps chunk r holds the sum of
 // every rank's chunk r. Each rank sends (N-1)/N of the bucket, the
@@ -30,11 +30,13 @@
 
 #include "comm_internal.h"
 #include "ft/error.h"
+#include "ft/ring.h"
 #include "inplace_scale.h"
 
 namespace ft {
 
-// Point-to-point tag of the gradient ring (Horovod's ring uses its own).
+// Point-to-point tags of the gradient ring (Horovod's all-reduce walks the
+// same ft::Ring with its own).
 constexpr int kReduceScatterTag = 0x5253;  // "RS"
 constexpr int kAllGatherTag = 0x4147;      // "AG"
 
@@ -128,25 +130,6 @@ compat::Backend& nccl_of(CommGroups* groups, int rank, const char* what) {
   return *groups->nccl;
 }
 
-// A flat tensor cut into world equal chunks, seen from rank r of the ring.
-struct RingPlan {
-  at::Tensor data;
-  int64_t n;
-  int r, world;
-  at::Tensor chunk(int i) const { return data.narrow(0, n * (((i % world) + world) % world), n); }
-  int right() const { return (r + 1) % world; }
-  int left() const { return (r + world - 1) % world; }
-};
-
-// One ring hop: `out` to the right neighbour while `in` is filled from the
-// left one. Runs on the ring thread.
-void exchange(Comm& comm, const RingPlan& ring, const at::Tensor& out, at::Tensor& in, int tag) {
-  Work recv = comm.recv_async(in, ring.left(), tag);
-  Work send = comm.send_async(out, ring.right(), tag);
-  send.wait();
-  recv.wait();
-}
-
 std::shared_ptr<Work::State> ring_state(const char* what, const std::shared_ptr<CommHealth>& health,
                                         std::chrono::milliseconds timeout) {
   auto state = std::make_shared<Work::State>();
@@ -174,24 +157,24 @@ Work Comm::reduce_scatter_inplace_async(at::Tensor& flat, ReduceOp op) {
     fail("{}: needs a floating-point tensor, got {}", what, c10::toString(flat.scalar_type()));
   }
   if (world == 1) return Work();
-  const RingPlan ring{flat, flat.numel() / world, rank(), world};
+  const Ring ring(*this, flat, kReduceScatterTag);
   auto state = ring_state(what, health_, options_.timeout);
   if (flat.is_cuda()) {
-    at::Tensor mine = ring.chunk(ring.r);
+    at::Tensor mine = ring.chunk(ring.rank());
     at::Tensor in = flat;
-    state->works.push_back(nccl_of(groups_.get(), ring.r, what)._reduce_scatter_base(mine, in));
+    state->works.push_back(nccl_of(groups_.get(), ring.rank(), what)._reduce_scatter_base(mine, in));
     if (op == ReduceOp::Avg) state->finish = [mine, world] { scale_inplace(mine, world, ScaleOp::kDiv); };
     return Work(state);
   }
   RingWorker* worker = &ring_worker();
-  state->job = worker->submit([this, worker, ring, op]() {
+  state->job = worker->submit([worker, ring, op]() {
     c10::NoGradGuard no_grad;
-    at::Tensor in = worker->scratch(ring.n, ring.data.options());
-    for (int s = 0; s < ring.world - 1; ++s) {
-      exchange(*this, ring, ring.chunk(ring.r - s - 1), in, kReduceScatterTag);
-      ring.chunk(ring.r - s - 2).add_(in);
+    at::Tensor in = worker->scratch(ring.chunk(0).numel(), ring.chunk(0).options());
+    for (int s = 0; s < ring.world() - 1; ++s) {
+      ring.exchange(ring.chunk(ring.reduce_send(s)), in);
+      ring.chunk(ring.reduce_recv(s)).add_(in);
     }
-    if (op == ReduceOp::Avg) scale_inplace(ring.chunk(ring.r), ring.world, ScaleOp::kDiv);
+    if (op == ReduceOp::Avg) scale_inplace(ring.chunk(ring.rank()), ring.world(), ScaleOp::kDiv);
   });
   return Work(state);
 }
@@ -201,19 +184,16 @@ Work Comm::all_gather_inplace_async(at::Tensor& flat) {
   const int world = world_size();
   check_ring_flat(what, flat, world);
   if (world == 1) return Work();
-  const RingPlan ring{flat, flat.numel() / world, rank(), world};
+  const Ring ring(*this, flat, kAllGatherTag);
   auto state = ring_state(what, health_, options_.timeout);
   if (flat.is_cuda()) {
-    at::Tensor mine = ring.chunk(ring.r);
+    at::Tensor mine = ring.chunk(ring.rank());
     at::Tensor out = flat;
-    state->works.push_back(nccl_of(groups_.get(), ring.r, what)._allgather_base(out, mine));
+    state->works.push_back(nccl_of(groups_.get(), ring.rank(), what)._allgather_base(out, mine));
     return Work(state);
   }
-  state->job = ring_worker().submit([this, ring]() {
-    for (int s = 0; s < ring.world - 1; ++s) {
-      at::Tensor dst = ring.chunk(ring.r - s - 1);
-      exchange(*this, ring, ring.chunk(ring.r - s), dst, kAllGatherTag);
-    }
+  state->job = ring_worker().submit([ring]() {
+    for (int s = 0; s < ring.world() - 1; ++s) ring.exchange(ring.chunk(ring.gather_send(s)), ring.chunk(ring.gather_recv(s)));
   });
   return Work(state);
 }

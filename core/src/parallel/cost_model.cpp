@@ -1,5 +1,5 @@
-// The memory / α-β cost model behind the `auto` strategy and the theory
-// column of `ft bench` (formulas in ft/cost_model.h).
+// The memory / α-β cost model's arithmetic (formulas in ft/cost_model.h);
+// which strategy holds and moves what is each plugin's MemoryModel.
 #include <algorithm>
 #include <cmath>
 
@@ -8,140 +8,14 @@
 #include "ft/cost_model.h"
 #include "ft/error.h"
 #include "ft/model.h"
+#include "ft/types.h"
 
 namespace ft {
 namespace {
 
 constexpr double kNearTie = 1.05;  // within 5 %: prefer the simpler, earlier candidate
 
-bool known_candidate(const std::string& name) {
-  return name == "ddp" || name == "ddp_amp" || name == "zero1" || name == "zero2" || name == "zero3" ||
-         name == "fsdp" || name == "pipeline" || name == "tensor";
-}
-
-bool sharded_params(const std::string& name) { return name == "zero3" || name == "fsdp"; }
-
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / std::max<int64_t>(1, b); }
-
-// Saved activations per rank for backward, from Korthikanti et al. (2022):
-// 34·s·b·h + 5·a·s²·b bytes per layer with 16-bit activations, of which
-// 24·s·b·h and the a·s²·b terms split over a tensor-parallel group of t
-// (10·s·b·h + 24·s·b·h/t + 5·a·s²·b/t); fp32 doubles it. `rows` is b.
-int64_t activation_bytes(const PlanInputs& in, int64_t rows, int t = 1) {
-  const double s = static_cast<double>(in.seq_len);
-  const double b = static_cast<double>(rows);
-  const double h = static_cast<double>(in.model.hidden);
-  const double a = static_cast<double>(in.model.heads);
-  const double per_layer = 10.0 * s * b * h + (24.0 * s * b * h + 5.0 * a * s * s * b) / t;
-  const double bytes = per_layer * static_cast<double>(in.model.layers) * (in.mixed_precision ? 1.0 : 2.0);
-  return static_cast<int64_t>(bytes);
-}
-
-// Forward + backward FLOPs of one micro-batch of `rows`: 6 per matmul weight
-// per token, plus attention scores and context (12·L·s²·h per row).
-double step_flops(const PlanInputs& in, int64_t rows) {
-  const double tokens = static_cast<double>(rows) * static_cast<double>(in.seq_len);
-  const double matmul_params = static_cast<double>(std::max<int64_t>(0, in.model.params - in.model.embedding_params));
-  const double attention = 12.0 * static_cast<double>(in.model.layers) * static_cast<double>(in.seq_len) *
-                           static_cast<double>(in.model.hidden) * tokens;
-  return 6.0 * matmul_params * tokens + attention;
-}
-
-// pipeline and tensor over all N ranks, on the data-parallel candidates'
-// global batch (PlanInputs::candidates); fills state, extra, activation,
-// compute and communication.
-void model_parallel_estimate(CandidateEstimate& e, const PlanInputs& in) {
-  const int n = std::max(1, in.world_size);
-  const int64_t psi = in.model.params;
-  // One activation (or its gradient) of a micro-batch, fp32 on the wire.
-  const auto activation = [&](int64_t rows) { return 4 * rows * in.seq_len * in.model.hidden; };
-  if (e.name == "pipeline") {
-    // N stages, N micro-batches of batch_rows: a stage holds no less than its
-    // biggest unit; under 1F1B the first stage keeps N micro-batches of its
-    // L/N layers in flight, one micro-batch's worth of the whole model.
-    e.state_bytes = std::max(16 * psi / n, 16 * in.model.largest_unit_params);
-    e.extra_bytes = in.mixed_precision ? e.state_bytes / 8 : 0;
-    // Each stage computes N micro-batches of 1/N of the model, idle for a
-    // bubble of (p-1)/(m+p-1) with p = m = N.
-    e.compute_s *= static_cast<double>(2 * n - 1) / n;
-    // Per micro-batch, an activation forward and its gradient backward
-    // cross each stage boundary.
-    e.collectives = 2LL * n;
-    e.comm_bytes = e.collectives * activation(in.batch_rows);
-    e.comm_s = static_cast<double>(e.collectives) *
-               (in.link.alpha_s + static_cast<double>(activation(in.batch_rows)) * in.link.beta_s_per_byte);
-    return;
-  }
-  // tensor: one group of N reading N x batch_rows rows per micro-batch.
-  const int64_t rows = in.batch_rows * n, sliced = std::min(psi, in.model.sliceable_params);
-  e.state_bytes = sliced > 0 ? theory_state_bytes("tensor", psi, n, 1, sliced) : 16 * psi;
-  e.extra_bytes = in.mixed_precision ? e.state_bytes / 8 : 0;
-  e.activation_bytes = activation_bytes(in, rows, n);
-  e.compute_s = step_flops(in, rows) / n / std::max(1.0, in.flops_per_s);
-  // Per layer two all-reduces forward (attention and FFN outputs) and two
-  // backward (their inputs' gradients), plus the vocab-parallel embeddings'.
-  e.collectives = n > 1 ? 4 * in.model.layers + 1 : 0;
-  e.comm_bytes = static_cast<int64_t>(static_cast<double>(e.collectives) * 2.0 * (n - 1) / n * activation(rows));
-  e.comm_s = static_cast<double>(e.collectives) * ring_allreduce_seconds(in.link, n, activation(rows));
-}
-
-CandidateEstimate estimate(const std::string& name, const PlanInputs& in) {
-  const int n = std::max(1, in.world_size);
-  const int64_t psi = in.model.params;
-  const int64_t grad_bytes = 4 * psi;  // ft communicates fp32 gradients
-  CandidateEstimate e;
-  e.name = name;
-  e.formula = theory_formula(name);
-  e.state_bytes = theory_state_bytes(name, psi, n);
-  if (name == "zero2" || sharded_params(name)) {
-    // The bucket pool of unit gradients in flight and (zero3/fsdp) the
-    // gathered units, from the units when known.
-    const std::vector<int64_t> units =
-        in.model.unit_params.empty() ? std::vector<int64_t>{in.model.largest_unit_params} : in.model.unit_params;
-    const WordTableShape words = in.model.unit_params.empty() ? WordTableShape{} : in.model.sharded_words;
-    const ShardedStateBytes b = sharded_state_bytes(name, units, n, 2, 1, words);
-    e.extra_bytes = b.buckets + b.gathered;
-  }
-  if (in.mixed_precision) e.extra_bytes += sharded_params(name) ? 2 * psi / n : 2 * psi;
-  e.activation_bytes = activation_bytes(in, in.batch_rows);
-  e.compute_s = step_flops(in, in.batch_rows) / std::max(1.0, in.flops_per_s);
-  if (name == "pipeline" || name == "tensor") {
-    model_parallel_estimate(e, in);
-  } else if (n > 1) {
-    const double share = static_cast<double>(n - 1) / n;
-    const int64_t buckets = ceil_div(grad_bytes, in.bucket_bytes);
-    const int64_t units = std::max<int64_t>(1, in.model.num_units);
-    if (name == "ddp" || name == "ddp_amp") {
-      e.collectives = buckets;
-      e.comm_bytes = static_cast<int64_t>(2.0 * share * grad_bytes);
-      e.comm_s = ring_allreduce_seconds(in.link, n, grad_bytes, buckets);
-    } else if (name == "zero1") {
-      // All-reduce the grads, then all-gather the updated parameters.
-      e.collectives = buckets + 1;
-      e.comm_bytes = static_cast<int64_t>(3.0 * share * grad_bytes);
-      e.comm_s = ring_allreduce_seconds(in.link, n, grad_bytes, buckets) +
-                 ring_allgather_seconds(in.link, n, grad_bytes, 1);
-    } else if (name == "zero2") {
-      // Reduce-scatter the grads, all-gather the updated parameters.
-      e.collectives = buckets + 1;
-      e.comm_bytes = static_cast<int64_t>(2.0 * share * grad_bytes);
-      e.comm_s = ring_allgather_seconds(in.link, n, grad_bytes, buckets) +
-                 ring_allgather_seconds(in.link, n, grad_bytes, 1);
-    } else {
-      // zero3 / fsdp: all-gather per unit in forward and again in backward,
-      // reduce-scatter per unit.
-      e.collectives = 3 * units;
-      e.comm_bytes = static_cast<int64_t>(3.0 * share * grad_bytes);
-      e.comm_s = 3.0 * ring_allgather_seconds(in.link, n, grad_bytes, units);
-    }
-  }
-  e.total_bytes = e.state_bytes + e.extra_bytes + e.activation_bytes;
-  e.fits = in.memory_limit_bytes <= 0 || e.total_bytes <= in.memory_limit_bytes;
-  // No overlap credit: on CPU the ranks' communication competes with their
-  // compute for the same cores, so hiding it behind backward is not free.
-  e.step_s = e.compute_s + e.comm_s;
-  return e;
-}
 
 std::string mb(int64_t bytes) { return fmt::format("{:.1f}", static_cast<double>(bytes) / (1024.0 * 1024.0)); }
 
@@ -175,6 +49,85 @@ double ring_allgather_seconds(const LinkModel& link, int world_size, int64_t byt
   const double n = world_size;
   return (n - 1.0) * static_cast<double>(calls) * link.alpha_s +
          (n - 1.0) / n * static_cast<double>(bytes) * link.beta_s_per_byte;
+}
+
+// Korthikanti et al. (2022): 34·s·b·h + 5·a·s²·b bytes per layer with 16-bit
+// activations, of which 24·s·b·h and the a·s²·b terms split over a
+// tensor-parallel group of t (10·s·b·h + 24·s·b·h/t + 5·a·s²·b/t); fp32
+// doubles it.
+int64_t activation_bytes(const PlanInputs& in, int64_t rows, int tensor_group) {
+  const double s = static_cast<double>(in.seq_len);
+  const double b = static_cast<double>(rows);
+  const double h = static_cast<double>(in.model.hidden);
+  const double a = static_cast<double>(in.model.heads);
+  const double t = std::max(1, tensor_group);
+  const double per_layer = 10.0 * s * b * h + (24.0 * s * b * h + 5.0 * a * s * s * b) / t;
+  const double bytes = per_layer * static_cast<double>(in.model.layers) * (in.mixed_precision ? 1.0 : 2.0);
+  return static_cast<int64_t>(bytes);
+}
+
+// 6 per matmul weight per token, plus attention scores and context
+// (12·L·s²·h per row).
+double step_flops(const PlanInputs& in, int64_t rows) {
+  const double tokens = static_cast<double>(rows) * static_cast<double>(in.seq_len);
+  const double matmul_params = static_cast<double>(std::max<int64_t>(0, in.model.params - in.model.embedding_params));
+  const double attention = 12.0 * static_cast<double>(in.model.layers) * static_cast<double>(in.seq_len) *
+                           static_cast<double>(in.model.hidden) * tokens;
+  return 6.0 * matmul_params * tokens + attention;
+}
+
+CandidateEstimate begin_estimate(const std::string& name, const std::string& formula, const PlanInputs& in) {
+  CandidateEstimate e;
+  e.name = name;
+  e.formula = formula;
+  e.activation_bytes = activation_bytes(in, in.batch_rows);
+  e.compute_s = step_flops(in, in.batch_rows) / std::max(1.0, in.flops_per_s);
+  return e;
+}
+
+void finish_estimate(CandidateEstimate& e, const PlanInputs& in) {
+  e.total_bytes = e.state_bytes + e.extra_bytes + e.activation_bytes;
+  e.fits = in.memory_limit_bytes <= 0 || e.total_bytes <= in.memory_limit_bytes;
+  e.step_s = e.compute_s + e.comm_s;
+}
+
+ModelShape model_shape(const EncoderModel& model, const ParamPlan& plan, int world_size) {
+  ModelShape s;
+  const BertConfig& cfg = model.config();
+  s.hidden = cfg.hidden_size;
+  s.layers = cfg.num_hidden_layers;
+  s.heads = cfg.num_attention_heads;
+  s.num_units = model.num_units();
+  const std::string words_name = cfg.family().word_embeddings();
+  // A classifier's table can be split by rows: no head reads it.
+  const bool table_free = model.units_read_by(model.num_units() - 1).empty();
+  bool all_train = true;
+  int64_t rough_sliceable = 0;
+  int index = 0;
+  for (const auto& unit : model.unit_parameters()) {
+    const bool layer = index > 0 && index < s.num_units - 1;
+    ++index;
+    int64_t n = 0;
+    for (const auto& [name, p] : unit) {
+      auto it = plan.find(name);
+      if (it != plan.end() && !it->second.trainable) {
+        all_train = false;
+        continue;
+      }
+      n += p.numel();
+      const bool words = name == words_name;
+      if (words) s.embedding_params += p.numel();
+      if (words && table_free) s.sharded_words = {p.size(0), p.size(1)};
+      if (layer || words) rough_sliceable += p.numel();
+    }
+    s.params += n;
+    s.largest_unit_params = std::max(s.largest_unit_params, n);
+    s.unit_params.push_back(n);
+  }
+  // Full fine-tuning: the cuts the backbone declares; otherwise the trainable
+  // layers and table, a bound.
+  s.sliceable_params = all_train && world_size > 0 ? tensor_sliced_params(cfg, world_size) : rough_sliceable;
+  return s;
 }
 
 int64_t tensor_sliced_params(int64_t hidden, int64_t intermediate, int64_t layers, int64_t vocab, int64_t embedding_width,
@@ -233,10 +186,10 @@ int64_t grad_pool_capacity(const std::vector<int64_t>& unit_numels, int max_buck
   return std::max(sorted.front(), others);
 }
 
-ShardedStateBytes sharded_state_bytes(const std::string& strategy, const std::vector<int64_t>& unit_params,
-                                      int world_size, int grad_buckets, int limit_all_gathers, WordTableShape words) {
+ShardedStateBytes sharded_state_bytes(int stage, const std::vector<int64_t>& unit_params, int world_size,
+                                      int grad_buckets, int limit_all_gathers, WordTableShape words) {
   ShardedStateBytes b;
-  const bool z1 = strategy == "zero1", z2 = strategy == "zero2", z3 = sharded_params(strategy);
+  const bool z1 = stage == 1, z2 = stage == 2, z3 = stage == 3;
   if (!z1 && !z2 && !z3) return b;
   const int64_t n = std::max(1, world_size);
   std::vector<int64_t> units = unit_params;
@@ -271,48 +224,20 @@ ShardedStateBytes sharded_state_bytes(const std::string& strategy, const std::ve
   return b;
 }
 
-int64_t theory_state_bytes(const std::string& strategy, int64_t params, int world_size, int replicas,
-                           int64_t sliced) {
-  const int64_t n = std::max(1, world_size);
-  const int64_t p = params;
-  const StateAccounting fp32 = StateAccounting::fp32();
-  if (strategy == "single" || strategy == "ddp" || strategy == "ddp_amp" || strategy == "horovod") return 16 * p;
-  if (strategy == "dp") return 16 * p + 8 * p * (std::max(1, replicas) - 1);
-  const int stage = strategy == "zero1" ? 1 : strategy == "zero2" ? 2 : sharded_params(strategy) ? 3 : 0;
-  if (stage > 0) return std::llround(zero_state_bytes(stage, static_cast<double>(p), world_size, fp32));
-  // Stages of equal size (the ideal split; ft bench lists every stage).
-  if (strategy == "pipeline") return 16 * p / n;
-  if (strategy == "tensor" && sliced > 0) return 16 * (p - std::min(p, sliced)) + 16 * std::min(p, sliced) / n;
-  return -1;
+std::string zero_formula(int stage) {
+  switch (stage) {
+    case 0: return "16Ψ";
+    case 1: return "8Ψ+8Ψ/N";
+    case 2: return "4Ψ+12Ψ/N+B";
+    case 3: return "16Ψ/N+G+B";
+    default: fail("zero_formula: stage {} is not 0..3", stage);
+  }
 }
 
-std::string theory_formula(const std::string& strategy) {
-  if (strategy == "single" || strategy == "ddp" || strategy == "ddp_amp" || strategy == "horovod") return "16Ψ";
-  if (strategy == "dp") return "16Ψ+8Ψ(R-1)";
-  if (strategy == "zero1") return "8Ψ+8Ψ/N";
-  if (strategy == "zero2") return "4Ψ+12Ψ/N+B";
-  if (strategy == "zero3" || strategy == "fsdp") return "16Ψ/N+G+B";
-  if (strategy == "pipeline") return "16Ψ/N";
-  if (strategy == "tensor") return "16Ψr+16Ψs/N";
-  return "";
-}
-
-Plan plan_strategy(const PlanInputs& in) {
+Plan plan_strategy(std::vector<CandidateEstimate> estimates, const PlanInputs& in) {
   Plan plan;
-  for (const auto& name : in.candidates) {
-    if (!known_candidate(name)) continue;
-    if (in.mixed_precision && name == "ddp") continue;
-    if (!in.mixed_precision && name == "ddp_amp") continue;
-    if (std::any_of(plan.table.begin(), plan.table.end(), [&](const auto& e) { return e.name == name; })) continue;
-    plan.table.push_back(estimate(name, in));
-  }
-  if (plan.table.empty()) {
-    std::string given;
-    for (const auto& c : in.candidates) given += (given.empty() ? "" : ", ") + c;
-    fail("auto: none of ddp, ddp_amp, zero1, zero2, zero3, fsdp, pipeline, tensor is installed (found: {}); build them or "
-         "pick a strategy by name",
-         given.empty() ? "nothing" : given);
-  }
+  plan.table = std::move(estimates);
+  if (plan.table.empty()) fail("auto: no candidate to choose from");
   int fastest = -1;
   for (size_t i = 0; i < plan.table.size(); ++i) {
     if (!plan.table[i].fits) continue;

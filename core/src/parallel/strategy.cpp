@@ -24,5 +24,6 @@ void Strategy::adopt(std::shared_ptr<EncoderModel> model, const ParamPlan& plan,
 
 ShardedCheckpointing::~ShardedCheckpointing() = default;
 DataParallelGroup::~DataParallelGroup() = default;
+MemoryModel::~MemoryModel() = default;
 
 }  // namespace ft
