@@ -12,7 +12,7 @@
 #   lib/ft/strategies/*.so         built-in plugins, RUNPATH $ORIGIN/../..
 #   lib/cmake/ft/                  ftConfig.cmake, ftConfigVersion.cmake,
 #                                  ftTargets*.cmake, FtStrategy.cmake
-#   include/ft/*.h                 the public headers
+#   include/ft/<area>/*.h          the public headers, one folder per core/src/<area>/
 include(CMakePackageConfigHelpers)
 
 set(FT_INSTALL_CMAKEDIR ${FT_INSTALL_LIBDIR}/cmake/ft)

@@ -54,7 +54,7 @@ function(ft_add_strategy target)
   elseif(DEFINED FT_PLUGIN_OUTPUT_DIR)
     set_target_properties(${target} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${FT_PLUGIN_OUTPUT_DIR})
   endif()
-  # nlohmann::json for the events a strategy reports (ft/strategy_events.h),
+  # nlohmann::json for the events a strategy reports (ft/observe/strategy_events.h),
   # where the calling project has it (ft's own tree does).
   if(TARGET nlohmann_json::nlohmann_json)
     target_link_libraries(${target} PRIVATE nlohmann_json::nlohmann_json)

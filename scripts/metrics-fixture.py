@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes tests/data/metrics/sklearn.json: fixed predictions and what
 scikit-learn reports for them, so test_training_loop checks ft's metrics
-(ft/metrics.h) against the real thing without Python in the test.
+(ft/observe/metrics.h) against the real thing without Python in the test.
 
 Run in the env that scripts/hf-env.sh makes, from anywhere:
 

@@ -34,8 +34,8 @@ mkdir -p "$work"
 step "install $build -> $prefix"
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" 2>&1 ||
   { cat "$work/install.log"; fail "cmake --install $build (build every target first)"; }
-for f in bin/ft lib/libft_core.so lib/ft/strategies/libft_strategy_single.so include/ft/plugin.h \
-         include/ft/replicated_strategy.h include/ft/comm.h lib/cmake/ft/ftConfig.cmake \
+for f in bin/ft lib/libft_core.so lib/ft/strategies/libft_strategy_single.so include/ft/plugin/plugin.h \
+         include/ft/parallel/replicated_strategy.h include/ft/comm/comm.h lib/cmake/ft/ftConfig.cmake \
          lib/cmake/ft/ftConfigVersion.cmake lib/cmake/ft/ftTargets.cmake lib/cmake/ft/FtStrategy.cmake; do
   [[ -e "$prefix/$f" ]] || fail "install is missing $prefix/$f"
 done

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <thread>
 
-#include "ft/error.h"
+#include "ft/base/error.h"
 
 extern char** environ;
 

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_report.h"
-#include "ft/error.h"
+#include "ft/base/error.h"
 
 namespace ft {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "ft/cost_model.h"
+#include "ft/parallel/cost_model.h"
 
 namespace ft {
 

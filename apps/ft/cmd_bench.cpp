@@ -20,16 +20,16 @@
 #include "bench_proc.h"
 #include "commands.h"
 #include "bench_report.h"
-#include "ft/abilities.h"
-#include "ft/config.h"
-#include "ft/cost_model.h"
-#include "ft/error.h"
-#include "ft/launcher.h"
-#include "ft/model.h"
-#include "ft/options.h"
-#include "ft/plugin_host.h"
-#include "ft/run_inputs.h"
-#include "ft/strategy.h"
+#include "ft/parallel/abilities.h"
+#include "ft/config/config.h"
+#include "ft/parallel/cost_model.h"
+#include "ft/base/error.h"
+#include "ft/comm/launcher.h"
+#include "ft/model/model.h"
+#include "ft/config/options.h"
+#include "ft/plugin/plugin_host.h"
+#include "ft/tasks/run_inputs.h"
+#include "ft/parallel/strategy.h"
 
 namespace ft::app {
 namespace {
@@ -71,9 +71,6 @@ struct RowDef {
   /// tensor-parallel group), so the whole global batch goes through them,
   /// in this many micro-batches (train.grad_accum).
   int micro_batches = 0;
-  /// A strategy option that must be told the per-rank batch (auto's
-  /// activation estimate), set to it; empty: none.
-  std::string batch_option;
 };
 
 /// The seed table's rows in its order (BENCHMARK.md's mapping), with the
@@ -90,7 +87,7 @@ std::vector<RowDef> known_rows() {
       {"zero1", "zero1", "zero1", Launch::Spawn, "deepspeed (ran ZeRO-3)", 1.0114, {}},
       {"zero2", "zero2", "zero2", Launch::Spawn, "deepspeed (ran ZeRO-3)", 1.0114, {}},
       {"zero3", "zero3", "zero3", Launch::Spawn, "deepspeed ZeRO-3", 1.0114, {}},
-      {"auto", "auto", "auto", Launch::Spawn, "accelerate", 1.3667, {}, 0, "batch_size"},
+      {"auto", "auto", "auto", Launch::Spawn, "accelerate", 1.3667, {}},
       {"trainer", "Trainer preset", "ddp_amp", Launch::Spawn, "Trainer fp16", 0.4900, {}},
       {"fsdp", "fsdp", "fsdp", Launch::Spawn, "", std::nan(""), {}},
       {"pipeline", "pipeline (1f1b, 4 micro-batches)", "pipeline", Launch::Spawn, "", std::nan(""), {}, 4},
@@ -322,7 +319,6 @@ BenchRow run_row(const RowDef& def, const BenchFlags& flags, const Workload& wl,
     sets.push_back("train.output_dir=\"\"");  // no checkpoints: the loop alone is timed
   }
   if (def.launch == Launch::Replicas) sets.push_back(fmt::format("strategy.options.replicas={}", flags.nproc));
-  if (!def.batch_option.empty()) sets.push_back(fmt::format("strategy.options.{}={}", def.batch_option, batch));
   if (def.micro_batches > 0) sets.push_back(fmt::format("train.grad_accum={}", def.micro_batches));
   sets.insert(sets.end(), def.sets.begin(), def.sets.end());
   sets.insert(sets.end(), flags.sets.begin(), flags.sets.end());

@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 
 #include "commands.h"
-#include "ft/error.h"
-#include "ft/manifest.h"
+#include "ft/base/error.h"
+#include "ft/io/manifest.h"
 
 namespace ft::app {
 

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
-#include "ft/consolidate.h"
+#include "ft/checkpoint/consolidate.h"
 
 namespace ft::app {
 

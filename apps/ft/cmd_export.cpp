@@ -4,7 +4,7 @@
 // adapter into its base weight (W + alpha/r B A); exporting it without
 // folding would silently drop the adapters, so that is an error.
 // `ft export --onnx CHECKPOINT_DIR OUT.onnx`: the model as one ONNX graph
-// (ft/onnx_export.h); a LoRA adapter is always folded in on the way, since a
+// (ft/model/onnx_export.h); a LoRA adapter is always folded in on the way, since a
 // graph has no other place for it.
 #include <iostream>
 #include <memory>
@@ -13,14 +13,14 @@
 #include <fmt/ranges.h>
 
 #include "commands.h"
-#include "ft/checkpoint.h"
-#include "ft/error.h"
-#include "ft/fs.h"
-#include "ft/lora.h"
-#include "ft/manifest.h"
-#include "ft/model.h"
-#include "ft/onnx_export.h"
-#include "ft/safetensors.h"
+#include "ft/checkpoint/checkpoint.h"
+#include "ft/base/error.h"
+#include "ft/base/fs.h"
+#include "ft/model/lora.h"
+#include "ft/io/manifest.h"
+#include "ft/model/model.h"
+#include "ft/model/onnx_export.h"
+#include "ft/io/safetensors.h"
 
 namespace ft::app {
 namespace {

@@ -12,22 +12,21 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <torch/autograd.h>
-#include <torch/nn/modules/linear.h>
-#include <torch/optim/adamw.h>
 
 #include "commands.h"
-#include "ft/checkpoint.h"
-#include "ft/config.h"
-#include "ft/error.h"
-#include "ft/metrics.h"
-#include "ft/model.h"
-#include "ft/optim.h"
-#include "ft/run_inputs.h"
-#include "ft/runtime.h"
-#include "ft/safetensors.h"
-#include "ft/tokenizer.h"
-#include "ft/trainer.h"
-#include "ft/tuning_method.h"
+#include "ft/checkpoint/checkpoint.h"
+#include "ft/config/config.h"
+#include "ft/base/error.h"
+#include "ft/observe/metrics.h"
+#include "ft/model/model.h"
+#include "ft/optim/optim.h"
+#include "ft/optim/param_plan.h"
+#include "ft/tasks/run_inputs.h"
+#include "ft/train/runtime.h"
+#include "ft/io/safetensors.h"
+#include "ft/tokenizer/tokenizer.h"
+#include "ft/train/trainer.h"
+#include "ft/train/tuning_method.h"
 
 namespace ft::app {
 namespace {
@@ -102,17 +101,16 @@ int extract_features(const ConfigFlags& flags, const std::string& checkpoint, co
   return 0;
 }
 
-ClassificationReport evaluate_head(torch::nn::Linear& head, const at::Tensor& x, const at::Tensor& y, int64_t labels) {
+// The classifier: logits of features `x` through weight [labels, d] and bias.
+ClassificationReport evaluate_head(const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& x,
+                                   const at::Tensor& y, int64_t labels) {
   torch::NoGradGuard no_grad;
-  head->eval();
-  const at::Tensor logits = head(x);
+  const at::Tensor logits = at::linear(x, weight, bias);
   const double loss = at::cross_entropy_loss(logits, y).item<double>();
   const at::Tensor pred = logits.argmax(1);
   std::vector<int64_t> p(pred.data_ptr<int64_t>(), pred.data_ptr<int64_t>() + pred.numel());
   std::vector<int64_t> t(y.data_ptr<int64_t>(), y.data_ptr<int64_t>() + y.numel());
-  ClassificationReport r = report_from_confusion(confusion_matrix(p, t, labels), loss);
-  head->train();
-  return r;
+  return report_from_confusion(confusion_matrix(p, t, labels), loss);
 }
 
 int train_head(const ConfigFlags& flags, const std::string& features, const std::string& output_dir) {
@@ -134,16 +132,15 @@ int train_head(const ConfigFlags& flags, const std::string& features, const std:
   LoadedCheckpoint ckpt = load_checkpoint(source, false);
   const int64_t labels = ckpt.config.num_labels, d = x.size(1);
   at::manual_seed(static_cast<uint64_t>(t.seed));
-  torch::nn::Linear head(torch::nn::LinearOptions(d, labels));
-  {
-    torch::NoGradGuard no_grad;
-    head->weight.normal_(0.0, ckpt.config.initializer_range);
-    head->bias.zero_();
-  }
-  torch::optim::AdamW opt(head->parameters(), torch::optim::AdamWOptions(t.lr)
-                                                  .betas({t.beta1, t.beta2})
-                                                  .eps(t.eps)
-                                                  .weight_decay(t.weight_decay));
+  // The new classifier under the checkpoint's own names, updated by ft's
+  // optimizer with the run's settings and HF's decay rule, as the Trainer
+  // updates a model.
+  const HeadNames classifier = head_names(ckpt.config, BertHead::kSequenceClassification);
+  at::Tensor weight = at::empty({labels, d}).normal_(0.0, ckpt.config.initializer_range).requires_grad_(true);
+  at::Tensor bias = at::zeros({labels}).requires_grad_(true);
+  const TensorList params{{classifier.output_weight, weight}, {classifier.output_bias, bias}};
+  TensorOptimizer opt(optimizer_spec(t),
+                      slots_from_plan(params, default_param_plan(params, t.weight_decay, t.decay_bias_and_norm)));
   const int64_t n = x.size(0), steps_per_epoch = (n + t.batch_size - 1) / t.batch_size;
   const int64_t total = t.max_steps > 0 ? t.max_steps : t.epochs * steps_per_epoch;
   const int64_t warmup = t.warmup_steps > 0 ? t.warmup_steps : static_cast<int64_t>(std::ceil(t.warmup_ratio * total));
@@ -158,42 +155,39 @@ int train_head(const ConfigFlags& flags, const std::string& features, const std:
     const at::Tensor perm = at::tensor(order, at::kLong);
     for (int64_t b = 0; b < n && step < total; b += t.batch_size, ++step) {
       const at::Tensor idx = perm.narrow(0, b, std::min(t.batch_size, n - b));
-      for (auto& group : opt.param_groups()) {
-        static_cast<torch::optim::AdamWOptions&>(group.options()).lr(scheduled_lr(t, step, total, warmup));
-      }
       // The classification head's dropout on the pooled features, as in fine-tuning.
       const at::Tensor in = at::dropout(x.index_select(0, idx), dropout, true);
-      const at::Tensor loss = at::cross_entropy_loss(head(in), y.index_select(0, idx));
-      opt.zero_grad();
-      loss.backward();
-      if (t.max_grad_norm > 0) {
-        const std::vector<at::Tensor> grads{head->weight.grad(), head->bias.grad()};
-        clip_grads(grads, std::sqrt(grad_norm_squared(grads)), t.max_grad_norm);
+      const at::Tensor loss = at::cross_entropy_loss(at::linear(in, weight, bias), y.index_select(0, idx));
+      for (const auto& [name, p] : params) {
+        if (p.grad().defined()) p.mutable_grad().zero_();
       }
-      opt.step();
+      loss.backward();
+      const std::vector<at::Tensor> grads{weight.grad(), bias.grad()};
+      if (t.max_grad_norm > 0) clip_grads(grads, std::sqrt(grad_norm_squared(grads)), t.max_grad_norm);
+      opt.step(scheduled_lr(t, step, total, warmup), grads);
     }
     if (dev_x.defined()) {
-      const auto r = evaluate_head(head, dev_x, dev_y, labels);
+      const auto r = evaluate_head(weight, bias, dev_x, dev_y, labels);
       std::cout << fmt::format("epoch {} step {}: dev loss {:.4f} accuracy {:.4f} macro_f1 {:.4f}\n", epoch + 1, step,
                                r.loss, r.accuracy, r.macro_f1);
     }
   }
   const double seconds = since(t0);
   // The source model with the new classifier: a checkpoint like any other.
-  const HeadNames classifier = head_names(ckpt.config, BertHead::kSequenceClassification);
   CheckpointData data;
   data.config = ckpt.config;
   for (auto& [name, tensor] : ckpt.model) {
-    if (name == classifier.output_weight) tensor = head->weight.detach().clone();
-    if (name == classifier.output_bias) tensor = head->bias.detach().clone();
+    if (name == classifier.output_weight) tensor = weight.detach().clone();
+    if (name == classifier.output_bias) tensor = bias.detach().clone();
   }
   data.model = ckpt.model;
   if (ckpt.lora) data.lora = ckpt.lora, data.base_model = source;
   if (ckpt.adapter) data.adapter = ckpt.adapter;
   if (ckpt.prompt_learning) data.prompt_learning = ckpt.prompt_learning, data.base_model = source;
-  std::unique_ptr<WordPieceTokenizer> tok;
-  if (fsys::exists(fsys::path(source) / "vocab.txt")) {
-    tok = std::make_unique<WordPieceTokenizer>(WordPieceTokenizer::from_file((fsys::path(source) / "vocab.txt").string()));
+  // Whatever tokenizer the source ships (vocab.txt, tokenizer.json, a
+  // SentencePiece model), so the new checkpoint reads text like the source.
+  const std::shared_ptr<const Tokenizer> tok = load_model_dir_tokenizer(source);
+  if (tok) {
     data.tokenizer = tok.get();
     data.model_max_length = read_model_max_length(source).value_or(0);
   }
@@ -202,7 +196,7 @@ int train_head(const ConfigFlags& flags, const std::string& features, const std:
   const std::string extract_s = meta.count("extract_seconds") ? meta.at("extract_seconds") : "?";
   std::cout << fmt::format("trained the classifier ({} parameters) on {} rows x {} features: {} steps in {:.2f} s "
                            "(features extracted in {} s); saved {}\n",
-                           head->weight.numel() + head->bias.numel(), n, d, step, seconds, extract_s, out.string());
+                           weight.numel() + bias.numel(), n, d, step, seconds, extract_s, out.string());
   return 0;
 }
 

@@ -1,7 +1,7 @@
 // `ft import onnx MODEL.onnx --out DIR [--tokenizer tokenizer.json]`: a BERT
 // encoder exported to ONNX, written back as a Hugging Face model directory
 // (config.json, model.safetensors, the tokenizer's files) that ft fine-tunes
-// from and transformers' AutoModel loads (ft/onnx_import.h maps the graph).
+// from and transformers' AutoModel loads (ft/model/onnx_import.h maps the graph).
 #include <cctype>
 #include <iostream>
 #include <memory>
@@ -10,12 +10,12 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "ft/error.h"
-#include "ft/fs.h"
-#include "ft/manifest.h"
-#include "ft/onnx_import.h"
-#include "ft/run_inputs.h"
-#include "ft/safetensors.h"
+#include "ft/base/error.h"
+#include "ft/base/fs.h"
+#include "ft/io/manifest.h"
+#include "ft/model/onnx_import.h"
+#include "ft/tasks/run_inputs.h"
+#include "ft/io/safetensors.h"
 
 namespace ft::app {
 namespace {

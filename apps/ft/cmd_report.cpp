@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 
 #include "commands.h"
-#include "ft/error.h"
-#include "ft/run_report.h"
+#include "ft/base/error.h"
+#include "ft/observe/run_report.h"
 
 namespace ft::app {
 namespace {

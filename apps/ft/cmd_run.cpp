@@ -14,19 +14,19 @@
 #include "commands.h"
 #include "mlflow_tracker.h"
 #include "run_flags.h"
-#include "ft/comm.h"
-#include "ft/config.h"
-#include "ft/checkpoint.h"
-#include "ft/config_import.h"
-#include "ft/dist_env.h"
-#include "ft/error.h"
-#include "ft/events.h"
-#include "ft/fs.h"
-#include "ft/launcher.h"
-#include "ft/mlm.h"
-#include "ft/plugin_host.h"
-#include "ft/runtime.h"
-#include "ft/trainer.h"
+#include "ft/comm/comm.h"
+#include "ft/config/config.h"
+#include "ft/checkpoint/checkpoint.h"
+#include "ft/config/config_import.h"
+#include "ft/comm/dist_env.h"
+#include "ft/base/error.h"
+#include "ft/observe/events.h"
+#include "ft/base/fs.h"
+#include "ft/comm/launcher.h"
+#include "ft/tasks/mlm.h"
+#include "ft/plugin/plugin_host.h"
+#include "ft/train/runtime.h"
+#include "ft/train/trainer.h"
 
 namespace ft::app {
 namespace {
@@ -103,11 +103,6 @@ int work(RunConfig config, const std::vector<std::string>& plugin_dirs, const st
   std::vector<std::filesystem::path> dirs(plugin_dirs.begin(), plugin_dirs.end());
   PluginHost host = PluginHost::discover(DiscoveryOptions::from_environment(dirs));
   auto strategy = host.create(config.strategy.name);
-  // auto's memory estimate is for the batch and length this run uses, unless its options say otherwise.
-  if (config.strategy.name == "auto") {
-    config.strategy.options.emplace("batch_size", std::to_string(config.train.batch_size));
-    config.strategy.options.emplace("seq_len", std::to_string(config.data.max_seq_len));
-  }
   RunInputs inputs = config.task == RunConfig::Task::kMaskedLm ? prepare_pretrain_inputs(config) : prepare_inputs(config);
   CommOptions co;
   co.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.runtime.timeout_s * 1000));
@@ -196,34 +191,7 @@ void add_config_flags(CLI::App& cmd, ConfigFlags& flags, bool imports) {
   cmd.add_option("--training-args", flags.training_args, "import HF TrainingArguments as JSON (below --config)");
 }
 
-ConfigImports read_imports(const ConfigFlags& flags, bool quiet) {
-  int world = flags.world_size;
-  if (world <= 0) {
-    const char* w = std::getenv("WORLD_SIZE");
-    world = w != nullptr ? std::max(1, std::atoi(w)) : 1;
-  }
-  ConfigImports imports(world);
-  // accelerate first: its num_processes sets the world size the others check against.
-  if (!flags.accelerate_config.empty()) {
-    imports.add_accelerate(flags.accelerate_config);
-    if (flags.world_size > 0) imports.set_world_size(flags.world_size);
-  }
-  if (!flags.deepspeed.empty()) imports.add_deepspeed(flags.deepspeed);
-  if (!flags.training_args.empty()) imports.add_training_args(flags.training_args);
-  if (!quiet) {
-    for (const auto& w : imports.warnings()) std::fprintf(stderr, "ft: warning: %s\n", w.c_str());
-  }
-  return imports;
-}
-
-RunConfig load_run_config(const ConfigFlags& flags, const ConfigImports& imports) {
-  if (flags.config_path.empty()) {
-    return config_from_layers(default_config_yaml(), "configs/default.yaml (embedded)", true, imports, flags.overrides);
-  }
-  return config_from_layers(read_config_file(flags.config_path), flags.config_path, false, imports, flags.overrides);
-}
-
-RunConfig load_run_config(const ConfigFlags& flags) { return load_run_config(flags, read_imports(flags, quiet_process())); }
+RunConfig load_run_config(const ConfigFlags& flags) { return ft::load_run_config(flags, quiet_process()); }
 
 namespace {
 

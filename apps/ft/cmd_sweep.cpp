@@ -24,10 +24,10 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "ft/config.h"
-#include "ft/error.h"
-#include "ft/fs.h"
-#include "ft/run_report.h"
+#include "ft/config/config.h"
+#include "ft/base/error.h"
+#include "ft/base/fs.h"
+#include "ft/observe/run_report.h"
 #include "sweep_space.h"
 
 namespace ft::app {

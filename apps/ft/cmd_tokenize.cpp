@@ -7,9 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "ft/checkpoint.h"
-#include "ft/error.h"
-#include "ft/run_inputs.h"
+#include "ft/checkpoint/checkpoint.h"
+#include "ft/base/error.h"
+#include "ft/tasks/run_inputs.h"
 
 namespace ft::app {
 namespace {

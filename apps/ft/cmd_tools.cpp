@@ -6,12 +6,12 @@
 
 #include "commands.h"
 #include "run_flags.h"
-#include "ft/config.h"
-#include "ft/data.h"
-#include "ft/error.h"
-#include "ft/fs.h"
-#include "ft/plugin_host.h"
-#include "ft/vocab_builder.h"
+#include "ft/config/config.h"
+#include "ft/data/data.h"
+#include "ft/base/error.h"
+#include "ft/base/fs.h"
+#include "ft/plugin/plugin_host.h"
+#include "ft/tokenizer/vocab_builder.h"
 
 namespace ft::app {
 namespace {

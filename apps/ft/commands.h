@@ -8,20 +8,19 @@
 
 #include <CLI/CLI.hpp>
 
+#include "ft/config/config_import.h"
+
 namespace ft {
 struct BertConfig;
 }
 
 namespace ft::app {
 
-// Flags shared by every command that reads a run config.
-struct ConfigFlags {
-  std::string config_path;            // --config (empty: the embedded default)
-  std::vector<std::string> overrides; // --set key=value
+// Flags shared by every command that reads a run config: where the config
+// comes from (--config, --set, the imports; loaded by core's
+// load_run_config, ft/config/config_import.h) and --plugin-dir.
+struct ConfigFlags : ConfigSources {
   std::vector<std::string> plugin_dirs;
-  // Foreign configs imported below --config (ft/config_import.h).
-  std::string deepspeed, accelerate_config, training_args;
-  int world_size = 0;  // for DeepSpeed's batch check; 0: $WORLD_SIZE, else 1
 };
 
 // argv: our arguments after the program name, re-used to start workers.
@@ -53,18 +52,8 @@ void refuse_unbuilt_head(const std::string& checkpoint, const ft::BertConfig& c)
 
 }  // namespace ft::app
 
-namespace ft {
-struct RunConfig;
-class ConfigImports;
-}
-
 namespace ft::app {
-// Reads the --deepspeed / --accelerate-config / --training-args files;
-// prints their warning lines to stderr unless `quiet`.
-ConfigImports read_imports(const ConfigFlags& flags, bool quiet);
-// Loads --config (or the embedded default) with imports below it and --set
-// overrides above it.
-RunConfig load_run_config(const ConfigFlags& flags, const ConfigImports& imports);
+// load_run_config quiet on ranks other than 0 (ft/config/config_import.h).
 RunConfig load_run_config(const ConfigFlags& flags);
 // One stderr line: `dir` has no manifest.json, so it loads unverified.
 void note_unverified(const std::string& dir);

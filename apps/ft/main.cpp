@@ -10,10 +10,10 @@
 #include <torch/version.h>
 
 #include "commands.h"
-#include "ft/error.h"
-#include "ft/launcher.h"
-#include "ft/plugin.h"
-#include "ft/runtime.h"
+#include "ft/base/error.h"
+#include "ft/comm/launcher.h"
+#include "ft/plugin/plugin.h"
+#include "ft/train/runtime.h"
 
 namespace {
 
@@ -39,7 +39,7 @@ std::string one_line(const std::string& text) {
 }
 
 // A launched worker hands its line to the launcher, which prints one line
-// for the whole job (ft/launcher.h).
+// for the whole job (ft/comm/launcher.h).
 void print_error(const std::string& message) { ft::report_error(one_line(message)); }
 
 // What a bug report needs: a plugin built against another LibTorch or ABI is refused.

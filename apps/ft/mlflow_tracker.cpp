@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
-#include "ft/error.h"
+#include "ft/base/error.h"
 
 namespace ft::app {
 namespace {

@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "ft/config.h"
-#include "ft/events.h"
+#include "ft/config/config.h"
+#include "ft/observe/events.h"
 
 namespace ft::app {
 

@@ -10,9 +10,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "ft/config_import.h"
-#include "ft/error.h"
-#include "ft/precision.h"
+#include "ft/config/config_import.h"
+#include "ft/base/error.h"
+#include "ft/optim/precision.h"
 
 namespace ft::app {
 namespace {

@@ -9,7 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
-#include "ft/config.h"
+#include "ft/config/config.h"
 
 namespace ft::app {
 

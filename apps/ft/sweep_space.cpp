@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
-#include "ft/error.h"
-#include "ft/fs.h"
+#include "ft/base/error.h"
+#include "ft/base/fs.h"
 
 namespace ft::app {
 namespace {

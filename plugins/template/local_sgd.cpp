@@ -19,7 +19,7 @@
 // Everything here comes from ft's public headers: ReplicatedStrategy gives
 // placement, forward, the step (unscale, clip, update, zero), model and
 // optimizer state; ft::Comm gives the collectives; ft::OptionReader reads
-// strategy.options; ft::MemoryModel (ft/abilities.h) lets `ft bench` print
+// strategy.options; ft::MemoryModel (ft/parallel/abilities.h) lets `ft bench` print
 // this strategy's theory column beside what each rank measured.
 
 #include <c10/core/GradMode.h>
@@ -30,12 +30,12 @@
 
 #include <ATen/ATen.h>
 
-#include "ft/abilities.h"
-#include "ft/comm.h"
-#include "ft/model.h"
-#include "ft/options.h"
-#include "ft/plugin.h"
-#include "ft/replicated_strategy.h"
+#include "ft/parallel/abilities.h"
+#include "ft/comm/comm.h"
+#include "ft/model/model.h"
+#include "ft/config/options.h"
+#include "ft/plugin/plugin.h"
+#include "ft/parallel/replicated_strategy.h"
 
 namespace {
 
@@ -84,7 +84,7 @@ class LocalSgdStrategy final : public ft::ReplicatedStrategy, public ft::MemoryM
   // AdamW moments, all fp32 (16 bytes per trainable parameter); sync_every
   // changes how often ranks talk, not what they hold. `ft bench` compares
   // this with state_bytes() per rank. A strategy `auto` should weigh also
-  // overrides estimate() (see ft/abilities.h).
+  // overrides estimate() (see ft/parallel/abilities.h).
   std::string memory_formula(const std::map<std::string, std::string>&) const override { return "16Ψ"; }
   int64_t theory_bytes(const ft::TheoryInputs& in) const override { return 16 * in.model.params; }
 

@@ -1,7 +1,7 @@
 // `auto`: one name that picks the backend (the seeds' accelerate row).
 //
 // At setup it asks every installed strategy that describes itself (the
-// MemoryModel ability, ft/abilities.h) for its estimate of this job: the
+// MemoryModel ability, ft/parallel/abilities.h) for its estimate of this job: the
 // per-rank memory (model-state formula + gathered unit + 16-bit copies +
 // activations) and the step time (compute from a measured matmul rate +
 // communication from an α-β link model fitted to timed all-reduces of two
@@ -11,15 +11,17 @@
 // ft::plan_strategy picks one; rank 0 reports the estimate table and the
 // reason (the "auto.plan" event), and from then on every Strategy call goes
 // to the chosen strategy, which it owns; its optional abilities
-// (ft/abilities.h) are reached through delegate(). Whichever it picks, the
+// (ft/parallel/abilities.h) are reached through delegate(). Whichever it picks, the
 // global batch is train.batch_size x ranks x grad_accum: under pipeline the
 // stages run N times the micro-batches, under tensor each group reads N
 // times the rows (DataParallelGroup).
 //
 // strategy.options read here (all others go to the chosen strategy):
 //   memory_limit_mb  per-rank budget in MiB (default: none)
-//   batch_size       per-rank rows for the activation estimate (default 16)
-//   seq_len          tokens per row for the activation estimate (default 128)
+//   batch_size       per-rank rows for the activation estimate (default: the
+//                    run's train.batch_size, StrategyContext::batch_rows)
+//   seq_len          tokens per row for the activation estimate (default: the
+//                    run's data.max_seq_len)
 //   candidates       comma list to choose from (default: all installed)
 #include <algorithm>
 #include <chrono>
@@ -34,14 +36,14 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "ft/abilities.h"
-#include "ft/cost_model.h"
-#include "ft/comm.h"
-#include "ft/error.h"
-#include "ft/model.h"
-#include "ft/options.h"
-#include "ft/plugin.h"
-#include "ft/plugin_host.h"
+#include "ft/parallel/abilities.h"
+#include "ft/parallel/cost_model.h"
+#include "ft/comm/comm.h"
+#include "ft/base/error.h"
+#include "ft/model/model.h"
+#include "ft/config/options.h"
+#include "ft/plugin/plugin.h"
+#include "ft/plugin/plugin_host.h"
 
 namespace {
 
@@ -76,7 +78,8 @@ struct AutoOptions {
   std::map<std::string, std::string> passthrough;  // for the chosen strategy
 };
 
-AutoOptions read_options(const std::map<std::string, std::string>& options, const std::vector<std::string>& installed) {
+AutoOptions read_options(const ft::StrategyContext& ctx, const std::vector<std::string>& installed) {
+  const auto& options = ctx.options;
   // Keys auto does not know belong to the strategy it picks, which checks them.
   const ft::OptionReader r(options, "auto", {"memory_limit_mb", "batch_size", "seq_len", "candidates"},
                            ft::OptionReader::Unknown::kKeep);
@@ -85,6 +88,9 @@ AutoOptions read_options(const std::map<std::string, std::string>& options, cons
     const double mb = r.get_double("memory_limit_mb", 0, ft::above(0), "MiB per rank, e.g. 512");
     out.memory_limit_bytes = static_cast<int64_t>(mb * 1024.0 * 1024.0);
   }
+  // The run's own shape unless the options say otherwise.
+  if (ctx.batch_rows > 0) out.batch_size = ctx.batch_rows;
+  if (ctx.seq_len > 0) out.seq_len = ctx.seq_len;
   out.batch_size = r.get_int("batch_size", static_cast<int>(out.batch_size), {1}, "rows per rank, e.g. 16");
   out.seq_len = r.get_int("seq_len", static_cast<int>(out.seq_len), {1}, "tokens per row, e.g. 128");
   if (r.has("candidates")) {
@@ -138,7 +144,7 @@ class AutoStrategy final : public ft::Strategy, public ft::DataParallelGroup {
     model_ = model;
     ft::PluginHost host = ft::PluginHost::discover(ft::DiscoveryOptions::from_environment());
     const std::vector<std::string> installed = delegates(host);
-    const AutoOptions options = read_options(ctx.options, installed);
+    const AutoOptions options = read_options(ctx, installed);
     ft::Comm& comm = *ctx.comm;
     job_comm_ = &comm;
 

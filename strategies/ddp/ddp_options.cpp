@@ -1,6 +1,6 @@
 #include "ddp_options.h"
 
-#include "ft/options.h"
+#include "ft/config/options.h"
 
 namespace ft::ddp {
 

@@ -19,10 +19,10 @@
 // runs with dropout are not bit-reproducible; with dropout 0 the losses
 // equal `single`'s within fp32 noise.
 
-#include "ft/error.h"
-#include "ft/adapter.h"
-#include "ft/lora.h"
-#include "ft/prompt_learning.h"
+#include "ft/base/error.h"
+#include "ft/model/adapter.h"
+#include "ft/model/lora.h"
+#include "ft/model/prompt_learning.h"
 
 #include <c10/core/GradMode.h>
 #include <algorithm>
@@ -34,13 +34,13 @@
 #include <torch/cuda.h>
 #include <torch/nn/modules/dropout.h>
 
-#include "ft/model.h"
-#include "ft/optim.h"
-#include "ft/options.h"
-#include "ft/abilities.h"
-#include "ft/plugin.h"
-#include "ft/precision.h"
-#include "ft/replicated_strategy.h"
+#include "ft/model/model.h"
+#include "ft/optim/optim.h"
+#include "ft/config/options.h"
+#include "ft/parallel/abilities.h"
+#include "ft/plugin/plugin.h"
+#include "ft/optim/precision.h"
+#include "ft/parallel/replicated_strategy.h"
 #include "replica_pool.h"
 
 namespace {

@@ -35,9 +35,9 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "ft/comm.h"
+#include "ft/comm/comm.h"
 #include "ring.h"
-#include "ft/trace.h"
+#include "ft/observe/trace.h"
 
 namespace ft::horovod {
 

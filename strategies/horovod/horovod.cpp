@@ -20,12 +20,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "ft/abilities.h"
-#include "ft/comm.h"
-#include "ft/grad_buffer.h"
-#include "ft/model.h"
-#include "ft/plugin.h"
-#include "ft/replicated_strategy.h"
+#include "ft/parallel/abilities.h"
+#include "ft/comm/comm.h"
+#include "ft/parallel/grad_buffer.h"
+#include "ft/model/model.h"
+#include "ft/plugin/plugin.h"
+#include "ft/parallel/replicated_strategy.h"
 #include "fusion.h"
 #include "horovod_options.h"
 

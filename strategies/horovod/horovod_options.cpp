@@ -1,6 +1,6 @@
 #include "horovod_options.h"
 
-#include "ft/options.h"
+#include "ft/config/options.h"
 
 namespace ft::horovod {
 

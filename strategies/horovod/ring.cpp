@@ -5,7 +5,7 @@
 
 #include <ATen/ATen.h>
 
-#include "ft/error.h"
+#include "ft/base/error.h"
 
 namespace ft::horovod {
 namespace {

@@ -1,5 +1,5 @@
 // Horovod's ring all-reduce (Baidu/Horovod), walked over core's ft::Ring
-// (ft/ring.h, the ring Comm's own reduce-scatter and all-gather use);
+// (ft/comm/ring.h, the ring Comm's own reduce-scatter and all-gather use);
 // TensorFusion (fusion.h) runs it on its background thread.
 //
 // The tensor is cut into world_size chunks (the first n % world chunks one
@@ -24,8 +24,8 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "ft/comm.h"
-#include "ft/ring.h"
+#include "ft/comm/comm.h"
+#include "ft/comm/ring.h"
 
 namespace ft::horovod {
 

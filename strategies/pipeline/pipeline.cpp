@@ -1,5 +1,5 @@
 // `pipeline`: GPipe / 1F1B pipeline parallelism (pipeline_strategy.h).
-#include "ft/plugin.h"
+#include "ft/plugin/plugin.h"
 #include "pipeline_strategy.h"
 
 FT_STRATEGY_PLUGIN("pipeline", "1.0.0",

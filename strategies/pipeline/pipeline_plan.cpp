@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <limits>
 
-#include "ft/error.h"
-#include "ft/options.h"
+#include "ft/base/error.h"
+#include "ft/config/options.h"
 #include "pipeline_strategy.h"
 
 namespace ft {

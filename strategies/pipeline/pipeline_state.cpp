@@ -7,10 +7,10 @@
 #include <ATen/ATen.h>
 #include <fmt/ranges.h>
 
-#include "ft/error.h"
-#include "ft/model.h"
-#include "ft/param_sync.h"
-#include "ft/saved_state.h"
+#include "ft/base/error.h"
+#include "ft/model/model.h"
+#include "ft/parallel/param_sync.h"
+#include "ft/io/saved_state.h"
 #include "pipeline_strategy.h"
 
 namespace ft {

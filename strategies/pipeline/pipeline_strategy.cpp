@@ -13,11 +13,11 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "ft/error.h"
-#include "ft/model.h"
-#include "ft/param_plan.h"
-#include "ft/param_sync.h"
-#include "ft/precision.h"
+#include "ft/base/error.h"
+#include "ft/model/model.h"
+#include "ft/optim/param_plan.h"
+#include "ft/parallel/param_sync.h"
+#include "ft/optim/precision.h"
 
 namespace ft {
 

@@ -1,7 +1,7 @@
 // What a pipeline stage holds and moves, as its MemoryModel.
 #include <algorithm>
 
-#include "ft/model.h"
+#include "ft/model/model.h"
 #include "pipeline_strategy.h"
 
 namespace ft {

@@ -6,8 +6,8 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
-#include "ft/comm.h"
-#include "ft/model.h"
+#include "ft/comm/comm.h"
+#include "ft/model/model.h"
 #include "pipeline_strategy.h"
 
 namespace ft {

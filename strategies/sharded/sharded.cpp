@@ -4,7 +4,7 @@
 #include <map>
 #include <string>
 
-#include "ft/plugin.h"
+#include "ft/plugin/plugin.h"
 #include "sharded_strategy.h"
 
 namespace {

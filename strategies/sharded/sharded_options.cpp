@@ -3,8 +3,8 @@
 #include <string>
 #include <vector>
 
-#include "ft/error.h"
-#include "ft/options.h"
+#include "ft/base/error.h"
+#include "ft/config/options.h"
 #include "sharded_strategy.h"
 
 namespace ft {

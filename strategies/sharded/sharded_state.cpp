@@ -6,12 +6,12 @@
 
 #include <ATen/ATen.h>
 
-#include "ft/comm.h"
-#include "ft/consolidate.h"
-#include "ft/error.h"
-#include "ft/grad_buffer.h"
-#include "ft/model.h"
-#include "ft/saved_state.h"
+#include "ft/comm/comm.h"
+#include "ft/checkpoint/consolidate.h"
+#include "ft/base/error.h"
+#include "ft/parallel/grad_buffer.h"
+#include "ft/model/model.h"
+#include "ft/io/saved_state.h"
 #include "sharded_strategy.h"
 
 namespace ft {

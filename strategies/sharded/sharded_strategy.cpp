@@ -10,15 +10,15 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "ft/comm.h"
-#include "ft/device_mesh.h"
-#include "ft/error.h"
-#include "ft/grad_buffer.h"
-#include "ft/model.h"
-#include "ft/param_plan.h"
-#include "ft/param_sync.h"
-#include "ft/precision.h"
-#include "ft/trace.h"
+#include "ft/comm/comm.h"
+#include "ft/comm/device_mesh.h"
+#include "ft/base/error.h"
+#include "ft/parallel/grad_buffer.h"
+#include "ft/model/model.h"
+#include "ft/optim/param_plan.h"
+#include "ft/parallel/param_sync.h"
+#include "ft/optim/precision.h"
+#include "ft/observe/trace.h"
 
 namespace ft {
 

@@ -19,7 +19,7 @@
 // replicate group, so every replica's shard sees the gradient of the whole
 // global batch (the same update as FULL_SHARD over the whole world).
 //
-// Layout: one FlatParam per model unit (ft/flat_shard.h), split into equal
+// Layout: one FlatParam per model unit (ft/parallel/flat_shard.h), split into equal
 // shards. The optimizer (ft::TensorOptimizer) runs over this rank's pieces
 // of each parameter: one slot per (parameter ∩ shard), a view into the fp32
 // master shard, so per-parameter weight decay and LR scale (ParamPlan) are
@@ -27,10 +27,10 @@
 //
 // The per-unit engine (gather, prefetch, reshard, gradients as shards with a
 // bounded pool of unit buckets reduce-scattered in place) is core's
-// ft::FlatParamGroup (ft/flat_param_group.h); this class picks its policy.
+// ft::FlatParamGroup (ft/parallel/flat_param_group.h); this class picks its policy.
 // All-reduced policies (zero1, NO_SHARD) keep DDP's ft::GradBuffer: full
 // gradients, as ZeRO-1 prescribes. The update is ft::update_from_grads
-// (ft/param_sync.h) over the shard's slots, as for every other strategy.
+// (ft/parallel/param_sync.h) over the shard's slots, as for every other strategy.
 //
 // Precision: master shards and optimizer state stay fp32; autocast computes
 // in bf16/fp16 from them. Communication stays fp32 (ft::Comm widens 16-bit
@@ -47,11 +47,11 @@
 #include <string>
 #include <vector>
 
-#include "ft/flat_param_group.h"
-#include "ft/flat_shard.h"
-#include "ft/optim.h"
-#include "ft/abilities.h"
-#include "ft/strategy.h"
+#include "ft/parallel/flat_param_group.h"
+#include "ft/parallel/flat_shard.h"
+#include "ft/optim/optim.h"
+#include "ft/parallel/abilities.h"
+#include "ft/parallel/strategy.h"
 
 namespace ft {
 

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "ft/model.h"
+#include "ft/model/model.h"
 #include "sharded_strategy.h"
 
 namespace ft {

@@ -1,11 +1,11 @@
 // `single`: one process, one device, no communication. The baseline row of
 // the timing table and the reference every other strategy must match.
-#include "ft/abilities.h"
-#include "ft/comm.h"
-#include "ft/error.h"
-#include "ft/options.h"
-#include "ft/plugin.h"
-#include "ft/replicated_strategy.h"
+#include "ft/parallel/abilities.h"
+#include "ft/comm/comm.h"
+#include "ft/base/error.h"
+#include "ft/config/options.h"
+#include "ft/plugin/plugin.h"
+#include "ft/parallel/replicated_strategy.h"
 
 namespace {
 

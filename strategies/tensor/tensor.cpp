@@ -1,5 +1,5 @@
 // `tensor`: Megatron-style tensor parallelism (tensor_strategy.h).
-#include "ft/plugin.h"
+#include "ft/plugin/plugin.h"
 #include "tensor_strategy.h"
 
 FT_STRATEGY_PLUGIN("tensor", "1.0.0",

@@ -10,13 +10,13 @@
 #include <nlohmann/json.hpp>
 #include <torch/autograd.h>
 
-#include "ft/error.h"
-#include "ft/model.h"
-#include "ft/param_plan.h"
-#include "ft/options.h"
-#include "ft/param_sync.h"
-#include "ft/precision.h"
-#include "ft/saved_state.h"
+#include "ft/base/error.h"
+#include "ft/model/model.h"
+#include "ft/optim/param_plan.h"
+#include "ft/config/options.h"
+#include "ft/parallel/param_sync.h"
+#include "ft/optim/precision.h"
+#include "ft/io/saved_state.h"
 
 namespace ft {
 

@@ -32,12 +32,12 @@
 #include <string>
 #include <vector>
 
-#include "ft/abilities.h"
-#include "ft/comm.h"
-#include "ft/device_mesh.h"
-#include "ft/model.h"
-#include "ft/optim.h"
-#include "ft/strategy.h"
+#include "ft/parallel/abilities.h"
+#include "ft/comm/comm.h"
+#include "ft/comm/device_mesh.h"
+#include "ft/model/model.h"
+#include "ft/optim/optim.h"
+#include "ft/parallel/strategy.h"
 
 namespace ft {
 

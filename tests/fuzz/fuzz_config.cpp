@@ -1,4 +1,4 @@
-// Fuzz target: the config reader (ft/config.h config_from_yaml_string) on
+// Fuzz target: the config reader (ft/config/config.h config_from_yaml_string) on
 // arbitrary YAML plus --set overrides.
 //
 // Input parts split on 0xFF: YAML text, then up to 7 override strings. An
@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "ft/config.h"
-#include "ft/error.h"
+#include "ft/config/config.h"
+#include "ft/base/error.h"
 #include "fuzz_util.h"
 
 namespace {

@@ -1,11 +1,11 @@
-// Fuzz target: the text data readers (ft/data.h parse_text_data) — JSON
+// Fuzz target: the text data readers (ft/data/data.h parse_text_data) — JSON
 // list, JSON Lines, CSV, TSV — and the train/dev split of what they accept.
 //
 // Byte 0 picks the format and the DataSource options; the rest is the file.
 #include <string>
 
-#include "ft/data.h"
-#include "ft/error.h"
+#include "ft/data/data.h"
+#include "ft/base/error.h"
 #include "fuzz_util.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// Fuzz target: the safetensors reader (ft/safetensors.h) on arbitrary bytes.
+// Fuzz target: the safetensors reader (ft/io/safetensors.h) on arbitrary bytes.
 //
 // Every input goes through load_bytes and, written to a temp file, through
 // load(path): both must agree (same tensors or the same ft::Error line).
@@ -14,8 +14,8 @@
 
 #include <ATen/ATen.h>
 
-#include "ft/error.h"
-#include "ft/safetensors.h"
+#include "ft/base/error.h"
+#include "ft/io/safetensors.h"
 #include "fuzz_util.h"
 
 namespace st = ft::safetensors;

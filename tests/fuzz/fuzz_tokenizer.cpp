@@ -1,4 +1,4 @@
-// Fuzz target: the WordPiece tokenizer (ft/tokenizer.h) — vocabulary parsing
+// Fuzz target: the WordPiece tokenizer (ft/tokenizer/tokenizer.h) — vocabulary parsing
 // and encoding of arbitrary bytes, invalid UTF-8 included.
 //
 // Input: byte 0 = options (see below), byte 1 = max_length + 8, then parts
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "ft/error.h"
-#include "ft/tokenizer.h"
+#include "ft/base/error.h"
+#include "ft/tokenizer/tokenizer.h"
 #include "fuzz_util.h"
 
 namespace {

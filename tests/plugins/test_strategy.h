@@ -4,8 +4,8 @@
 // lifetime test makes after the host is gone.
 #pragma once
 
-#include "ft/error.h"
-#include "ft/plugin.h"
+#include "ft/base/error.h"
+#include "ft/plugin/plugin.h"
 
 namespace ft_test_plugin {
 

@@ -13,7 +13,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
-#include "ft/tokenizer.h"
+#include "ft/tokenizer/tokenizer.h"
 #include "ft_test.h"
 
 namespace ft_test {

@@ -4,8 +4,8 @@
 
 #include <ATen/ATen.h>
 
-#include "ft/model.h"
-#include "ft/types.h"
+#include "ft/model/model.h"
+#include "ft/base/types.h"
 
 namespace ft_test {
 

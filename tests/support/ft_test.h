@@ -9,7 +9,7 @@
 
 #include <doctest/doctest.h>
 
-#include "ft/error.h"
+#include "ft/base/error.h"
 
 namespace ft_test {
 

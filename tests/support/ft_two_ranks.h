@@ -6,11 +6,11 @@
 
 #include <memory>
 
-#include "ft/comm.h"
-#include "ft/model.h"
-#include "ft/optim.h"
-#include "ft/precision.h"
-#include "ft/strategy.h"
+#include "ft/comm/comm.h"
+#include "ft/model/model.h"
+#include "ft/optim/optim.h"
+#include "ft/optim/precision.h"
+#include "ft/parallel/strategy.h"
 
 namespace ft_test {
 

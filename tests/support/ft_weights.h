@@ -8,8 +8,8 @@
 
 #include <ATen/ATen.h>
 
-#include "ft/safetensors.h"
-#include "ft/types.h"
+#include "ft/io/safetensors.h"
+#include "ft/base/types.h"
 #include "ft_test.h"
 
 namespace ft_test {

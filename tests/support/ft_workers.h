@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "ft/launcher.h"
+#include "ft/comm/launcher.h"
 #include "ft_run.h"
 
 namespace ft_test {

@@ -1,4 +1,4 @@
-// Activation checkpointing (ft/activation_checkpoint.h, train.activation_checkpointing).
+// Activation checkpointing (ft/model/activation_checkpoint.h, train.activation_checkpointing).
 //
 // In-process: ft::checkpoint against plain autograd (outputs, gradients,
 // dropout masks, later random draws, gradient hooks firing once); the model
@@ -26,13 +26,13 @@
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/linear.h>
 
-#include "ft/activation_checkpoint.h"
-#include "ft/comm.h"
-#include "ft/model.h"
-#include "ft/optim.h"
-#include "ft/precision.h"
-#include "ft/replicated_strategy.h"
-#include "ft/trace.h"
+#include "ft/model/activation_checkpoint.h"
+#include "ft/comm/comm.h"
+#include "ft/model/model.h"
+#include "ft/optim/optim.h"
+#include "ft/optim/precision.h"
+#include "ft/parallel/replicated_strategy.h"
+#include "ft/observe/trace.h"
 #include "sharded_strategy.h"
 #include "ft_run.h"
 

@@ -10,10 +10,10 @@
 #include <nlohmann/json.hpp>
 #include <torch/autograd.h>
 
-#include "ft/adapter.h"
-#include "ft/checkpoint.h"
-#include "ft/model.h"
-#include "ft/safetensors.h"
+#include "ft/model/adapter.h"
+#include "ft/checkpoint/checkpoint.h"
+#include "ft/model/model.h"
+#include "ft/io/safetensors.h"
 #include "ft_run.h"
 #include "ft_small_model.h"
 

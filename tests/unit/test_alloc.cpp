@@ -16,15 +16,15 @@
 #include <ATen/ATen.h>
 #include <doctest/doctest.h>
 
-#include "ft/alloc_counter.h"
-#include "ft/comm.h"
+#include "ft/observe/alloc_counter.h"
+#include "ft/comm/comm.h"
 #include "ft_two_ranks.h"
-#include "ft/launcher.h"
-#include "ft/model.h"
-#include "ft/optim.h"
-#include "ft/plugin_host.h"
-#include "ft/precision.h"
-#include "ft/strategy.h"
+#include "ft/comm/launcher.h"
+#include "ft/model/model.h"
+#include "ft/optim/optim.h"
+#include "ft/plugin/plugin_host.h"
+#include "ft/optim/precision.h"
+#include "ft/parallel/strategy.h"
 #include "sharded_strategy.h"
 
 namespace {

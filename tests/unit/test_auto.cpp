@@ -7,11 +7,11 @@
 
 #include <fmt/format.h>
 
-#include "ft/abilities.h"
-#include "ft/cost_model.h"
-#include "ft/error.h"
-#include "ft/plugin_host.h"
-#include "ft/strategy.h"
+#include "ft/parallel/abilities.h"
+#include "ft/parallel/cost_model.h"
+#include "ft/base/error.h"
+#include "ft/plugin/plugin_host.h"
+#include "ft/parallel/strategy.h"
 #include "ft_small_model.h"
 #include "ft_run.h"
 #include "ft_tiny_task.h"

@@ -25,8 +25,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "ft/model.h"
-#include "ft/safetensors.h"
+#include "ft/model/model.h"
+#include "ft/io/safetensors.h"
 #include "ft_sandbox.h"
 
 namespace {

@@ -11,8 +11,8 @@
 #include <fmt/format.h>
 
 #include "bench_report.h"
-#include "ft/config.h"
-#include "ft/error.h"
+#include "ft/config/config.h"
+#include "ft/base/error.h"
 #include "ft_run.h"
 
 namespace {

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 #include <torch/version.h>
 
-#include "ft/safetensors.h"
+#include "ft/io/safetensors.h"
 #include "ft_run.h"
 
 namespace {

@@ -11,9 +11,9 @@
 #include <fmt/format.h>
 #include <torch/version.h>
 
-#include "ft/config.h"
-#include "ft/error.h"
-#include "ft/packed_attention.h"
+#include "ft/config/config.h"
+#include "ft/base/error.h"
+#include "ft/model/packed_attention.h"
 #include "ft_test.h"
 
 namespace {

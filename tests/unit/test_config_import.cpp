@@ -1,4 +1,4 @@
-// Importing the configs users arrive with (ft/config_import.h): each mapped
+// Importing the configs users arrive with (ft/config/config_import.h): each mapped
 // key of real-looking DeepSpeed, accelerate and TrainingArguments files, the
 // layer order (embedded default < imports < --config < --set), one warning
 // line per unsupported key, and an error for keys that would change the run.
@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "ft/config.h"
-#include "ft/config_import.h"
-#include "ft/error.h"
-#include "ft/precision.h"
-#include "ft/trainer.h"
+#include "ft/config/config.h"
+#include "ft/config/config_import.h"
+#include "ft/base/error.h"
+#include "ft/optim/precision.h"
+#include "ft/train/trainer.h"
 #include "ft_test.h"
 
 namespace {

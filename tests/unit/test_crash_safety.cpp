@@ -29,8 +29,8 @@
 
 #include <fmt/format.h>
 
-#include "ft/checkpoint.h"
-#include "ft/fs.h"
+#include "ft/checkpoint/checkpoint.h"
+#include "ft/base/fs.h"
 #include "ft_proc.h"
 #include "ft_run.h"
 #include "ft_tiny_task.h"
@@ -59,7 +59,7 @@ const std::regex& checkpoint_name() {
   return r;
 }
 
-// fs::AtomicDir's temp names (ft/fs.h).
+// fs::AtomicDir's temp names (ft/base/fs.h).
 const std::regex& leftover_name() {
   static const std::regex r(R"(\..+\.(tmp|old)-[0-9a-f]{16})");
   return r;

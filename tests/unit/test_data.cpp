@@ -7,11 +7,11 @@
 
 #include <ATen/ATen.h>
 
-#include "ft/data.h"
-#include "ft/error.h"
-#include "ft/safetensors.h"
-#include "ft/sampler.h"
-#include "ft/tokenizer.h"
+#include "ft/data/data.h"
+#include "ft/base/error.h"
+#include "ft/io/safetensors.h"
+#include "ft/data/sampler.h"
+#include "ft/tokenizer/tokenizer.h"
 #include "ft_test.h"
 
 namespace {

@@ -11,9 +11,9 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include "ft/comm.h"
-#include "ft/error.h"
-#include "ft/grad_buffer.h"
+#include "ft/comm/comm.h"
+#include "ft/base/error.h"
+#include "ft/parallel/grad_buffer.h"
 #include "ft_run.h"
 
 namespace {

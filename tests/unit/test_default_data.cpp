@@ -7,8 +7,8 @@
 
 #include <fmt/format.h>
 
-#include "ft/config.h"
-#include "ft/config_import.h"
+#include "ft/config/config.h"
+#include "ft/config/config_import.h"
 #include "ft_run.h"
 #include "ft_test.h"
 

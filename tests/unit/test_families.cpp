@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <torch/autograd.h>
 
-#include "ft/error.h"
-#include "ft/model.h"
-#include "ft/safetensors.h"
+#include "ft/base/error.h"
+#include "ft/model/model.h"
+#include "ft/io/safetensors.h"
 #include "ft_run.h"
 #include "ft_trainer_fixture.h"
 

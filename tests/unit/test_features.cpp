@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "ft/checkpoint.h"
-#include "ft/safetensors.h"
+#include "ft/checkpoint/checkpoint.h"
+#include "ft/io/safetensors.h"
 #include "ft_run.h"
 #include "ft_tiny_task.h"
 

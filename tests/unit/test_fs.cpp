@@ -1,4 +1,4 @@
-// Crash-safe file and directory writes (ft/fs.h).
+// Crash-safe file and directory writes (ft/base/fs.h).
 #include <algorithm>
 #include <filesystem>
 #include <functional>
@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "ft/error.h"
-#include "ft/fs.h"
+#include "ft/base/error.h"
+#include "ft/base/fs.h"
 #include "ft_test.h"
 
 namespace stdfs = std::filesystem;

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "ft/checkpoint.h"  // before doctest: LibTorch's c10 logging defines its own CHECK
+#include "ft/checkpoint/checkpoint.h"  // before doctest: LibTorch's c10 logging defines its own CHECK
 
 #include <doctest/doctest.h>
 #include "ft_run.h"

@@ -9,10 +9,10 @@
 #include <nlohmann/json.hpp>
 #include <torch/autograd.h>
 
-#include "ft/model.h"
-#include "ft/run_inputs.h"
-#include "ft/safetensors.h"
-#include "ft/tokenizer.h"
+#include "ft/model/model.h"
+#include "ft/tasks/run_inputs.h"
+#include "ft/io/safetensors.h"
+#include "ft/tokenizer/tokenizer.h"
 #include "ft_fixture_texts.h"
 #include "ft_run.h"
 

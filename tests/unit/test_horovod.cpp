@@ -12,9 +12,9 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include "ft/comm.h"
-#include "ft/error.h"
-#include "ft/launcher.h"
+#include "ft/comm/comm.h"
+#include "ft/base/error.h"
+#include "ft/comm/launcher.h"
 #include "ring.h"
 #include "ft_run.h"
 #include "ft_workers.h"

@@ -10,8 +10,8 @@
 #include <sstream>
 #include <thread>
 
-#include "ft/error.h"
-#include "ft/launcher.h"
+#include "ft/base/error.h"
+#include "ft/comm/launcher.h"
 #include "ft_test.h"
 
 namespace {

@@ -8,11 +8,11 @@
 #include <nlohmann/json.hpp>
 #include <torch/autograd.h>
 
-#include "ft/checkpoint.h"
-#include "ft/fs.h"
-#include "ft/lora.h"
-#include "ft/model.h"
-#include "ft/safetensors.h"
+#include "ft/checkpoint/checkpoint.h"
+#include "ft/base/fs.h"
+#include "ft/model/lora.h"
+#include "ft/model/model.h"
+#include "ft/io/safetensors.h"
 #include "ft_run.h"
 #include "ft_small_model.h"
 

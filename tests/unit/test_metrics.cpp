@@ -1,7 +1,7 @@
 // Classification metrics against hand-computed confusion matrices and
 // sklearn's documented values.
-#include "ft/error.h"
-#include "ft/metrics.h"
+#include "ft/base/error.h"
+#include "ft/observe/metrics.h"
 #include "ft_test.h"
 
 TEST_CASE("sklearn's f1_score doc example: macro 0.2667, accuracy 1/3") {

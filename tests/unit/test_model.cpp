@@ -3,9 +3,9 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
-#include "ft/error.h"
-#include "ft/model.h"
-#include "ft/safetensors.h"
+#include "ft/base/error.h"
+#include "ft/model/model.h"
+#include "ft/io/safetensors.h"
 #include "ft_test.h"
 
 namespace {

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <onnx/onnx_pb.h>
 
-#include "ft/error.h"
-#include "ft/onnx_import.h"
+#include "ft/base/error.h"
+#include "ft/model/onnx_import.h"
 // doctest after LibTorch's headers: Debian's c10 logging brings glog's CHECK,
 // which would otherwise replace doctest's and abort on the first failed check.
 #include <doctest/doctest.h>

@@ -9,7 +9,7 @@
 #include <ATen/ATen.h>
 #include <doctest/doctest.h>
 
-#include "ft/optim.h"
+#include "ft/optim/optim.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// ft::OptionReader (ft/options.h): the one reader of strategy.options, its
+// ft::OptionReader (ft/config/options.h): the one reader of strategy.options, its
 // boolean rule, bounds, choices, unknown keys and exact error lines; and
 // the ddp and horovod parsers built on it (their sources are compiled into
 // this test, as workers_hvd does).
@@ -7,8 +7,8 @@
 #include <string>
 
 #include "ddp_options.h"
-#include "ft/error.h"
-#include "ft/options.h"
+#include "ft/base/error.h"
+#include "ft/config/options.h"
 #include "ft_test.h"
 #include "horovod_options.h"
 

@@ -9,10 +9,10 @@
 #include <memory>
 #include <vector>
 
-#include "ft/dropout.h"
-#include "ft/model.h"
-#include "ft/packed_attention.h"
-#include "ft/token_layout.h"
+#include "ft/model/dropout.h"
+#include "ft/model/model.h"
+#include "ft/model/packed_attention.h"
+#include "ft/model/token_layout.h"
 #include "ft_test.h"
 
 namespace {

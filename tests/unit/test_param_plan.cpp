@@ -1,13 +1,13 @@
-// Freezing, layer-wise LR decay and the head LR (ft/param_plan.h): the plan
+// Freezing, layer-wise LR decay and the head LR (ft/optim/param_plan.h): the plan
 // values themselves, and what a distributed run does with them.
 #include <cmath>
 
 #include <fmt/format.h>
 
-#include "ft/config.h"
-#include "ft/model.h"
-#include "ft/param_plan.h"
-#include "ft/safetensors.h"
+#include "ft/config/config.h"
+#include "ft/model/model.h"
+#include "ft/optim/param_plan.h"
+#include "ft/io/safetensors.h"
 #include "ft_run.h"
 
 namespace {

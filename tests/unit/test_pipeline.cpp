@@ -4,8 +4,8 @@
 // in test_parity.cpp.
 #include <fmt/format.h>
 
-#include "ft/model.h"
-#include "ft/safetensors.h"
+#include "ft/model/model.h"
+#include "ft/io/safetensors.h"
 #include "ft_run.h"
 #include "pipeline_strategy.h"
 

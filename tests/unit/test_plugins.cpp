@@ -10,9 +10,9 @@
 
 #include <torch/version.h>
 
-#include "ft/error.h"
-#include "ft/plugin.h"
-#include "ft/plugin_host.h"
+#include "ft/base/error.h"
+#include "ft/plugin/plugin.h"
+#include "ft/plugin/plugin_host.h"
 #include "ft_test.h"
 
 namespace fs = std::filesystem;

@@ -14,10 +14,10 @@
 #include <nlohmann/json.hpp>
 #include <torch/autograd.h>
 
-#include "ft/mlm.h"
-#include "ft/model.h"
-#include "ft/safetensors.h"
-#include "ft/tokenizer.h"
+#include "ft/tasks/mlm.h"
+#include "ft/model/model.h"
+#include "ft/io/safetensors.h"
+#include "ft/tokenizer/tokenizer.h"
 #include "ft_run.h"
 #include "ft_small_model.h"
 

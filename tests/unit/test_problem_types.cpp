@@ -12,9 +12,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "ft/data.h"
-#include "ft/error.h"
-#include "ft/metrics.h"
+#include "ft/data/data.h"
+#include "ft/base/error.h"
+#include "ft/observe/metrics.h"
 #include "ft_proc.h"
 #include "ft_run.h"
 #include "ft_tiny_task.h"

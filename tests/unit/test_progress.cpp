@@ -1,6 +1,6 @@
 // The terminal progress bar's text: rate, elapsed time and ETA once known;
 // the evaluation's own line. (Drawing needs a terminal; the text does not.)
-#include "ft/events.h"
+#include "ft/observe/events.h"
 
 #include <cmath>
 

@@ -13,12 +13,12 @@
 #include <nlohmann/json.hpp>
 #include <torch/autograd.h>
 
-#include "ft/checkpoint.h"
-#include "ft/config.h"
-#include "ft/fs.h"
-#include "ft/model.h"
-#include "ft/prompt_learning.h"
-#include "ft/safetensors.h"
+#include "ft/checkpoint/checkpoint.h"
+#include "ft/config/config.h"
+#include "ft/base/fs.h"
+#include "ft/model/model.h"
+#include "ft/model/prompt_learning.h"
+#include "ft/io/safetensors.h"
 #include "ft_run.h"
 
 namespace fsys = std::filesystem;

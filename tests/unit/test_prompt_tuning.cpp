@@ -12,11 +12,11 @@
 #include <fmt/format.h>
 #include <torch/autograd.h>
 
-#include "ft/model.h"
-#include "ft/packed_attention.h"
-#include "ft/prompt_learning.h"
-#include "ft/token_layout.h"
-#include "ft/tokenizer.h"
+#include "ft/model/model.h"
+#include "ft/model/packed_attention.h"
+#include "ft/model/prompt_learning.h"
+#include "ft/model/token_layout.h"
+#include "ft/tokenizer/tokenizer.h"
 #include "ft_small_model.h"
 #include "ft_test.h"
 

@@ -20,8 +20,8 @@
 
 #include <fmt/format.h>
 
-#include "ft/checkpoint.h"
-#include "ft/manifest.h"
+#include "ft/checkpoint/checkpoint.h"
+#include "ft/io/manifest.h"
 #include "ft_proc.h"
 #include "ft_run.h"
 #include "ft_tiny_task.h"

@@ -7,10 +7,10 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
-#include "ft/error.h"
-#include "ft/fs.h"
-#include "ft/safetensors.h"
-#include "ft/torch_bin.h"
+#include "ft/base/error.h"
+#include "ft/base/fs.h"
+#include "ft/io/safetensors.h"
+#include "ft/io/torch_bin.h"
 #include "ft_test.h"
 
 namespace st = ft::safetensors;

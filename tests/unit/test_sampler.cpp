@@ -3,8 +3,8 @@
 #include <numeric>
 #include <set>
 
-#include "ft/error.h"
-#include "ft/sampler.h"
+#include "ft/base/error.h"
+#include "ft/data/sampler.h"
 #include "ft_test.h"
 
 namespace {

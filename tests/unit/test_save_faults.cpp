@@ -28,10 +28,10 @@
 
 #include <fmt/format.h>
 
-#include "ft/checkpoint.h"
-#include "ft/checkpoint_writer.h"
-#include "ft/fs.h"
-#include "ft/safetensors.h"
+#include "ft/checkpoint/checkpoint.h"
+#include "ft/checkpoint/checkpoint_writer.h"
+#include "ft/base/fs.h"
+#include "ft/io/safetensors.h"
 #include "ft_proc.h"
 #include "ft_run.h"
 #include "ft_tiny_task.h"
@@ -63,7 +63,7 @@ std::string command_line(const std::vector<std::string>& args) {
   return line;
 }
 
-// A hidden staging directory of a checkpoint being saved (ft/fs.h's names).
+// A hidden staging directory of a checkpoint being saved (ft/base/fs.h's names).
 std::optional<int64_t> staging_step(const fsys::path& out) {
   static const std::regex name(R"(\.checkpoint-([0-9]+)\.tmp-[0-9a-f]{16})");
   std::error_code ec;

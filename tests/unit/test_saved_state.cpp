@@ -1,9 +1,9 @@
-// ft/saved_state.h: how every strategy's load_state() finds saved tensors.
-#include "ft/saved_state.h"
+// ft/io/saved_state.h: how every strategy's load_state() finds saved tensors.
+#include "ft/io/saved_state.h"
 
 #include <ATen/ATen.h>
 
-#include "ft/error.h"
+#include "ft/base/error.h"
 #include "ft_test.h"
 
 TEST_CASE("hf_name drops one DDP-style 'module.' prefix and nothing else") {

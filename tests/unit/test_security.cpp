@@ -13,11 +13,11 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include "ft/comm.h"
-#include "ft/dist_env.h"
-#include "ft/launcher.h"
-#include "ft/plugin_host.h"
-#include "ft/safetensors.h"
+#include "ft/comm/comm.h"
+#include "ft/comm/dist_env.h"
+#include "ft/comm/launcher.h"
+#include "ft/plugin/plugin_host.h"
+#include "ft/io/safetensors.h"
 #include "ft_test.h"
 
 namespace {

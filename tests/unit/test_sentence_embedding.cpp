@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "ft/checkpoint.h"
-#include "ft/model.h"
-#include "ft/safetensors.h"
+#include "ft/checkpoint/checkpoint.h"
+#include "ft/model/model.h"
+#include "ft/io/safetensors.h"
 #include "ft_run.h"
 
 namespace fsys = std::filesystem;

@@ -15,15 +15,15 @@
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
-#include "ft/comm.h"
+#include "ft/comm/comm.h"
 #include "ft_two_ranks.h"
-#include "ft/consolidate.h"
-#include "ft/launcher.h"
-#include "ft/error.h"
-#include "ft/model.h"
-#include "ft/precision.h"
-#include "ft/replicated_strategy.h"
-#include "ft/safetensors.h"
+#include "ft/checkpoint/consolidate.h"
+#include "ft/comm/launcher.h"
+#include "ft/base/error.h"
+#include "ft/model/model.h"
+#include "ft/optim/precision.h"
+#include "ft/parallel/replicated_strategy.h"
+#include "ft/io/safetensors.h"
 #include "sharded_strategy.h"
 #include "ft_run.h"
 #include "ft_weights.h"

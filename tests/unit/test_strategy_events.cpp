@@ -1,6 +1,6 @@
 // StrategyContext::events: what a strategy reports reaches the metrics JSON
 // Lines as data and the console as the same line it always printed.
-#include "ft/strategy_events.h"
+#include "ft/observe/strategy_events.h"
 
 #include <unistd.h>
 
@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ft/error.h"
-#include "ft/events.h"
+#include "ft/base/error.h"
+#include "ft/observe/events.h"
 #include "ft_run.h"
 
 namespace {

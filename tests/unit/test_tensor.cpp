@@ -6,10 +6,10 @@
 
 #include <ATen/ATen.h>
 
-#include "ft/adapter.h"
-#include "ft/cost_model.h"
-#include "ft/lora.h"
-#include "ft/model.h"
+#include "ft/model/adapter.h"
+#include "ft/parallel/cost_model.h"
+#include "ft/model/lora.h"
+#include "ft/model/model.h"
 #include "ft_run.h"
 #include "ft_weights.h"
 #include "tensor_strategy.h"

@@ -1,4 +1,4 @@
-// TensorBoard event files (ft/tensorboard.h): CRC-32C against published
+// TensorBoard event files (ft/observe/tensorboard.h): CRC-32C against published
 // vectors, record framing and the hand-encoded protobufs decoded here with a
 // reader of our own, and the scalars of a real `ft run` against its JSONL.
 #include <algorithm>
@@ -15,7 +15,7 @@
 
 #include <fmt/format.h>
 
-#include "ft/tensorboard.h"
+#include "ft/observe/tensorboard.h"
 #include "ft_run.h"
 
 namespace {

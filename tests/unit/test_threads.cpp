@@ -6,7 +6,7 @@
 
 #include <ATen/Parallel.h>
 
-#include "ft/runtime.h"
+#include "ft/train/runtime.h"
 #include "ft_run.h"
 
 namespace {

@@ -6,10 +6,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ft/error.h"
-#include "ft/fs.h"
-#include "ft/token_classification.h"
-#include "ft/tokenizer.h"
+#include "ft/base/error.h"
+#include "ft/base/fs.h"
+#include "ft/tasks/token_classification.h"
+#include "ft/tokenizer/tokenizer.h"
 #include "ft_test.h"
 
 namespace {

@@ -10,8 +10,8 @@
 #include <fmt/format.h>
 #include <torch/autograd.h>
 
-#include "ft/model.h"
-#include "ft/safetensors.h"
+#include "ft/model/model.h"
+#include "ft/io/safetensors.h"
 #include "ft_run.h"
 #include "ft_trainer_fixture.h"
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "ft/error.h"
-#include "ft/tokenizer.h"
-#include "ft/vocab_builder.h"
+#include "ft/base/error.h"
+#include "ft/tokenizer/tokenizer.h"
+#include "ft/tokenizer/vocab_builder.h"
 #include "ft_test.h"
 
 namespace {

@@ -9,10 +9,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "ft/checkpoint.h"  // before doctest: LibTorch's c10 logging defines its own CHECK
-#include "ft/config.h"
-#include "ft/run_inputs.h"
-#include "ft/tokenizer.h"
+#include "ft/checkpoint/checkpoint.h"  // before doctest: LibTorch's c10 logging defines its own CHECK
+#include "ft/config/config.h"
+#include "ft/tasks/run_inputs.h"
+#include "ft/tokenizer/tokenizer.h"
 #include "ft_fixture_texts.h"
 #include "ft_test.h"
 

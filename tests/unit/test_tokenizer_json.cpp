@@ -6,10 +6,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "ft/model.h"
-#include "ft/run_inputs.h"
-#include "ft/safetensors.h"
-#include "ft/tokenizer.h"
+#include "ft/model/model.h"
+#include "ft/tasks/run_inputs.h"
+#include "ft/io/safetensors.h"
+#include "ft/tokenizer/tokenizer.h"
 #include "ft_fixture_texts.h"
 #include "ft_run.h"
 #include "ft_tiny_task.h"

@@ -1,4 +1,4 @@
-// The step profiler (ft/trace.h): the A:B window, the Chrome trace JSON it
+// The step profiler (ft/observe/trace.h): the A:B window, the Chrome trace JSON it
 // writes (nesting, comm lanes, metadata), and a real 2-rank ddp run whose
 // traces hold data/forward/backward/optimizer and bucket all-reduces only
 // inside the window; plus `ft trace` on them and the CLI's error for a bad A:B.
@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "ft/trace.h"
+#include "ft/observe/trace.h"
 #include "ft_run.h"
 
 namespace {

@@ -10,9 +10,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "ft/class_loss.h"
-#include "ft/error.h"
-#include "ft/metrics.h"
+#include "ft/tasks/class_loss.h"
+#include "ft/base/error.h"
+#include "ft/observe/metrics.h"
 #include "ft_run.h"
 #include "ft_tiny_task.h"
 

@@ -19,16 +19,16 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
-#include "ft/comm.h"
-#include "ft/launcher.h"
-#include "ft/cost_model.h"
-#include "ft/flat_param_group.h"
-#include "ft/error.h"
-#include "ft/flat_shard.h"
-#include "ft/model.h"
-#include "ft/precision.h"
-#include "ft/replicated_strategy.h"
-#include "ft/safetensors.h"
+#include "ft/comm/comm.h"
+#include "ft/comm/launcher.h"
+#include "ft/parallel/cost_model.h"
+#include "ft/parallel/flat_param_group.h"
+#include "ft/base/error.h"
+#include "ft/parallel/flat_shard.h"
+#include "ft/model/model.h"
+#include "ft/optim/precision.h"
+#include "ft/parallel/replicated_strategy.h"
+#include "ft/io/safetensors.h"
 #include "sharded_strategy.h"
 #include "ft_run.h"
 #include "ft_two_ranks.h"
@@ -96,7 +96,7 @@ struct Harness {
 
 std::shared_ptr<ft::Strategy> sharded(ft::ShardingPolicy p) { return std::make_shared<ft::ShardedStrategy>(p); }
 
-// Each unit's parameter count, model order (what ft/cost_model.h is given).
+// Each unit's parameter count, model order (what ft/parallel/cost_model.h is given).
 std::vector<int64_t> unit_sizes(const ft::EncoderModel& model) {
   std::vector<int64_t> out;
   for (const auto& unit : model.unit_parameters()) {

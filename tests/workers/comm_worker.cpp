@@ -30,11 +30,11 @@
 
 #include <ATen/ATen.h>
 
-#include "ft/comm.h"
-#include "ft/device_mesh.h"
-#include "ft/dist_env.h"
-#include "ft/error.h"
-#include "ft/launcher.h"
+#include "ft/comm/comm.h"
+#include "ft/comm/device_mesh.h"
+#include "ft/comm/dist_env.h"
+#include "ft/base/error.h"
+#include "ft/comm/launcher.h"
 
 namespace {
 

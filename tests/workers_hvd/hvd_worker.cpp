@@ -23,9 +23,9 @@
 
 #include <ATen/ATen.h>
 
-#include "ft/comm.h"
-#include "ft/dist_env.h"
-#include "ft/error.h"
+#include "ft/comm/comm.h"
+#include "ft/comm/dist_env.h"
+#include "ft/base/error.h"
 #include "ring.h"
 #include "fusion.h"
 #include "horovod_options.h"

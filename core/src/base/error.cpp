@@ -1,4 +1,4 @@
-#include "ft/error.h"
+#include "ft/base/error.h"
 
 namespace ft {
 

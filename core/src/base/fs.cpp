@@ -1,5 +1,5 @@
-// Crash-safe writes: temp name + fsync + rename (see ft/fs.h for the contract).
-#include "ft/fs.h"
+// Crash-safe writes: temp name + fsync + rename (see ft/base/fs.h for the contract).
+#include "ft/base/fs.h"
 
 #include <fcntl.h>
 #include <stdio.h>  // renameat2, RENAME_EXCHANGE (glibc >= 2.28)
@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "ft/error.h"
+#include "ft/base/error.h"
 
 namespace ft::fs {
 namespace stdfs = std::filesystem;

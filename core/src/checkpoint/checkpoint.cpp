@@ -1,18 +1,18 @@
-#include "ft/checkpoint.h"
+#include "ft/checkpoint/checkpoint.h"
 
 #include <algorithm>
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
-#include "ft/error.h"
-#include "ft/fs.h"
-#include "ft/adapter.h"
-#include "ft/lora.h"
-#include "ft/prompt_learning.h"
-#include "ft/safetensors.h"
-#include "ft/sentence_transformers.h"
-#include "ft/tokenizer.h"
+#include "ft/base/error.h"
+#include "ft/base/fs.h"
+#include "ft/model/adapter.h"
+#include "ft/model/lora.h"
+#include "ft/model/prompt_learning.h"
+#include "ft/io/safetensors.h"
+#include "ft/tasks/sentence_transformers.h"
+#include "ft/tokenizer/tokenizer.h"
 
 namespace ft {
 namespace fsys = std::filesystem;

@@ -1,6 +1,6 @@
-// CheckpointWriter (ft/checkpoint_writer.h): the Trainer's checkpoints on
+// CheckpointWriter (ft/checkpoint/checkpoint_writer.h): the Trainer's checkpoints on
 // disk, staged, verified, committed and rotated.
-#include "ft/checkpoint_writer.h"
+#include "ft/checkpoint/checkpoint_writer.h"
 
 #include <algorithm>
 #include <optional>
@@ -11,13 +11,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "ft/abilities.h"
-#include "ft/comm.h"
-#include "ft/error.h"
-#include "ft/events.h"
-#include "ft/fs.h"
-#include "ft/manifest.h"
-#include "ft/save_signals.h"
+#include "ft/parallel/abilities.h"
+#include "ft/comm/comm.h"
+#include "ft/base/error.h"
+#include "ft/observe/events.h"
+#include "ft/base/fs.h"
+#include "ft/io/manifest.h"
+#include "ft/checkpoint/save_signals.h"
 
 namespace ft {
 namespace fsys = std::filesystem;

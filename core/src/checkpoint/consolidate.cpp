@@ -1,18 +1,18 @@
-#include "ft/consolidate.h"
+#include "ft/checkpoint/consolidate.h"
 
 #include <map>
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
-#include "ft/error.h"
-#include "ft/fs.h"
-#include "ft/manifest.h"
-#include "ft/adapter.h"
-#include "ft/lora.h"
-#include "ft/model.h"
-#include "ft/prompt_learning.h"
-#include "ft/safetensors.h"
+#include "ft/base/error.h"
+#include "ft/base/fs.h"
+#include "ft/io/manifest.h"
+#include "ft/model/adapter.h"
+#include "ft/model/lora.h"
+#include "ft/model/model.h"
+#include "ft/model/prompt_learning.h"
+#include "ft/io/safetensors.h"
 
 namespace ft {
 namespace fsys = std::filesystem;

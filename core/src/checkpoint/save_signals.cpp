@@ -1,5 +1,5 @@
-// Interrupts held while a checkpoint is saved (ft/save_signals.h).
-#include "ft/save_signals.h"
+// Interrupts held while a checkpoint is saved (ft/checkpoint/save_signals.h).
+#include "ft/checkpoint/save_signals.h"
 
 #include <signal.h>
 #include <unistd.h>

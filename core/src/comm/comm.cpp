@@ -14,7 +14,7 @@
 #include <fmt/ranges.h>
 
 #include "comm_internal.h"
-#include "ft/error.h"
+#include "ft/base/error.h"
 #include "rendezvous_store.h"
 
 namespace ft {

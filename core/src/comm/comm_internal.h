@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "ft/comm.h"
+#include "ft/comm/comm.h"
 #include "compat.h"
 
 namespace ft {

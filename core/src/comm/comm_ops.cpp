@@ -8,7 +8,7 @@
 #include <ATen/ATen.h>
 
 #include "comm_internal.h"
-#include "ft/error.h"
+#include "ft/base/error.h"
 #include "inplace_scale.h"
 
 namespace ft {

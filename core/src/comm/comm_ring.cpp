@@ -6,7 +6,7 @@
 // whole input and a received copy of every chunk. The gradient buffer needs
 // less: its buckets are padded to a multiple of the world size and only this
 // rank's chunk must end up reduced, so the ring over send/recv (ft::Ring,
-// ft/ring.h) does it in place with one chunk of scratch: at step s (0 .. N-2) rank r sends chunk
+// ft/comm/ring.h) does it in place with one chunk of scratch: at step s (0 .. N-2) rank r sends chunk
 // (r - s - 1) mod N to its right neighbour and adds what its left one sends
 // into chunk (r - s - 2) mod N; after N-1 steps chunk r holds the sum of
 // every rank's chunk r. Each rank sends (N-1)/N of the bucket, the
@@ -29,8 +29,8 @@
 #include <c10/core/GradMode.h>
 
 #include "comm_internal.h"
-#include "ft/error.h"
-#include "ft/ring.h"
+#include "ft/base/error.h"
+#include "ft/comm/ring.h"
 #include "inplace_scale.h"
 
 namespace ft {

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "comm_internal.h"
-#include "ft/error.h"
+#include "ft/base/error.h"
 
 namespace ft {
 

@@ -1,12 +1,12 @@
 // DeviceMesh: row-major rank layout and one Comm::split per dimension.
-#include "ft/device_mesh.h"
+#include "ft/comm/device_mesh.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <set>
 
-#include "ft/comm.h"
-#include "ft/error.h"
+#include "ft/comm/comm.h"
+#include "ft/base/error.h"
 
 namespace ft {
 

@@ -1,4 +1,4 @@
-#include "ft/dist_env.h"
+#include "ft/comm/dist_env.h"
 
 #include <cerrno>
 #include <climits>
@@ -6,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-#include "ft/error.h"
+#include "ft/base/error.h"
 
 extern char** environ;
 

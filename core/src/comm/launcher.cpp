@@ -1,6 +1,6 @@
 // launch_workers(): fork/exec N workers, relay their output, stop them all
 // when one fails. See launcher.h for the contract.
-#include "ft/launcher.h"
+#include "ft/comm/launcher.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -27,8 +27,8 @@
 #include <optional>
 #include <thread>
 
-#include "ft/dist_env.h"
-#include "ft/error.h"
+#include "ft/comm/dist_env.h"
+#include "ft/base/error.h"
 #include "rank_relay.h"
 
 namespace ft {
@@ -429,7 +429,7 @@ class Supervisor {
 
   // Politely first (`sig`, SIGTERM by default), then SIGKILL; reaps everyone.
   // A worker outlives `sig` only while it finishes a checkpoint save
-  // (ft/save_signals.h), which it bounds itself: wait for that, unless the
+  // (ft/checkpoint/save_signals.h), which it bounds itself: wait for that, unless the
   // launcher is interrupted again (a second Ctrl-C abandons the save).
   void stop_all(int sig = SIGTERM) {
     if (!any_running()) return;

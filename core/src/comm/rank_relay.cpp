@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "ft/error.h"
+#include "ft/base/error.h"
 
 namespace ft {
 

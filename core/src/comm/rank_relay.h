@@ -1,5 +1,5 @@
 // The launcher's relay of one worker's output: whole lines, prefixed with
-// the rank, never interleaved with another rank's (ft/launcher.h "Output").
+// the rank, never interleaved with another rank's (ft/comm/launcher.h "Output").
 #pragma once
 
 #include <cstddef>

@@ -16,7 +16,7 @@
 #include <map>
 #include <thread>
 
-#include "ft/error.h"
+#include "ft/base/error.h"
 
 namespace ft {
 namespace {

@@ -1,9 +1,9 @@
-#include "ft/ring.h"
+#include "ft/comm/ring.h"
 
 #include <ATen/ATen.h>
 
-#include "ft/comm.h"
-#include "ft/error.h"
+#include "ft/comm/comm.h"
+#include "ft/base/error.h"
 
 namespace ft {
 namespace {

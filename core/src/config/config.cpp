@@ -1,7 +1,7 @@
 // Loading a RunConfig: YAML text -> tree -> --set overrides on the tree ->
 // typed struct -> validate(). Overrides go into the tree before conversion so
 // a value from the command line is type-checked exactly like one from a file.
-#include "ft/config.h"
+#include "ft/config/config.h"
 
 #include <algorithm>
 #include <charconv>
@@ -17,8 +17,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include "config_fields.h"
-#include "ft/config_import.h"
-#include "ft/error.h"
+#include "ft/config/config_import.h"
+#include "ft/base/error.h"
 #include "default_data.h"
 #include "ft_default_config_yaml.h"  // generated from configs/default.yaml
 

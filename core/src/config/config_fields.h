@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "ft/config.h"
+#include "ft/config/config.h"
 
 namespace ft::config_detail {
 

@@ -1,6 +1,6 @@
 // ConfigImports: reading each foreign file into a layer of ft values, and the
 // checks across files. The per-format mappings are import_*.cpp.
-#include "ft/config_import.h"
+#include "ft/config/config_import.h"
 
 #include <filesystem>
 #include <fstream>

@@ -14,10 +14,10 @@
 #include <torch/version.h>
 
 #include "config_fields.h"
-#include "ft/config.h"
-#include "ft/error.h"
-#include "ft/packed_attention.h"
-#include "ft/trace.h"
+#include "ft/config/config.h"
+#include "ft/base/error.h"
+#include "ft/base/torch_features.h"
+#include "ft/observe/trace.h"
 
 namespace ft {
 namespace {

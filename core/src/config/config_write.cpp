@@ -9,7 +9,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "config_fields.h"
-#include "ft/config.h"
+#include "ft/config/config.h"
 
 namespace ft {
 namespace {

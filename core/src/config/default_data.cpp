@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "ft/error.h"
+#include "ft/base/error.h"
 
 namespace ft {
 namespace fsys = std::filesystem;

@@ -5,7 +5,7 @@
 #include <functional>
 #include <string>
 
-#include "ft/config.h"
+#include "ft/config/config.h"
 
 namespace ft {
 

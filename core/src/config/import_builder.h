@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ft/config_import.h"
-#include "ft/error.h"
+#include "ft/config/config_import.h"
+#include "ft/base/error.h"
 
 namespace ft::config_import {
 

@@ -1,7 +1,7 @@
-// ft::OptionReader (ft/options.h). Compiled into ft_core so that every
+// ft::OptionReader (ft/config/options.h). Compiled into ft_core so that every
 // option error is thrown from the library that owns ft::Error, whichever
 // plugin asked.
-#include "ft/options.h"
+#include "ft/config/options.h"
 
 #include <algorithm>
 #include <cctype>
@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "ft/error.h"
+#include "ft/base/error.h"
 
 namespace ft {
 namespace {

@@ -2,7 +2,7 @@
 // every field the model reads, so a strategy cannot forget one.
 #include <ATen/ATen.h>
 
-#include "ft/types.h"
+#include "ft/base/types.h"
 
 namespace ft {
 

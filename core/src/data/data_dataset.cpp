@@ -10,11 +10,10 @@
 #include <ATen/ops/zeros.h>
 #include <c10/core/TensorOptions.h>
 
-#include "ft/data.h"
-#include "ft/error.h"
-#include "ft/safetensors.h"
-#include "ft/token_classification.h"  // kIgnoreLabel
-#include "ft/tokenizer.h"
+#include "ft/data/data.h"
+#include "ft/base/error.h"
+#include "ft/io/safetensors.h"
+#include "ft/tokenizer/tokenizer.h"
 
 namespace ft {
 namespace {

@@ -5,8 +5,8 @@
 #include <fstream>
 #include <utility>
 
-#include "ft/data.h"
-#include "ft/error.h"
+#include "ft/data/data.h"
+#include "ft/base/error.h"
 
 namespace ft {
 namespace {

@@ -9,8 +9,8 @@
 
 #include <fmt/format.h>
 
-#include "ft/error.h"
-#include "ft/sampler.h"
+#include "ft/base/error.h"
+#include "ft/data/sampler.h"
 
 namespace ft::data_detail {
 namespace {

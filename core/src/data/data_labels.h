@@ -1,6 +1,6 @@
 // Private to the text-data readers (data_read.cpp): what a row's label cell
 // holds, and the Collector that turns rows into TextData, deciding the
-// problem type (ft/problem_type.h) and the label ids as it goes.
+// problem type (ft/base/problem_type.h) and the label ids as it goes.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ft/data.h"
+#include "ft/data/data.h"
 
 namespace ft::data_detail {
 

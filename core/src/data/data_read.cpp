@@ -15,8 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ft/data.h"
-#include "ft/error.h"
+#include "ft/data/data.h"
+#include "ft/base/error.h"
 #include "data/data_labels.h"
 
 namespace ft {

@@ -2,9 +2,9 @@
 #include <cmath>
 #include <utility>
 
-#include "ft/data.h"
-#include "ft/error.h"
-#include "ft/sampler.h"
+#include "ft/data/data.h"
+#include "ft/base/error.h"
+#include "ft/data/sampler.h"
 
 namespace ft {
 

@@ -1,10 +1,10 @@
-#include "ft/sampler.h"
+#include "ft/data/sampler.h"
 
 #include <algorithm>
 #include <numeric>
 #include <random>
 
-#include "ft/error.h"
+#include "ft/base/error.h"
 
 namespace ft {
 namespace {

@@ -1,4 +1,4 @@
-#include "ft/manifest.h"
+#include "ft/io/manifest.h"
 
 #include <openssl/evp.h>
 
@@ -12,8 +12,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "ft/error.h"
-#include "ft/fs.h"
+#include "ft/base/error.h"
+#include "ft/base/fs.h"
 
 namespace ft {
 namespace fsys = std::filesystem;

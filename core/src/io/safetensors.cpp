@@ -1,5 +1,5 @@
-// safetensors: validating reader, reference-compatible writer (see ft/safetensors.h).
-#include "ft/safetensors.h"
+// safetensors: validating reader, reference-compatible writer (see ft/io/safetensors.h).
+#include "ft/io/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -16,8 +16,8 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
-#include "ft/error.h"
-#include "ft/fs.h"
+#include "ft/base/error.h"
+#include "ft/base/fs.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian; add byte swapping");
 

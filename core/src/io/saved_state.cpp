@@ -1,9 +1,9 @@
-#include "ft/saved_state.h"
+#include "ft/io/saved_state.h"
 
 #include <string_view>
 #include <utility>
 
-#include "ft/error.h"
+#include "ft/base/error.h"
 
 namespace ft {
 

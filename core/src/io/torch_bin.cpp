@@ -1,13 +1,13 @@
 // pytorch_model.bin via LibTorch's unpickler, with clear errors for what it cannot read.
-#include "ft/torch_bin.h"
+#include "ft/io/torch_bin.h"
 
 #include <cstring>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
-#include "ft/error.h"
-#include "ft/fs.h"
+#include "ft/base/error.h"
+#include "ft/base/fs.h"
 
 namespace ft {
 namespace {

@@ -7,7 +7,7 @@
 // end-of-backward callback (GradBuffer, ZeRO) therefore see the backward
 // they belong to, not the nested one below; and a layer whose input needs
 // no gradient (frozen embeddings) still trains its own weights.
-#include "ft/activation_checkpoint.h"
+#include "ft/model/activation_checkpoint.h"
 
 #include <mutex>
 #include <utility>

@@ -4,7 +4,7 @@
 // refusals, builds its embeddings and layers (HF's <Family>Model, BaseModel
 // here), initialises them as transformers does, and declares how tensor
 // parallelism cuts its Linears. What other code may read about it is its
-// EncoderFamily (ft/encoder_family.h).
+// EncoderFamily (ft/model/encoder_family.h).
 #pragma once
 
 #include <memory>
@@ -15,9 +15,9 @@
 #include <nlohmann/json.hpp>
 #include <torch/nn/modules/container/modulelist.h>
 
-#include "ft/encoder_family.h"
-#include "ft/error.h"
-#include "ft/model.h"
+#include "ft/model/encoder_family.h"
+#include "ft/base/error.h"
+#include "ft/model/model.h"
 #include "model/embeddings.h"
 #include "model/module_parts.h"
 
@@ -65,7 +65,7 @@ class Backbone {
   }
 
   virtual std::shared_ptr<BaseModelImpl> build(const BertConfig& c) const = 0;
-  // After the generic initialisation (ft/model.h, init_weights), in the
+  // After the generic initialisation (ft/model/model.h, init_weights), in the
   // model's parameter order: a family that starts otherwise.
   virtual void init(const torch::OrderedDict<std::string, at::Tensor>& params, const BertConfig& c) const {
     (void)params, (void)c;

@@ -1,4 +1,4 @@
-#include "ft/dropout.h"
+#include "ft/model/dropout.h"
 
 #include <algorithm>
 #include <array>

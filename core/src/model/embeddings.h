@@ -12,8 +12,8 @@
 #include <ATen/ATen.h>
 #include <torch/nn/modules/embedding.h>
 
-#include "ft/model.h"
-#include "ft/token_layout.h"
+#include "ft/model/model.h"
+#include "ft/model/token_layout.h"
 #include "model/module_parts.h"
 
 namespace ft {

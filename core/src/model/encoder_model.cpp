@@ -1,6 +1,6 @@
-// EncoderModel (ft/model.h): the pair of a backbone (backbone.h) and a head (heads/head.h),
+// EncoderModel (ft/model/model.h): the pair of a backbone (backbone.h) and a head (heads/head.h),
 // its unit structure, forward, prompt learning and initialisation.
-#include "ft/model.h"
+#include "ft/model/model.h"
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
@@ -8,8 +8,8 @@
 
 #include <fmt/ranges.h>
 
-#include "ft/activation_checkpoint.h"
-#include "ft/error.h"
+#include "ft/model/activation_checkpoint.h"
+#include "ft/base/error.h"
 #include "model/encoder_parts.h"
 
 namespace ft {

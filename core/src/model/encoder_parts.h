@@ -5,7 +5,7 @@
 #include <functional>
 #include <memory>
 
-#include "ft/model.h"
+#include "ft/model/model.h"
 #include "model/backbone.h"
 #include "model/heads/head.h"
 

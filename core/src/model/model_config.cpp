@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "ft/error.h"
-#include "ft/model.h"
+#include "ft/base/error.h"
+#include "ft/model/model.h"
 #include "model/backbone.h"
 
 namespace ft {

@@ -7,9 +7,9 @@
 #include <fmt/ranges.h>
 #include <torch/autograd.h>
 
-#include "ft/error.h"
-#include "ft/model.h"
-#include "ft/saved_state.h"
+#include "ft/base/error.h"
+#include "ft/model/model.h"
+#include "ft/io/saved_state.h"
 #include "text_affix.h"
 
 namespace ft {

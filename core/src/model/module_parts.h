@@ -12,11 +12,11 @@
 #include <ATen/ATen.h>
 #include <torch/nn/modules/dropout.h>
 
-#include "ft/dropout.h"
-#include "ft/error.h"
-#include "ft/model.h"
-#include "ft/packed_attention.h"
-#include "ft/token_layout.h"
+#include "ft/model/dropout.h"
+#include "ft/base/error.h"
+#include "ft/model/model.h"
+#include "ft/model/packed_attention.h"
+#include "ft/model/token_layout.h"
 
 namespace ft {
 namespace model_detail {
@@ -68,7 +68,7 @@ inline at::Tensor attend(const at::Tensor& scores, double scale_dim, const at::T
 // One encoder layer (units 1..L): [T + carried rows, hidden] in and out.
 struct EncoderLayer : torch::nn::Module {
   virtual at::Tensor forward(const at::Tensor& in, const TokenLayout& layout) = 0;
-  // After its weights were cut (ft/model.h, shard_tensor_parallel): compute
+  // After its weights were cut (ft/model/model.h, shard_tensor_parallel): compute
   // with `tp`, each head's dimensions split over `ranks_per_head` ranks
   // (1: this rank holds whole heads).
   virtual void set_tensor_parallel(const std::shared_ptr<const TensorParallelOps>& tp, int64_t ranks_per_head) = 0;

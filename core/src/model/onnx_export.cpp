@@ -1,8 +1,8 @@
-// EncoderModel -> ONNX graph (ft/onnx_export.h), from the model's HF-named
-// parameters and its family's declarations (ft/encoder_family.h): the names
+// EncoderModel -> ONNX graph (ft/model/onnx_export.h), from the model's HF-named
+// parameters and its family's declarations (ft/model/encoder_family.h): the names
 // the checkpoints carry, computed as the family's modules compute them in
 // eval mode, over a padded [batch, sequence] batch.
-#include "ft/onnx_export.h"
+#include "ft/model/onnx_export.h"
 
 #include <algorithm>
 #include <cctype>
@@ -17,10 +17,10 @@
 #include <nlohmann/json.hpp>
 #include <onnx/onnx_pb.h>
 
-#include "ft/encoder_family.h"
-#include "ft/error.h"
-#include "ft/fs.h"
-#include "ft/problem_type.h"
+#include "ft/model/encoder_family.h"
+#include "ft/base/error.h"
+#include "ft/base/fs.h"
+#include "ft/base/problem_type.h"
 #include "model/backbone.h"
 #include "model/backbones/deberta/relative_attention.h"
 #include "model/backbones/modernbert/modern_layer.h"

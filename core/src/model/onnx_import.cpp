@@ -1,7 +1,7 @@
-// ONNX graph -> BertModel weights and config (ft/onnx_import.h). The model
+// ONNX graph -> BertModel weights and config (ft/model/onnx_import.h). The model
 // is read with the ONNX project's own protobuf definitions (libonnx_proto,
 // the copy Debian's LibTorch loads too).
-#include "ft/onnx_import.h"
+#include "ft/model/onnx_import.h"
 
 #include <algorithm>
 #include <cmath>
@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <onnx/onnx_pb.h>
 
-#include "ft/error.h"
+#include "ft/base/error.h"
 #include "text_affix.h"
 
 namespace ft {

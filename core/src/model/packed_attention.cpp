@@ -1,4 +1,4 @@
-#include "ft/packed_attention.h"
+#include "ft/model/packed_attention.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -13,8 +13,8 @@
 #include <torch/autograd.h>
 
 #include "compat.h"
-#include "ft/dropout.h"
-#include "ft/error.h"
+#include "ft/model/dropout.h"
+#include "ft/base/error.h"
 
 namespace ft {
 namespace {
@@ -262,8 +262,6 @@ at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::
   const at::Tensor values = at::cat({prefix_v.to(v.scalar_type()), v}).index_select(0, index);
   return PackedAttentionFunction::apply(q.contiguous(), keys, values, lengths, heads, extra, keep, -1);
 }
-
-bool sdpa_available() { return compat::kHaveSdpa; }
 
 at::Tensor sdpa_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                           const at::Tensor& additive_mask, double dropout_p) {

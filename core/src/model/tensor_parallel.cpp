@@ -6,8 +6,8 @@
 #include <c10/core/GradMode.h>
 #include <fmt/format.h>
 
-#include "ft/error.h"
-#include "ft/model.h"
+#include "ft/base/error.h"
+#include "ft/model/model.h"
 #include "model/encoder_parts.h"
 #include "text_affix.h"
 

@@ -1,4 +1,4 @@
-#include "ft/token_layout.h"
+#include "ft/model/token_layout.h"
 
 #include <algorithm>
 #include <limits>

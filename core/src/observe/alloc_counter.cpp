@@ -1,4 +1,4 @@
-#include "ft/alloc_counter.h"
+#include "ft/observe/alloc_counter.h"
 
 #include <atomic>
 

@@ -1,4 +1,4 @@
-#include "ft/events.h"
+#include "ft/observe/events.h"
 
 #include <unistd.h>
 
@@ -9,9 +9,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "ft/error.h"
-#include "ft/run_report.h"
-#include "ft/tensorboard.h"
+#include "ft/base/error.h"
+#include "ft/observe/run_report.h"
+#include "ft/observe/tensorboard.h"
 
 namespace ft {
 namespace {

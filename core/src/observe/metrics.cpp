@@ -1,4 +1,4 @@
-#include "ft/metrics.h"
+#include "ft/observe/metrics.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 #include <utf8proc.h>
 
-#include "ft/error.h"
+#include "ft/base/error.h"
 
 namespace ft {
 namespace {

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "ft/metrics.h"
+#include "ft/observe/metrics.h"
 
 namespace ft {
 namespace {

@@ -1,4 +1,4 @@
-#include "ft/run_report.h"
+#include "ft/observe/run_report.h"
 
 #include <chrono>
 #include <ctime>
@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "ft/error.h"
-#include "ft/fs.h"
+#include "ft/base/error.h"
+#include "ft/base/fs.h"
 #include "ft_report_template_html.h"
 
 namespace ft {

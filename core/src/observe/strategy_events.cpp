@@ -1,4 +1,4 @@
-#include "ft/strategy_events.h"
+#include "ft/observe/strategy_events.h"
 
 #include <cstdio>
 

@@ -1,4 +1,4 @@
-#include "ft/tensorboard.h"
+#include "ft/observe/tensorboard.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "ft/error.h"
+#include "ft/base/error.h"
 
 namespace ft {
 namespace {

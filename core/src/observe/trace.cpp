@@ -1,4 +1,4 @@
-#include "ft/trace.h"
+#include "ft/observe/trace.h"
 
 #include <algorithm>
 #include <cctype>
@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "compat.h"
-#include "ft/error.h"
-#include "ft/fs.h"
+#include "ft/base/error.h"
+#include "ft/base/fs.h"
 
 namespace ft {
 namespace {

@@ -1,4 +1,4 @@
-#include "ft/optim.h"
+#include "ft/optim/optim.h"
 
 #include <c10/core/GradMode.h>
 #include <algorithm>
@@ -7,8 +7,8 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
-#include "ft/encoder_family.h"
-#include "ft/error.h"
+#include "ft/model/encoder_family.h"
+#include "ft/base/error.h"
 #include "inplace_scale.h"
 
 namespace ft {

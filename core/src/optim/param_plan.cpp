@@ -1,10 +1,10 @@
-#include "ft/param_plan.h"
+#include "ft/optim/param_plan.h"
 
 #include <cmath>
 
-#include "ft/error.h"
-#include "ft/model.h"
-#include "ft/optim.h"
+#include "ft/base/error.h"
+#include "ft/model/model.h"
+#include "ft/optim/optim.h"
 
 namespace ft {
 
@@ -28,6 +28,19 @@ bool glob_match(const std::string& pattern, const std::string& name) {
   }
   while (p < pattern.size() && pattern[p] == '*') ++p;
   return p == pattern.size();
+}
+
+OptimizerSpec optimizer_spec(const TrainConfig& t) {
+  OptimizerSpec spec;
+  spec.kind = t.optimizer == "sgd" ? OptimizerKind::SGD : OptimizerKind::AdamW;
+  spec.lr = t.lr;
+  spec.beta1 = t.beta1;
+  spec.beta2 = t.beta2;
+  spec.eps = t.eps;
+  spec.weight_decay = t.weight_decay;
+  spec.momentum = t.momentum;
+  spec.decay_bias_and_norm = t.decay_bias_and_norm;
+  return spec;
 }
 
 ParamPlan build_param_plan(const EncoderModel& model, const TrainConfig& train,

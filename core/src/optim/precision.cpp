@@ -1,4 +1,4 @@
-#include "ft/precision.h"
+#include "ft/optim/precision.h"
 
 #include <algorithm>
 
@@ -6,7 +6,7 @@
 #include <ATen/autocast_mode.h>
 
 #include "compat.h"
-#include "ft/error.h"
+#include "ft/base/error.h"
 
 namespace ft {
 

@@ -1,14 +1,14 @@
-// The memory / α-β cost model's arithmetic (formulas in ft/cost_model.h);
+// The memory / α-β cost model's arithmetic (formulas in ft/parallel/cost_model.h);
 // which strategy holds and moves what is each plugin's MemoryModel.
 #include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
 
-#include "ft/cost_model.h"
-#include "ft/error.h"
-#include "ft/model.h"
-#include "ft/types.h"
+#include "ft/parallel/cost_model.h"
+#include "ft/base/error.h"
+#include "ft/model/model.h"
+#include "ft/base/types.h"
 
 namespace ft {
 namespace {

@@ -10,12 +10,12 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include "ft/cost_model.h"
+#include "ft/parallel/cost_model.h"
 #include "compat.h"
-#include "ft/error.h"
-#include "ft/flat_param_group.h"
-#include "ft/model.h"
-#include "ft/trace.h"
+#include "ft/base/error.h"
+#include "ft/parallel/flat_param_group.h"
+#include "ft/model/model.h"
+#include "ft/observe/trace.h"
 
 namespace ft {
 

@@ -1,6 +1,6 @@
 // FlatParamGroup: construction and the parameter side (gather before use,
 // prefetch, reshard). The gradient side is flat_param_grads.cpp.
-#include "ft/flat_param_group.h"
+#include "ft/parallel/flat_param_group.h"
 
 #include <c10/core/GradMode.h>
 #include <algorithm>
@@ -8,9 +8,9 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/function.h>
 
-#include "ft/error.h"
-#include "ft/model.h"
-#include "ft/trace.h"
+#include "ft/base/error.h"
+#include "ft/model/model.h"
+#include "ft/observe/trace.h"
 
 namespace ft {
 

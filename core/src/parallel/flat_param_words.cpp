@@ -15,8 +15,8 @@
 #include <torch/csrc/autograd/functions/utils.h>
 
 #include "compat.h"
-#include "ft/error.h"
-#include "ft/flat_param_group.h"
+#include "ft/base/error.h"
+#include "ft/parallel/flat_param_group.h"
 
 namespace ft {
 

@@ -1,4 +1,4 @@
-#include "ft/flat_shard.h"
+#include "ft/parallel/flat_shard.h"
 
 #include <c10/core/GradMode.h>
 #include <map>
@@ -8,7 +8,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "ft/error.h"
+#include "ft/base/error.h"
 
 namespace ft {
 namespace {

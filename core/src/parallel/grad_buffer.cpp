@@ -1,4 +1,4 @@
-#include "ft/grad_buffer.h"
+#include "ft/parallel/grad_buffer.h"
 
 #include <c10/core/GradMode.h>
 #include <algorithm>
@@ -11,9 +11,9 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "compat.h"
-#include "ft/error.h"
+#include "ft/base/error.h"
 #include "inplace_scale.h"
-#include "ft/trace.h"
+#include "ft/observe/trace.h"
 
 namespace ft {
 

@@ -1,13 +1,13 @@
-#include "ft/param_sync.h"
+#include "ft/parallel/param_sync.h"
 
 #include <c10/core/GradMode.h>
 #include <cmath>
 
 #include <ATen/ATen.h>
 
-#include "ft/comm.h"
-#include "ft/optim.h"
-#include "ft/precision.h"
+#include "ft/comm/comm.h"
+#include "ft/optim/optim.h"
+#include "ft/optim/precision.h"
 
 namespace ft {
 

@@ -1,4 +1,4 @@
-#include "ft/replicated_strategy.h"
+#include "ft/parallel/replicated_strategy.h"
 
 #include <c10/core/GradMode.h>
 #include <cmath>
@@ -6,12 +6,12 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
-#include "ft/comm.h"
-#include "ft/error.h"
-#include "ft/model.h"
-#include "ft/param_plan.h"
-#include "ft/param_sync.h"
-#include "ft/precision.h"
+#include "ft/comm/comm.h"
+#include "ft/base/error.h"
+#include "ft/model/model.h"
+#include "ft/optim/param_plan.h"
+#include "ft/parallel/param_sync.h"
+#include "ft/optim/precision.h"
 
 namespace ft {
 

@@ -1,12 +1,12 @@
-// row_sparse_allreduce_hook (ft/grad_buffer.h): the embedding table's
+// row_sparse_allreduce_hook (ft/parallel/grad_buffer.h): the embedding table's
 // gradient averaged over the rows some rank touched, not over all of them.
 #include <c10/core/GradMode.h>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
-#include "ft/error.h"
-#include "ft/grad_buffer.h"
+#include "ft/base/error.h"
+#include "ft/parallel/grad_buffer.h"
 
 namespace ft {
 namespace {

@@ -1,9 +1,9 @@
-#include "ft/strategy.h"
+#include "ft/parallel/strategy.h"
 
-#include "ft/abilities.h"
+#include "ft/parallel/abilities.h"
 
-#include "ft/model.h"
-#include "ft/param_plan.h"
+#include "ft/model/model.h"
+#include "ft/optim/param_plan.h"
 
 namespace ft {
 

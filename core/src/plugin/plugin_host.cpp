@@ -1,4 +1,4 @@
-#include "ft/plugin_host.h"
+#include "ft/plugin/plugin_host.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -11,8 +11,8 @@
 #include <boost/dll/shared_library.hpp>
 #include <fmt/format.h>
 
-#include "ft/error.h"
-#include "ft/plugin.h"
+#include "ft/base/error.h"
+#include "ft/plugin/plugin.h"
 
 namespace ft {
 

@@ -1,12 +1,12 @@
-#include "ft/batched_inference.h"
+#include "ft/tasks/batched_inference.h"
 
 #include <algorithm>
 #include <numeric>
 
 #include <ATen/ATen.h>
 
-#include "ft/data.h"
-#include "ft/error.h"
+#include "ft/data/data.h"
+#include "ft/base/error.h"
 
 namespace ft {
 

@@ -1,4 +1,4 @@
-#include "ft/class_loss.h"
+#include "ft/tasks/class_loss.h"
 
 #include <algorithm>
 
@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "ft/error.h"
+#include "ft/base/error.h"
 
 namespace ft {
 

@@ -4,8 +4,8 @@
 #include <map>
 #include <set>
 
-#include "ft/error.h"
-#include "ft/token_classification.h"
+#include "ft/base/error.h"
+#include "ft/tasks/token_classification.h"
 
 namespace ft {
 namespace entity_metrics {

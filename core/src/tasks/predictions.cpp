@@ -1,10 +1,10 @@
-// `ft predict`'s inputs and records (ft/predictions.h).
-#include "ft/predictions.h"
+// `ft predict`'s inputs and records (ft/tasks/predictions.h).
+#include "ft/tasks/predictions.h"
 
 #include <ATen/ATen.h>
 
-#include "ft/error.h"
-#include "ft/token_classification.h"
+#include "ft/base/error.h"
+#include "ft/tasks/token_classification.h"
 
 namespace ft {
 namespace {

@@ -1,6 +1,6 @@
 // Reading and writing sentence-transformers' module files (see
-// ft/sentence_transformers.h).
-#include "ft/sentence_transformers.h"
+// ft/tasks/sentence_transformers.h).
+#include "ft/tasks/sentence_transformers.h"
 
 #include <algorithm>
 #include <string>
@@ -8,10 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ft/error.h"
-#include "ft/fs.h"
-#include "ft/safetensors.h"
-#include "ft/torch_bin.h"
+#include "ft/base/error.h"
+#include "ft/base/fs.h"
+#include "ft/io/safetensors.h"
+#include "ft/io/torch_bin.h"
 
 namespace ft {
 namespace fsys = std::filesystem;

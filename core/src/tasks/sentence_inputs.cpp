@@ -6,11 +6,11 @@
 
 #include <fmt/ranges.h>
 
-#include "data/run_inputs_detail.h"
-#include "ft/error.h"
-#include "ft/sampler.h"
-#include "ft/sentence_pairs.h"
-#include "ft/sentence_transformers.h"
+#include "tasks/run_inputs_detail.h"
+#include "ft/base/error.h"
+#include "ft/data/sampler.h"
+#include "ft/tasks/sentence_pairs.h"
+#include "ft/tasks/sentence_transformers.h"
 
 namespace ft::detail {
 namespace fsys = std::filesystem;

@@ -1,7 +1,7 @@
-// Sentence-embedding data (ft/sentence_pairs.h). Each column is read with the
+// Sentence-embedding data (ft/tasks/sentence_pairs.h). Each column is read with the
 // text reader (every format, row numbering and UTF-8 check of
 // read_text_data), and each is tokenized by a text dataset of its own.
-#include "ft/sentence_pairs.h"
+#include "ft/tasks/sentence_pairs.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,8 +14,8 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "ft/error.h"
-#include "ft/safetensors.h"
+#include "ft/base/error.h"
+#include "ft/io/safetensors.h"
 
 namespace ft {
 namespace {

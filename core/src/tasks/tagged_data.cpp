@@ -11,10 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/tokenizer_text.h"
-#include "ft/error.h"
-#include "ft/fs.h"
-#include "ft/token_classification.h"
+#include "tokenizer/tokenizer_text.h"
+#include "ft/base/error.h"
+#include "ft/base/fs.h"
+#include "ft/tasks/token_classification.h"
 
 namespace ft {
 namespace tagged {

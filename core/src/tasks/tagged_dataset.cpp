@@ -1,14 +1,14 @@
 // Word/tag rows as a Dataset: each row's words through the tokenizer's
-// encode_words, its tags onto the tokens (ft/token_classification.h), and
+// encode_words, its tags onto the tokens (ft/tasks/token_classification.h), and
 // the labelled tokens' positions in the batch (set_token_labels).
 #include <algorithm>
 #include <cstring>
 
 #include <ATen/ATen.h>
 
-#include "ft/data.h"
-#include "ft/error.h"
-#include "ft/token_classification.h"
+#include "ft/data/data.h"
+#include "ft/base/error.h"
+#include "ft/tasks/token_classification.h"
 
 namespace ft {
 namespace {

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "ft/error.h"
-#include "ft/token_classification.h"
+#include "ft/base/error.h"
+#include "ft/tasks/token_classification.h"
 
 namespace ft {
 namespace token_labels {

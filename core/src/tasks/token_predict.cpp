@@ -1,10 +1,10 @@
 // `ft predict` for token classification: raw text -> words with their byte
-// spans -> tokens with byte offsets -> entities (ft/token_classification.h).
+// spans -> tokens with byte offsets -> entities (ft/tasks/token_classification.h).
 #include <numeric>
 
-#include "data/tokenizer_text.h"
-#include "ft/error.h"
-#include "ft/token_classification.h"
+#include "tokenizer/tokenizer_text.h"
+#include "ft/base/error.h"
+#include "ft/tasks/token_classification.h"
 
 namespace ft {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <ATen/ATen.h>
 
-#include "ft/comm.h"
+#include "ft/comm/comm.h"
 
 namespace ft {
 

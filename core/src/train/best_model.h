@@ -7,9 +7,9 @@
 #include <string>
 #include <utility>
 
-#include "ft/checkpoint.h"
-#include "ft/config.h"
-#include "ft/metrics.h"
+#include "ft/checkpoint/checkpoint.h"
+#include "ft/config/config.h"
+#include "ft/observe/metrics.h"
 
 namespace ft {
 

@@ -2,8 +2,8 @@
 
 #include <sys/resource.h>
 
-#include "ft/error.h"
-#include "ft/trainer.h"
+#include "ft/base/error.h"
+#include "ft/train/trainer.h"
 
 namespace ft {
 

@@ -2,9 +2,9 @@
 // components the trainer builds (the precision's loss scaler, the tracer).
 #pragma once
 
-#include "ft/config.h"
-#include "ft/precision.h"
-#include "ft/trace.h"
+#include "ft/config/config.h"
+#include "ft/optim/precision.h"
+#include "ft/observe/trace.h"
 
 namespace ft {
 

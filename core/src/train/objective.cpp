@@ -1,5 +1,5 @@
 // The two objectives: sequence classification and masked-LM pretraining.
-#include "ft/objective.h"
+#include "ft/train/objective.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,18 +10,18 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "ft/class_loss.h"
-#include "ft/comm.h"
-#include "ft/error.h"
-#include "ft/events.h"
-#include "ft/mlm.h"
-#include "ft/sampler.h"
-#include "ft/strategy.h"
+#include "ft/tasks/class_loss.h"
+#include "ft/comm/comm.h"
+#include "ft/base/error.h"
+#include "ft/observe/events.h"
+#include "ft/tasks/mlm.h"
+#include "ft/data/sampler.h"
+#include "ft/parallel/strategy.h"
 
 namespace ft {
 namespace {
 
-// Sequence classification of every problem type (ft/problem_type.h): the
+// Sequence classification of every problem type (ft/base/problem_type.h): the
 // losses transformers' XForSequenceClassification takes for each.
 class Classification final : public Objective {
  public:
@@ -55,7 +55,7 @@ class Classification final : public Objective {
       if (n == 0) continue;
       outputs.push_back(logits.narrow(0, 0, n).to(at::kCPU, at::kFloat));
       labels.push_back(batch.labels.narrow(0, 0, n));
-      if (weighted()) {  // the training loss's weighted mean (ft/class_loss.h)
+      if (weighted()) {  // the training loss's weighted mean (ft/tasks/class_loss.h)
         const auto terms = class_loss_terms(outputs.back(), labels.back(), class_loss_);
         loss_sum += terms.losses.sum().item<double>();
         weight_sum += terms.weights.sum().item<double>();
@@ -146,7 +146,7 @@ class Classification final : public Objective {
   }
 
   // Every row's sigmoid scores and true labels, gathered: the decisions at
-  // the threshold are counted from them (ft/metrics.h), and the ROC / PR
+  // the threshold are counted from them (ft/observe/metrics.h), and the ROC / PR
   // areas computed over them.
   ClassificationReport multi_label(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& labels,
                                    int64_t k, Comm& comm, double mean_loss) const {
@@ -178,20 +178,13 @@ class Classification final : public Objective {
   ClassLossOptions class_loss_;
 };
 
-class MaskedLm final : public Objective {
+class MaskedLm final : public TokenLevelObjective {
  public:
   explicit MaskedLm(MaskingOptions masking) : masking_(std::move(masking)) {}
 
   Batch batch(const Dataset& data, const std::vector<int64_t>& rows, int64_t epoch) const override {
     return mask_tokens(data.collate(rows), rows, epoch, masking_);
   }
-  at::Tensor loss(const at::Tensor& logits, const Batch& batch) const override {
-    return at::cross_entropy_loss(logits, batch.labels.to(logits.device()), {}, at::Reduction::Sum);
-  }
-  double step_divisor(const std::vector<Batch>& micro_batches, Comm& comm) const override {
-    return global_token_divisor(micro_batches, comm);
-  }
-
   // Loss and accuracy over the masked tokens of the dev rows, masked the
   // same way at every evaluation (kEvalMaskEpoch).
   ClassificationReport evaluate(Strategy& strategy, const Dataset& dev, Comm& comm, EventLog& events,
@@ -281,7 +274,11 @@ ClassLossOptions class_loss_options(const RunConfig& config, const RunInputs& in
 
 }  // namespace
 
-double global_token_divisor(const std::vector<Batch>& micro_batches, Comm& comm) {
+at::Tensor TokenLevelObjective::loss(const at::Tensor& logits, const Batch& batch) const {
+  return at::cross_entropy_loss(logits, batch.labels.to(logits.device()), {}, at::Reduction::Sum);
+}
+
+double TokenLevelObjective::step_divisor(const std::vector<Batch>& micro_batches, Comm& comm) const {
   double tokens = 0;
   for (const auto& b : micro_batches) tokens += static_cast<double>(b.labels.numel());
   if (comm.world_size() > 1) {

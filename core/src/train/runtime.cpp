@@ -1,4 +1,4 @@
-#include "ft/runtime.h"
+#include "ft/train/runtime.h"
 
 #include <dlfcn.h>
 #include <sched.h>

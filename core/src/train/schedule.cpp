@@ -1,10 +1,10 @@
-// The learning-rate schedule (ft/trainer.h: scheduled_lr): warm-up (linear
+// The learning-rate schedule (ft/train/trainer.h: scheduled_lr): warm-up (linear
 // or DeepSpeed's log ramp), then constant, linear or cosine decay to 0.
 #include <algorithm>
 #include <cmath>
 
-#include "ft/config.h"
-#include "ft/trainer.h"
+#include "ft/config/config.h"
+#include "ft/train/trainer.h"
 
 namespace ft {
 

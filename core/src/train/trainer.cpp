@@ -1,4 +1,4 @@
-#include "ft/trainer.h"
+#include "ft/train/trainer.h"
 
 #include <algorithm>
 #include <chrono>
@@ -12,20 +12,20 @@
 #include <torch/autograd.h>
 #include <torch/cuda.h>
 
-#include "ft/checkpoint.h"
-#include "ft/checkpoint_writer.h"
-#include "ft/error.h"
-#include "ft/fs.h"
-#include "ft/model.h"
-#include "ft/objective.h"
-#include "ft/optim.h"
-#include "ft/param_plan.h"
-#include "ft/precision.h"
-#include "ft/runtime.h"
-#include "ft/sampler.h"
-#include "ft/trace.h"
-#include "ft/tuning_method.h"
-#include "ft/abilities.h"
+#include "ft/checkpoint/checkpoint.h"
+#include "ft/checkpoint/checkpoint_writer.h"
+#include "ft/base/error.h"
+#include "ft/base/fs.h"
+#include "ft/model/model.h"
+#include "ft/train/objective.h"
+#include "ft/optim/optim.h"
+#include "ft/optim/param_plan.h"
+#include "ft/optim/precision.h"
+#include "ft/train/runtime.h"
+#include "ft/data/sampler.h"
+#include "ft/observe/trace.h"
+#include "ft/train/tuning_method.h"
+#include "ft/parallel/abilities.h"
 #include "best_model.h"
 #include "component_options.h"
 
@@ -93,6 +93,8 @@ struct Trainer::Impl {
     ctx.seed = config.train.seed;
     ctx.threads = at::get_num_threads();
     ctx.options = config.strategy.options;
+    ctx.batch_rows = config.train.batch_size;
+    ctx.seq_len = config.data.max_seq_len;
     ctx.trace = &tracer;
     ctx.events.listen([&log = events](const StrategyEvent& e) { log.strategy(e); });
 
@@ -113,15 +115,7 @@ struct Trainer::Impl {
     // LoRA, adapters, prompt and prefix tuning each decide what trains (the rest is frozen).
     const AppliedMethod method = apply_tuning_method(*model, config, inputs.tokenizer.get());
     const auto& t = config.train;
-    OptimizerSpec spec;
-    spec.kind = t.optimizer == "sgd" ? OptimizerKind::SGD : OptimizerKind::AdamW;
-    spec.lr = t.lr;
-    spec.beta1 = t.beta1;
-    spec.beta2 = t.beta2;
-    spec.eps = t.eps;
-    spec.weight_decay = t.weight_decay;
-    spec.momentum = t.momentum;
-    spec.decay_bias_and_norm = t.decay_bias_and_norm;
+    const OptimizerSpec spec = optimizer_spec(t);
     const ParamPlan plan = build_param_plan(*model, t, method.trainable);
     if (!method.note.empty()) events.info(method.note);
     model->set_activation_checkpointing(t.activation_checkpointing);  // before setup: dp copies both to replicas

@@ -1,13 +1,13 @@
-#include "ft/tuning_method.h"
+#include "ft/train/tuning_method.h"
 
 #include <fmt/format.h>
 
-#include "ft/adapter.h"
-#include "ft/checkpoint.h"
-#include "ft/lora.h"
-#include "ft/model.h"
-#include "ft/prompt_learning.h"
-#include "ft/tokenizer.h"
+#include "ft/model/adapter.h"
+#include "ft/checkpoint/checkpoint.h"
+#include "ft/model/lora.h"
+#include "ft/model/model.h"
+#include "ft/model/prompt_learning.h"
+#include "ft/tokenizer/tokenizer.h"
 
 namespace ft {
 

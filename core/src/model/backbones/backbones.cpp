@@ -1,8 +1,8 @@
 // The registry of backbones by model_type: one line per family.
 #include <fmt/ranges.h>
 
-#include "ft/encoder_family.h"
-#include "ft/error.h"
+#include "ft/model/encoder_family.h"
+#include "ft/base/error.h"
 #include "model/backbones/backbones.h"
 
 namespace ft {

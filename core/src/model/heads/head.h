@@ -12,10 +12,10 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
-#include "ft/error.h"
-#include "ft/model.h"
-#include "ft/token_layout.h"
-#include "ft/types.h"
+#include "ft/base/error.h"
+#include "ft/model/model.h"
+#include "ft/model/token_layout.h"
+#include "ft/base/types.h"
 #include "model/backbone.h"
 
 namespace ft {

@@ -1,4 +1,4 @@
-#include "ft/lora.h"
+#include "ft/model/lora.h"
 
 #include <cmath>
 #include <map>
@@ -11,10 +11,10 @@
 #include <torch/autograd.h>
 #include <torch/nn/modules/dropout.h>
 
-#include "ft/error.h"
-#include "ft/fs.h"
-#include "ft/model.h"
-#include "ft/safetensors.h"
+#include "ft/base/error.h"
+#include "ft/base/fs.h"
+#include "ft/model/model.h"
+#include "ft/io/safetensors.h"
 #include "model/peft/peft_files.h"
 #include "text_affix.h"
 

@@ -1,4 +1,4 @@
-#include "ft/prompt_learning.h"
+#include "ft/model/prompt_learning.h"
 
 #include <algorithm>
 #include <map>
@@ -10,10 +10,10 @@
 #include <nlohmann/json.hpp>
 #include <torch/autograd.h>
 
-#include "ft/error.h"
-#include "ft/fs.h"
-#include "ft/model.h"
-#include "ft/safetensors.h"
+#include "ft/base/error.h"
+#include "ft/base/fs.h"
+#include "ft/model/model.h"
+#include "ft/io/safetensors.h"
 #include "model/peft/peft_files.h"
 #include "text_affix.h"
 

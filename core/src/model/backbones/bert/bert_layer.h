@@ -14,10 +14,10 @@
 #include <ATen/ATen.h>
 #include <torch/nn/modules/dropout.h>
 
-#include "ft/error.h"
-#include "ft/model.h"
-#include "ft/packed_attention.h"
-#include "ft/token_layout.h"
+#include "ft/base/error.h"
+#include "ft/model/model.h"
+#include "ft/model/packed_attention.h"
+#include "ft/model/token_layout.h"
 #include "model/backbone.h"
 #include "model/module_parts.h"
 

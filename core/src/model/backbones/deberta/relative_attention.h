@@ -22,8 +22,8 @@
 #include <torch/autograd.h>
 #include <torch/nn/modules/dropout.h>
 
-#include "ft/model.h"
-#include "ft/token_layout.h"
+#include "ft/model/model.h"
+#include "ft/model/token_layout.h"
 #include "model/backbones/bert/bert_layer.h"
 
 namespace ft {

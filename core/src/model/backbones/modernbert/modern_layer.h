@@ -18,7 +18,7 @@
 
 #include <ATen/ATen.h>
 
-#include "ft/packed_attention.h"
+#include "ft/model/packed_attention.h"
 #include "model/module_parts.h"
 
 namespace ft {

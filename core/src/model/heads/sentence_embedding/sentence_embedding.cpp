@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "ft/sentence_transformers.h"
+#include "ft/model/model.h"
 #include "model/heads/head.h"
 
 namespace ft {
@@ -80,7 +80,7 @@ std::unique_ptr<Head> make_sentence_embedding(torch::nn::Module& root, BaseModel
   }
   if (base.final_norm) head->final_norm = head->register_module("final_norm", base.final_norm);
   if (c.sentence.dense_out > 0) {
-    // Registered at the root under ft's name (ft/sentence_transformers.h);
+    // Registered at the root under ft's name (kSentenceDenseWeight, ft/model/model.h);
     // sentence-transformers keeps it in its own folder.
     head->dense = register_at(root, "sentence_dense.linear",
                               Linear(c.hidden_size, c.sentence.dense_out, c.sentence.dense_bias).ptr());

@@ -1,0 +1,53 @@
+// Attention of each sequence on its own, straight on packed tokens (CPU).
+//
+// q, k, v are [T, heads * d] with the batch's sequences stacked row after row
+// (TokenLayout's packed order; every row a sequence keeps is attended).
+// Sequence b's scores are [heads, len_b, len_b]: no padding at all, so the
+// attention FLOPs are sum(len_b^2) instead of rows * width^2 (0.45x on the
+// mini bench rows, 0.16x on the seeds' Weibo rows). One autograd node runs
+// every sequence: softmax probabilities (fp32) are the only saved
+// activation besides q, k, v, and the dropout mask on them is recomputed
+// from its seed in backward (ft/model/dropout.h). Sequences are spread over the
+// intra-op threads longest-first, each thread running its share serially.
+//
+// Kernels: each head's GEMMs are BLAS `sgemm_` calls reading the packed rows
+// in place (row stride heads * d); softmax, dropout and the softmax backward
+// are plain loops: no copies and no per-op dispatch, which at ~100 small ops
+// per sequence would cost more than the FLOPs. Everything is fp32, also under
+// bf16 autocast (inputs are widened once, the result is cast back).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "ft/base/torch_features.h"  // sdpa_available()
+
+namespace ft {
+
+// True when a BLAS `sgemm_` is mapped into the process (Debian's LibTorch maps
+// the libblas.so.3 alternative; a LibTorch wheel may map none). Without it the
+// model uses its padded-width attention instead.
+bool packed_attention_available();
+
+// With prefix_k / prefix_v [P, heads * d] (prefix tuning), every sequence's
+// queries also attend to those P keys and values, placed before its own
+// (scores [heads, len_b, P + len_b]); their gradients sum over the sequences.
+//
+// window >= 0 (ModernBERT's local layers): query i attends only to keys j of
+// its own sequence with |i - j| <= window; the others get probability 0.
+// Not with a prefix.
+at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const std::vector<int64_t>& lengths, int64_t heads, double dropout_p, bool train,
+                            const at::Tensor& prefix_k = {}, const at::Tensor& prefix_v = {}, int64_t window = -1);
+
+// LibTorch's scaled_dot_product_attention (2.0 and newer; sdpa_available()):
+// q, k, v [rows, heads, L|S, d], additive_mask broadcastable to
+// [rows, heads, L, S] (0 attended, the dtype's lowest not), scores scaled by
+// 1/sqrt(d). Dropout on the probabilities is LibTorch's own (its generator),
+// not ft's counter-based mask.
+at::Tensor sdpa_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& additive_mask, double dropout_p);
+
+}  // namespace ft
