@@ -99,7 +99,7 @@ void PipelineStrategy::setup(std::shared_ptr<EncoderModel> model, const Optimize
     trainable_.push_back(s.param);
     if (owns(model_->unit_of(s.name))) norm_params_.push_back(s.param);
   }
-  optimizer_ = std::make_unique<TensorOptimizer>(optimizer, std::move(slots));
+  optimizer_ = std::make_unique<SplitOptimizer>(optimizer, std::move(slots));
   if (!tied_units.empty()) {
     std::vector<std::vector<int>> groups;
     for (int s = 0; s + 1 < stages_; ++s) {
@@ -113,7 +113,6 @@ void PipelineStrategy::setup(std::shared_ptr<EncoderModel> model, const Optimize
           if (t.requires_grad()) tied_.push_back(t);
   }
   free_other_units();
-  norm_buf_ = at::zeros({1}, at::kDouble);
   runner_ = std::make_unique<Runner>(this);
   model_->set_unit_runner(runner_.get());
   if (world.rank() == 0) report_stages();
@@ -302,14 +301,11 @@ StepResult PipelineStrategy::step(const StepOptions& options) {
   std::vector<at::Tensor> grads, owned;
   for (const auto& p : trainable_) grads.push_back(p.grad());
   for (const auto& p : norm_params_) owned.push_back(p.grad());
-  const StepResult result = update_from_grads(grads, *ctx_->precision, *optimizer_, options, &pipe(), [&] {
-    // Stages own disjoint parameters: the global norm sums their squares
-    // (a replica's equal gradient counts at its owner only).
-    norm_buf_.fill_(grad_norm_squared(owned));
-    // The wait here is the end of the bubble: stage 0's last backward.
-    if (stages_ > 1) idle([&] { pipe().all_reduce(norm_buf_, ReduceOp::Sum); });
-    return norm_buf_.item<double>();
-  });
+  // Stages own disjoint parameters: the global norm sums their squares (a
+  // replica's equal gradient counts at its owner only). The wait for it is
+  // the end of the bubble: stage 0's last backward.
+  const StepResult result = optimizer_->update(grads, *ctx_->precision, options, &pipe(), owned, {},
+                                               [&](const std::function<void()>& reduce) { idle(reduce); });
   end_step_timing();
   return result;
 }

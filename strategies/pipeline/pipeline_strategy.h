@@ -50,6 +50,7 @@
 #include "ft/comm/comm.h"
 #include "ft/comm/device_mesh.h"
 #include "ft/optim/optim.h"
+#include "ft/parallel/param_sync.h"
 #include "ft/parallel/strategy.h"
 
 namespace ft {
@@ -144,7 +145,7 @@ class PipelineStrategy final : public Strategy, public DataParallelGroup, public
   std::vector<int> bounds_;  // first unit of each stage, then the unit count
   int stage_ = 0, stages_ = 1, first_ = 0, end_ = 0;
   std::unique_ptr<Runner> runner_;
-  std::unique_ptr<TensorOptimizer> optimizer_;
+  std::unique_ptr<SplitOptimizer> optimizer_;
   std::vector<at::Tensor> trainable_;  // this stage's (replicas included), in model order
   // Tied weights (ft pretrain): the last stage keeps a replica of each unit
   // its units read; the replica's owner and the last stage sum those units'
@@ -166,7 +167,6 @@ class PipelineStrategy final : public Strategy, public DataParallelGroup, public
   };
   std::vector<Send> activation_sends_;  // this micro-batch's; done once its logits arrive
   std::vector<Send> gradient_sends_;    // done by the end of the step's last backward
-  at::Tensor norm_buf_;
 
   // The bubble: time this stage waits on its neighbours (receives and the
   // logits broadcast) over the step's wall time, from the second step on

@@ -136,9 +136,8 @@ void ShardedStrategy::setup(std::shared_ptr<EncoderModel> model, const Optimizer
     const ParamSettings s = it == plan.end() ? ParamSettings{} : it->second;
     slots.push_back({e.name, f.shard().narrow(0, r.piece.offset_in_shard, r.piece.numel), s.weight_decay, s.lr_scale});
   }
-  optimizer_ = std::make_unique<TensorOptimizer>(optimizer, std::move(slots));
+  optimizer_ = std::make_unique<SplitOptimizer>(optimizer, std::move(slots));
   if (!policy_.grads_sharded) build_grad_buffer();
-  norm_buf_ = at::zeros({1}, at::kDouble);
 }
 
 void ShardedStrategy::build_group(const ParamPlan& plan) {
@@ -225,16 +224,7 @@ StepResult ShardedStrategy::step(const StepOptions& options) {
   if (grad_buffer_) grad_buffer_->finish_sync();
   const auto grads = slot_grads();
   // Replicas hold the same averaged shards, so the shard group decides alone.
-  Comm* overflow = shard_world() > 1 ? &comm : nullptr;
-  const StepResult result = update_from_grads(grads, *ctx_->precision, *optimizer_, options, overflow, [&] {
-    double sq = grad_norm_squared(grads);
-    if (shard_world() > 1) {
-      norm_buf_.fill_(sq);  // kept from step to step: the step allocates nothing
-      comm.all_reduce(norm_buf_, ReduceOp::Sum);
-      sq = norm_buf_.item<double>();
-    }
-    return sq;
-  });
+  const StepResult result = optimizer_->update(grads, *ctx_->precision, options, &comm, grads);
   if (grad_buffer_) {
     c10::NoGradGuard no_grad;
     grad_buffer_->zero();  // the whole buffer: the update zeroed only this rank's pieces

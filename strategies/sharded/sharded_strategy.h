@@ -50,6 +50,7 @@
 #include "ft/parallel/flat_param_group.h"
 #include "ft/parallel/flat_shard.h"
 #include "ft/optim/optim.h"
+#include "ft/parallel/param_sync.h"
 #include "ft/parallel/abilities.h"
 #include "ft/parallel/strategy.h"
 
@@ -165,10 +166,9 @@ class ShardedStrategy : public Strategy, public ShardedCheckpointing, public Mem
   ShardingPolicy policy_;
   std::unique_ptr<DeviceMesh> mesh_;  // hybrid sharding only
   std::unique_ptr<FlatParamGroup> group_;
-  std::unique_ptr<TensorOptimizer> optimizer_;
+  std::unique_ptr<SplitOptimizer> optimizer_;
   std::vector<SlotRef> slots_;               // slots_[i] describes optimizer slot i
   std::unique_ptr<GradBuffer> grad_buffer_;  // all-reduced policies; null when nothing trains
-  at::Tensor norm_buf_;                      // the squared grad norm's all-reduce
 };
 
 }  // namespace ft

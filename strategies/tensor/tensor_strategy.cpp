@@ -136,8 +136,7 @@ void TensorStrategy::setup(std::shared_ptr<EncoderModel> model, const OptimizerS
     sliced_.push_back(split_.count(s.name) > 0);
     if (partial_.count(s.name)) partial_grads_.push_back(s.param);
   }
-  optimizer_ = std::make_unique<TensorOptimizer>(optimizer, std::move(slots));
-  norm_buf_ = at::zeros({1}, at::kDouble);
+  optimizer_ = std::make_unique<SplitOptimizer>(optimizer, std::move(slots));
   if (world.rank() == 0) report_layout(t);
 }
 
@@ -184,12 +183,8 @@ StepResult TensorStrategy::step(const StepOptions& options) {
     grads.push_back(trainable_[i].grad());
     (sliced_[i] ? sliced : whole).push_back(trainable_[i].grad());
   }
-  return update_from_grads(grads, *ctx_->precision, *optimizer_, options, &tp(), [&] {
-    // Slices are disjoint parts of one tensor; replicated tensors count once.
-    norm_buf_.fill_(grad_norm_squared(sliced));
-    if (tp().world_size() > 1) tp().all_reduce(norm_buf_, ReduceOp::Sum);
-    return norm_buf_.item<double>() + grad_norm_squared(whole);
-  });
+  // Slices are disjoint parts of one tensor; replicated tensors count once.
+  return optimizer_->update(grads, *ctx_->precision, options, &tp(), sliced, whole);
 }
 
 // ---------------------------------------------------------------- state

@@ -37,6 +37,7 @@
 #include "ft/comm/device_mesh.h"
 #include "ft/model/model.h"
 #include "ft/optim/optim.h"
+#include "ft/parallel/param_sync.h"
 #include "ft/parallel/strategy.h"
 
 namespace ft {
@@ -77,10 +78,9 @@ class TensorStrategy final : public Strategy, public DataParallelGroup, public M
   std::map<std::string, TensorCut> split_;  // sliced parameter -> how it is cut
   std::set<std::string> partial_;     // whole parameters whose gradients are summed over the group
   std::vector<at::Tensor> partial_grads_;
-  std::unique_ptr<TensorOptimizer> optimizer_;
+  std::unique_ptr<SplitOptimizer> optimizer_;
   std::vector<at::Tensor> trainable_;
   std::vector<bool> sliced_;  // per trainable_: its squared norm is summed over the group
-  at::Tensor norm_buf_;
 };
 
 }  // namespace ft

@@ -88,6 +88,30 @@ StepResult update_from_grads(const std::vector<at::Tensor>& grads, Precision& pr
   return result;
 }
 
+SplitOptimizer::SplitOptimizer(const OptimizerSpec& spec, std::vector<OptimSlot> slots)
+    : TensorOptimizer(spec, std::move(slots)), norm_buf_(at::zeros({1}, at::kDouble)) {}
+
+StepResult SplitOptimizer::update(const std::vector<at::Tensor>& grads, Precision& precision,
+                                  const StepOptions& options, Comm* group, const std::vector<at::Tensor>& split,
+                                  const std::vector<at::Tensor>& whole,
+                                  const std::function<void(const std::function<void()>&)>& around) {
+  const bool alone = group == nullptr || group->world_size() == 1;
+  return update_from_grads(grads, precision, *this, options, alone ? nullptr : group, [&] {
+    double sq = grad_norm_squared(split);
+    if (!alone) {
+      norm_buf_.fill_(sq);
+      auto reduce = [&] { group->all_reduce(norm_buf_, ReduceOp::Sum); };
+      if (around) {
+        around(reduce);
+      } else {
+        reduce();
+      }
+      sq = norm_buf_.item<double>();
+    }
+    return sq + (whole.empty() ? 0.0 : grad_norm_squared(whole));
+  });
+}
+
 StateBytes held_state_bytes(const std::vector<at::Tensor>& params, const TensorOptimizer& optimizer) {
   StateBytes b;
   for (const auto& p : params) {
