@@ -37,21 +37,25 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // The one piece of process-wide state: a signal handler can only reach a
-// static. Written by the handler, read by the supervision loop.
-volatile sig_atomic_t g_launcher_signal = 0;
-volatile sig_atomic_t g_launcher_signals = 0;  // how many: a second one stops the workers at once
+// static. Written by the handler, read by the supervision loop. The handler
+// may run on any of the launcher's threads (the output relays too), so both
+// are lock-free atomics (async-signal-safe), and the count is raised before
+// the signal is published: the loop that sees the signal then sees it
+// counted, and never takes the first interrupt for a second one.
+std::atomic<int> g_launcher_signal{0};
+std::atomic<int> g_launcher_signals{0};  // how many: a second one stops the workers at once
 
 void on_signal(int sig) {
-  g_launcher_signal = sig;
-  g_launcher_signals = g_launcher_signals + 1;
+  g_launcher_signals.fetch_add(1);
+  g_launcher_signal.store(sig);
 }
 
 // Installs SIGINT/SIGTERM forwarding for the duration of a launch.
 class SignalForwarding {
  public:
   SignalForwarding() {
-    g_launcher_signal = 0;
-    g_launcher_signals = 0;
+    g_launcher_signal.store(0);
+    g_launcher_signals.store(0);
     struct sigaction sa {};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
@@ -201,9 +205,11 @@ class Supervisor {
     std::optional<Clock::time_point> clean_deadline;
     int first_clean_rank = -1;
     while (any_running()) {
-      if (int sig = g_launcher_signal) {
+      if (int sig = g_launcher_signal.load()) {
         result = {128 + sig, -1, "interrupted by " + signal_name(sig) + "; stopped all workers", true};
-        stop_all(sig);
+        // This interrupt (at least one) is the one being obeyed; only a
+        // later one abandons the workers' saves.
+        stop_all(sig, std::max(1, g_launcher_signals.load()));
         break;
       }
       Worker* failed = nullptr;
@@ -431,9 +437,9 @@ class Supervisor {
   // A worker outlives `sig` only while it finishes a checkpoint save
   // (ft/checkpoint/save_signals.h), which it bounds itself: wait for that, unless the
   // launcher is interrupted again (a second Ctrl-C abandons the save).
-  void stop_all(int sig = SIGTERM) {
+  void stop_all(int sig = SIGTERM, int signals_obeyed = -1) {
     if (!any_running()) return;
-    const int signals = g_launcher_signals;
+    const int signals = signals_obeyed >= 0 ? signals_obeyed : g_launcher_signals.load();
     signal_running(sig);
     if (reap_until(Clock::now() + seconds(std::max(o_.kill_grace_s, o_.save_grace_s)), signals)) return;
     signal_running(SIGKILL);
