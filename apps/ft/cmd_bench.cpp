@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -53,12 +54,12 @@ struct BenchFlags {
   std::vector<std::string> argv;
 };
 
-/// How a row's processes are started.
+/// How a row's processes are started. A strategy that says it runs in one
+/// process (the OneProcess ability: single, dp) gets one with all the cores
+/// instead, and the row's ranks through its ranks_option().
 enum class Launch {
-  OneProcess,  // single: one process, all cores
-  Replicas,    // dp: one process, N replicas, all cores
-  Spawn,       // ft run --nproc N
-  External,    // N plain `ft run` processes from torchrun-style variables
+  Spawn,     // ft run --nproc N
+  External,  // N plain `ft run` processes from torchrun-style variables
 };
 
 struct RowDef {
@@ -77,8 +78,8 @@ struct RowDef {
 /// seeds' minutes. `trainer` and `ddp_launcher` are rows, not strategies.
 std::vector<RowDef> known_rows() {
   return {
-      {"single", "single", "single", Launch::OneProcess, "single GPU", 2.8276, {}},
-      {"dp", "dp", "dp", Launch::Replicas, "DataParallel", 2.0301, {}},
+      {"single", "single", "single", Launch::Spawn, "single GPU", 2.8276, {}},
+      {"dp", "dp", "dp", Launch::Spawn, "DataParallel", 2.0301, {}},
       {"ddp_launcher", "ddp (external launcher)", "ddp", Launch::External, "torch.distributed.launch", 1.4120, {}},
       {"ddp", "ddp (ft run --nproc)", "ddp", Launch::Spawn, "mp.spawn", 1.4921, {}},
       {"ddp_amp", "ddp_amp", "ddp_amp", Launch::Spawn, "mp.spawn + amp", 0.6336, {}},
@@ -274,6 +275,16 @@ void fill_theory(BenchRow& row, const Workload& wl, const std::vector<std::strin
   row.theory_bytes = theory->theory_bytes(in);
 }
 
+// Whether `strategy` runs all its ranks in one process, and then the option
+// that sets how many (empty: one); nullopt for a strategy of one rank per process.
+std::optional<std::string> one_process_ranks(const std::string& strategy, const std::vector<std::string>& plugin_dirs) {
+  std::vector<fsys::path> dirs(plugin_dirs.begin(), plugin_dirs.end());
+  const PluginHost host = PluginHost::discover(DiscoveryOptions::from_environment(dirs));
+  const std::shared_ptr<Strategy> s = host.create(strategy);
+  if (const OneProcess* one = s->ability<OneProcess>()) return one->ranks_option();
+  return std::nullopt;
+}
+
 std::string shell_join(const std::vector<std::string>& argv) {
   std::string out;
   for (const auto& a : argv) {
@@ -297,7 +308,8 @@ BenchRow run_row(const RowDef& def, const BenchFlags& flags, const Workload& wl,
   const fsys::path metrics = row_dir / "metrics.jsonl";
   const fsys::path log = row_dir / "output.log";
 
-  const bool one_process = def.launch == Launch::OneProcess || def.launch == Launch::Replicas;
+  const std::optional<std::string> in_process = one_process_ranks(def.strategy, flags.plugin_dirs);
+  const bool one_process = in_process.has_value();
   const int ranks = one_process ? 1 : flags.nproc;
   const int threads = one_process ? cores : std::max(1, cores / ranks);
   // Model-parallel ranks share each micro-batch; data-parallel ranks split the batch.
@@ -318,7 +330,7 @@ BenchRow run_row(const RowDef& def, const BenchFlags& flags, const Workload& wl,
   } else {
     sets.push_back("train.output_dir=\"\"");  // no checkpoints: the loop alone is timed
   }
-  if (def.launch == Launch::Replicas) sets.push_back(fmt::format("strategy.options.replicas={}", flags.nproc));
+  if (in_process && !in_process->empty()) sets.push_back(fmt::format("strategy.options.{}={}", *in_process, flags.nproc));
   if (def.micro_batches > 0) sets.push_back(fmt::format("train.grad_accum={}", def.micro_batches));
   sets.insert(sets.end(), def.sets.begin(), def.sets.end());
   sets.insert(sets.end(), flags.sets.begin(), flags.sets.end());
@@ -347,7 +359,7 @@ BenchRow run_row(const RowDef& def, const BenchFlags& flags, const Workload& wl,
     row.command = fmt::format("RANK=0..{} WORLD_SIZE={} MASTER_ADDR=127.0.0.1 MASTER_PORT={} {}", ranks - 1, ranks,
                               port, shown(args));
   } else {
-    if (def.launch == Launch::Spawn) {
+    if (!one_process) {
       args.push_back("--nproc");
       args.push_back(std::to_string(ranks));
     }

@@ -1,12 +1,13 @@
 // `ft features extract` runs a trained encoder once over a data set and
 // writes the pooled features (safetensors); `ft features train` trains a new
-// classifier on them — the seeds' "features extracted by the big model and a
-// small model trained on them" — and writes a full checkpoint (the source
-// encoder + that classifier) that ft eval / ft predict load.
+// classifier on them through the Trainer — the seeds' "features extracted by
+// the big model and a small model trained on them" — and writes full
+// checkpoints (the source encoder + that classifier) that ft eval / ft
+// predict load.
 #include <chrono>
 #include <iostream>
+#include <map>
 #include <memory>
-#include <random>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -17,15 +18,12 @@
 #include "ft/checkpoint/checkpoint.h"
 #include "ft/config/config.h"
 #include "ft/base/error.h"
-#include "ft/observe/metrics.h"
+#include "ft/data/data.h"
 #include "ft/model/model.h"
-#include "ft/optim/optim.h"
-#include "ft/optim/param_plan.h"
 #include "ft/tasks/run_inputs.h"
 #include "ft/train/runtime.h"
 #include "ft/io/safetensors.h"
 #include "ft/tokenizer/tokenizer.h"
-#include "ft/train/trainer.h"
 #include "ft/train/tuning_method.h"
 
 namespace ft::app {
@@ -101,103 +99,85 @@ int extract_features(const ConfigFlags& flags, const std::string& checkpoint, co
   return 0;
 }
 
-// The classifier: logits of features `x` through weight [labels, d] and bias.
-ClassificationReport evaluate_head(const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& x,
-                                   const at::Tensor& y, int64_t labels) {
-  torch::NoGradGuard no_grad;
-  const at::Tensor logits = at::linear(x, weight, bias);
-  const double loss = at::cross_entropy_loss(logits, y).item<double>();
-  const at::Tensor pred = logits.argmax(1);
-  std::vector<int64_t> p(pred.data_ptr<int64_t>(), pred.data_ptr<int64_t>() + pred.numel());
-  std::vector<int64_t> t(y.data_ptr<int64_t>(), y.data_ptr<int64_t>() + y.numel());
-  return report_from_confusion(confusion_matrix(p, t, labels), loss);
+// The extracted rows of `file` under `prefix` ("train", "dev", "dev_<name>"),
+// or null when the file has none.
+std::unique_ptr<Dataset> feature_rows(const std::map<std::string, at::Tensor>& tensors, const std::string& file,
+                                      const std::string& prefix, int64_t labels) {
+  auto x = tensors.find(prefix + "_features"), y = tensors.find(prefix + "_labels");
+  if (x == tensors.end() && y == tensors.end()) return nullptr;
+  if (x == tensors.end() || y == tensors.end()) {
+    fail("{}: {}_features and {}_labels come together; write the file with `ft features extract`", file, prefix, prefix);
+  }
+  return make_feature_dataset(x->second, y->second, labels, fmt::format("{} ({} rows)", file, prefix));
 }
 
+// The source checkpoint with its method and weights, and a new output
+// projection drawn as the model draws a fresh classifier (seeded).
+std::shared_ptr<EncoderModel> source_model(const LoadedCheckpoint& ckpt, const std::string& source, int64_t seed) {
+  auto model = std::make_shared<EncoderModel>(ckpt.config);
+  apply_checkpoint_method(*model, ckpt);
+  model->load_weights(ckpt.model, source + "/model.safetensors");
+  const HeadNames head = head_names(ckpt.config, BertHead::kSequenceClassification);
+  at::manual_seed(static_cast<uint64_t>(seed));
+  torch::NoGradGuard no_grad;
+  int found = 0;
+  for (auto& p : model->named_parameters()) {
+    if (p.key() == head.output_weight) p.value().normal_(0.0, ckpt.config.initializer_range), ++found;
+    if (p.key() == head.output_bias) p.value().zero_(), ++found;
+  }
+  if (found != 2) fail("{}: no {} / {} to train", source, head.output_weight, head.output_bias);
+  return model;
+}
+
+// A new classifier on extracted features, trained by the Trainer like any
+// run (strategies, schedule, clipping, evaluation, early stopping, metrics,
+// report, checkpoints): the model is the source checkpoint whose output
+// projection alone trains, on batches of features instead of tokens.
 int train_head(const ConfigFlags& flags, const std::string& features, const std::string& output_dir) {
-  const TensorList tensors = safetensors::load(features);
   const auto meta = safetensors::metadata(features);
-  auto get = [&](const std::string& name) {
-    for (const auto& [n, t] : tensors)
-      if (n == name) return t;
-    return at::Tensor();
-  };
-  const at::Tensor x = get("train_features"), y = get("train_labels"), dev_x = get("dev_features"), dev_y = get("dev_labels");
-  if (!x.defined() || !y.defined()) fail("{}: no train_features / train_labels (write it with `ft features extract`)", features);
   if (meta.find("source") == meta.end()) fail("{}: metadata 'source' (the encoder's checkpoint) is missing", features);
   const std::string source = meta.at("source");
-  RunConfig config = load_run_config(flags);
-  const TrainConfig& t = config.train;
-  configure_threads({config.runtime.threads});
-  // Only the checkpoint's tensors and config are needed here: no model is built.
-  LoadedCheckpoint ckpt = load_checkpoint(source, false);
-  const int64_t labels = ckpt.config.num_labels, d = x.size(1);
-  at::manual_seed(static_cast<uint64_t>(t.seed));
-  // The new classifier under the checkpoint's own names, updated by ft's
-  // optimizer with the run's settings and HF's decay rule, as the Trainer
-  // updates a model.
-  const HeadNames classifier = head_names(ckpt.config, BertHead::kSequenceClassification);
-  at::Tensor weight = at::empty({labels, d}).normal_(0.0, ckpt.config.initializer_range).requires_grad_(true);
-  at::Tensor bias = at::zeros({labels}).requires_grad_(true);
-  const TensorList params{{classifier.output_weight, weight}, {classifier.output_bias, bias}};
-  TensorOptimizer opt(optimizer_spec(t),
-                      slots_from_plan(params, default_param_plan(params, t.weight_decay, t.decay_bias_and_norm)));
-  const int64_t n = x.size(0), steps_per_epoch = (n + t.batch_size - 1) / t.batch_size;
-  const int64_t total = t.max_steps > 0 ? t.max_steps : t.epochs * steps_per_epoch;
-  const int64_t warmup = t.warmup_steps > 0 ? t.warmup_steps : static_cast<int64_t>(std::ceil(t.warmup_ratio * total));
-  const double dropout = ckpt.config.hidden_dropout_prob;
-  std::mt19937_64 rng(static_cast<uint64_t>(t.seed));
-  const auto t0 = Clock::now();
-  int64_t step = 0;
-  for (int64_t epoch = 0; step < total; ++epoch) {
-    std::vector<int64_t> order(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
-    if (t.shuffle) std::shuffle(order.begin(), order.end(), rng);
-    const at::Tensor perm = at::tensor(order, at::kLong);
-    for (int64_t b = 0; b < n && step < total; b += t.batch_size, ++step) {
-      const at::Tensor idx = perm.narrow(0, b, std::min(t.batch_size, n - b));
-      // The classification head's dropout on the pooled features, as in fine-tuning.
-      const at::Tensor in = at::dropout(x.index_select(0, idx), dropout, true);
-      const at::Tensor loss = at::cross_entropy_loss(at::linear(in, weight, bias), y.index_select(0, idx));
-      for (const auto& [name, p] : params) {
-        if (p.grad().defined()) p.mutable_grad().zero_();
-      }
-      loss.backward();
-      const std::vector<at::Tensor> grads{weight.grad(), bias.grad()};
-      if (t.max_grad_norm > 0) clip_grads(grads, std::sqrt(grad_norm_squared(grads)), t.max_grad_norm);
-      opt.step(scheduled_lr(t, step, total, warmup), grads);
+  if (!fsys::is_directory(source)) fail("{}: its source checkpoint {} is not a directory", features, source);
+  ConfigFlags f = flags;
+  if (auto len = read_model_max_length(source)) f.overrides.insert(f.overrides.begin(), fmt::format("data.max_seq_len={}", *len));
+  f.overrides.push_back("model.config=" + source);
+  f.overrides.push_back("model.weights=" + source);
+  f.overrides.push_back("train.output_dir=" + output_dir);
+  RunConfig config = load_run_config(f);
+  use_checkpoint_method(config, source);  // the new checkpoint records the source's LoRA, adapters or prompts
+  const PrepareInputs prepare = [&](const RunConfig& c) {
+    std::map<std::string, at::Tensor> tensors;
+    for (auto& [name, t] : safetensors::load(features)) tensors[name] = t;
+    const LoadedCheckpoint ckpt = load_checkpoint(source, false);
+    RunInputs in;
+    in.model_config = ckpt.config;
+    in.weights_source = source;
+    in.model = source_model(ckpt, source, c.train.seed);
+    const HeadNames head = head_names(ckpt.config, BertHead::kSequenceClassification);
+    in.trainable = [head](const std::string& name) { return name == head.output_weight || name == head.output_bias; };
+    in.tokenizer = load_model_dir_tokenizer(source);
+    const int64_t labels = ckpt.config.num_labels;
+    in.train = feature_rows(tensors, features, "train", labels);
+    if (!in.train) fail("{}: no train_features / train_labels (write it with `ft features extract`)", features);
+    if (auto dev = feature_rows(tensors, features, "dev", labels)) in.dev.push_back({"", std::move(dev)});
+    for (const auto& [name, t] : tensors) {  // named sets: dev_<name>_features
+      const std::string suffix = "_features";
+      if (name.rfind("dev_", 0) != 0 || name.size() <= 4 + suffix.size() || name.substr(name.size() - suffix.size()) != suffix) continue;
+      const std::string set = name.substr(4, name.size() - 4 - suffix.size());
+      in.dev.push_back({set, feature_rows(tensors, features, "dev_" + set, labels)});
     }
-    if (dev_x.defined()) {
-      const auto r = evaluate_head(weight, bias, dev_x, dev_y, labels);
-      std::cout << fmt::format("epoch {} step {}: dev loss {:.4f} accuracy {:.4f} macro_f1 {:.4f}\n", epoch + 1, step,
-                               r.loss, r.accuracy, r.macro_f1);
+    for (int64_t i = 0; i < labels; ++i) {
+      const auto& names = ckpt.config.id2label;
+      in.label_names.push_back(i < static_cast<int64_t>(names.size()) ? names[static_cast<size_t>(i)] : std::to_string(i));
     }
-  }
-  const double seconds = since(t0);
-  // The source model with the new classifier: a checkpoint like any other.
-  CheckpointData data;
-  data.config = ckpt.config;
-  for (auto& [name, tensor] : ckpt.model) {
-    if (name == classifier.output_weight) tensor = weight.detach().clone();
-    if (name == classifier.output_bias) tensor = bias.detach().clone();
-  }
-  data.model = ckpt.model;
-  if (ckpt.lora) data.lora = ckpt.lora, data.base_model = source;
-  if (ckpt.adapter) data.adapter = ckpt.adapter;
-  if (ckpt.prompt_learning) data.prompt_learning = ckpt.prompt_learning, data.base_model = source;
-  // Whatever tokenizer the source ships (vocab.txt, tokenizer.json, a
-  // SentencePiece model), so the new checkpoint reads text like the source.
-  const std::shared_ptr<const Tokenizer> tok = load_model_dir_tokenizer(source);
-  if (tok) {
-    data.tokenizer = tok.get();
-    data.model_max_length = read_model_max_length(source).value_or(0);
-  }
-  const fsys::path out = fsys::path(output_dir) / "final";
-  save_checkpoint(out, data);
-  const std::string extract_s = meta.count("extract_seconds") ? meta.at("extract_seconds") : "?";
-  std::cout << fmt::format("trained the classifier ({} parameters) on {} rows x {} features: {} steps in {:.2f} s "
-                           "(features extracted in {} s); saved {}\n",
-                           weight.numel() + bias.numel(), n, d, step, seconds, extract_s, out.string());
-  return 0;
+    in.notes.push_back(fmt::format("features of {} ({} x {}, pooled by {}): only {} and {} train", source,
+                                   in.train->size(), tensors.at("train_features").size(1),
+                                   meta.count("pooling") ? meta.at("pooling") : std::string("the head"),
+                                   head.output_weight, head.output_bias));
+    return in;
+  };
+  return run_training(config, flags.plugin_dirs, {}, fmt::format("ft features train --features {} --output-dir {}", features, output_dir),
+                      prepare);
 }
 
 }  // namespace

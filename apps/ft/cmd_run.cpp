@@ -93,8 +93,10 @@ std::string command_line(const std::vector<std::string>& args) {
   return out;
 }
 
-int work(RunConfig config, const std::vector<std::string>& plugin_dirs, const std::vector<std::string>& notes,
-         const std::string& command) {
+}  // namespace
+
+int run_training(RunConfig config, const std::vector<std::string>& plugin_dirs, const std::vector<std::string>& notes,
+                 const std::string& command, const PrepareInputs& prepare) {
   const DistEnv env = detect_dist_env(process_env());
   // First: threads started from here on inherit the CPU affinity.
   const ThreadPlan threads = configure_threads(
@@ -103,7 +105,9 @@ int work(RunConfig config, const std::vector<std::string>& plugin_dirs, const st
   std::vector<std::filesystem::path> dirs(plugin_dirs.begin(), plugin_dirs.end());
   PluginHost host = PluginHost::discover(DiscoveryOptions::from_environment(dirs));
   auto strategy = host.create(config.strategy.name);
-  RunInputs inputs = config.task == RunConfig::Task::kMaskedLm ? prepare_pretrain_inputs(config) : prepare_inputs(config);
+  RunInputs inputs = prepare                                      ? prepare(config)
+                     : config.task == RunConfig::Task::kMaskedLm ? prepare_pretrain_inputs(config)
+                                                                  : prepare_inputs(config);
   CommOptions co;
   co.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.runtime.timeout_s * 1000));
   // torch's variable for the interface Gloo binds (multi-host jobs).
@@ -144,7 +148,9 @@ int work(RunConfig config, const std::vector<std::string>& plugin_dirs, const st
                             inputs.skip_notes.empty() ? "" : fmt::format("; the first: {}", fmt::join(inputs.skip_notes, "; "))));
   }
   for (const auto& note : inputs.notes) events.info(note);
-  if (config.task == RunConfig::Task::kClassify && inputs.tokenizer) warn_suspicious_rows(inputs, config.data.train, events);
+  if (config.task == RunConfig::Task::kClassify && inputs.tokenizer && !inputs.train->extracted_features()) {
+    warn_suspicious_rows(inputs, config.data.train, events);
+  }
   // The problem type the data or the checkpoint settled on, said once (docs/tasks.md).
   const ProblemType problem = inputs.train->problem_type();
   const std::string labels = problem == ProblemType::kRegression
@@ -178,8 +184,6 @@ int work(RunConfig config, const std::vector<std::string>& plugin_dirs, const st
   strategy->teardown();
   return 0;
 }
-
-}  // namespace
 
 void add_config_flags(CLI::App& cmd, ConfigFlags& flags, bool imports) {
   cmd.add_option("-c,--config", flags.config_path, "run config YAML (default: the embedded configs/default.yaml)");
@@ -246,7 +250,7 @@ void add_training_command(CLI::App& app, int& exit_code, const std::vector<std::
       exit_code = launch(*flags, config);
       return;
     }
-    exit_code = work(config, flags->config.plugin_dirs, run.notes, command_line(flags->raw_args));
+    exit_code = run_training(config, flags->config.plugin_dirs, run.notes, command_line(flags->raw_args));
   });
 }
 

@@ -3,12 +3,14 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "ft/config/config_import.h"
+#include "ft/tasks/run_inputs.h"
 
 namespace ft {
 struct BertConfig;
@@ -53,6 +55,13 @@ void refuse_unbuilt_head(const std::string& checkpoint, const ft::BertConfig& c)
 }  // namespace ft::app
 
 namespace ft::app {
+// What one rank of a run trains on, when not what config's data.* says.
+using PrepareInputs = std::function<RunInputs(const RunConfig&)>;
+// One rank's run of the Trainer (`ft run`, `ft pretrain`, `ft features
+// train`): the strategy from the plugins, the Comm from the environment,
+// events, metrics, report and trackers. `prepare` defaults to the config's data.
+int run_training(RunConfig config, const std::vector<std::string>& plugin_dirs, const std::vector<std::string>& notes,
+                 const std::string& command, const PrepareInputs& prepare = {});
 // load_run_config quiet on ranks other than 0 (ft/config/config_import.h).
 RunConfig load_run_config(const ConfigFlags& flags);
 // One stderr line: `dir` has no manifest.json, so it loads unverified.

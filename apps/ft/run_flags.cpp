@@ -13,6 +13,9 @@
 #include "ft/config/config_import.h"
 #include "ft/base/error.h"
 #include "ft/optim/precision.h"
+#include "ft/parallel/abilities.h"
+#include "ft/parallel/strategy.h"
+#include "ft/plugin/plugin_host.h"
 
 namespace ft::app {
 namespace {
@@ -153,6 +156,14 @@ void check_foreign_strategy(const RunConfig& config) {
   }
 }
 
+// Whether the strategy's ranks live in the one process `ft run` starts (its
+// OneProcess ability: single, dp), so one process is what it wants.
+bool runs_in_one_process(const std::string& strategy, const std::vector<std::string>& plugin_dirs) {
+  const std::vector<std::filesystem::path> dirs(plugin_dirs.begin(), plugin_dirs.end());
+  const PluginHost host = PluginHost::discover(DiscoveryOptions::from_environment(dirs));
+  return host.create(strategy)->ability<OneProcess>() != nullptr;
+}
+
 int env_world_size() {
   const char* w = std::getenv("WORLD_SIZE");
   return w != nullptr ? std::max(1, std::atoi(w)) : 1;
@@ -283,8 +294,7 @@ ResolvedRun resolve_run(RunFlags& flags, RunConfig::Task task, bool quiet) {
     out.notes.push_back(fmt::format("{} processes and no --strategy: using ddp, as torchrun and accelerate do", world));
   }
   if (embedded) out.notes.push_back(inherited_note(cf.overrides, imports));
-  // dp runs its replicas inside one process: one process is what it wants.
-  if (world == 1 && config.strategy.name != "single" && config.strategy.name != "dp") {
+  if (world == 1 && !runs_in_one_process(config.strategy.name, flags.config.plugin_dirs)) {
     out.notes.push_back(fmt::format("strategy {} on 1 process: running one rank (--nproc N starts N)", config.strategy.name));
   }
   if (config.strategy.precision == "fp16" && config.runtime.device == "cpu") {

@@ -70,8 +70,10 @@ bool has_dropout(const Model& model) {
   return false;
 }
 
-class DpStrategy final : public ft::ReplicatedStrategy, public ft::MemoryModel {
+class DpStrategy final : public ft::ReplicatedStrategy, public ft::MemoryModel, public ft::OneProcess {
  public:
+  // Its replicas are threads of the one process.
+  std::string ranks_option() const override { return "replicas"; }
   // The first replica holds weights, gradients and AdamW's moments (16Ψ);
   // every other one weights and gradients (8Ψ each).
   std::string memory_formula(const std::map<std::string, std::string>&) const override { return "16Ψ+8Ψ(R-1)"; }

@@ -210,6 +210,10 @@ void PipelineStrategy::idle(F&& wait) {
 }
 
 at::Tensor PipelineStrategy::forward(const Batch& batch) {
+  if (batch.features.defined()) {
+    fail("strategy pipeline splits the encoder's layers over stages, and a batch of extracted features runs none "
+         "of them; train the head with single, ddp or a zero/fsdp strategy");
+  }
   const Batch b = model_inputs_on(batch, ctx_->device);
   current_ = Micro{};
   if (at::GradMode::is_enabled()) {

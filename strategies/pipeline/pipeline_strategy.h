@@ -52,6 +52,7 @@
 #include "ft/optim/optim.h"
 #include "ft/parallel/param_sync.h"
 #include "ft/parallel/strategy.h"
+#include "ft/parallel/state_placement.h"
 
 namespace ft {
 
@@ -135,6 +136,7 @@ class PipelineStrategy final : public Strategy, public DataParallelGroup, public
   bool last_stage() const { return stage_ + 1 == stages_; }
   int owner_of(int unit) const;
   Comm& pipe() { return mesh_->comm("pp"); }
+  StatePlacement placement(bool optimizer);  // pipeline_state.cpp
   void run_backward(Micro& m);
   void wait_sends();
   void free_other_units();

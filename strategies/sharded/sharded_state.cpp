@@ -2,7 +2,7 @@
 // per-rank sharded save, loading full state saved by any strategy, and the
 // bytes this rank holds.
 #include <c10/core/GradMode.h>
-#include <map>
+#include <optional>
 
 #include <ATen/ATen.h>
 
@@ -10,79 +10,92 @@
 #include "ft/checkpoint/consolidate.h"
 #include "ft/base/error.h"
 #include "ft/parallel/grad_buffer.h"
+#include "ft/parallel/state_placement.h"
 #include "ft/model/model.h"
 #include "ft/io/saved_state.h"
 #include "sharded_strategy.h"
 
 namespace ft {
 
-TensorList ShardedStrategy::model_state() {
-  c10::NoGradGuard no_grad;
-  TensorList out;
-  for (const auto& f : units()) {
-    for (auto& named : f->layout().unflatten(f->gather_copy(shard_comm()))) out.push_back(std::move(named));
+// Unit `unit`'s entries as StatePlacement sees them: the values (`buffer`
+// < 0; frozen entries too) or one optimizer buffer kind. A rank's shard
+// holds one run of each entry it reaches; unsharded values (ZeRO-1/2) are
+// whole_values(), the same on every rank.
+StatePlacement ShardedStrategy::placement(size_t unit, int buffer) {
+  const FlatParam& f = *units()[unit];
+  if (buffer < 0 && !f.params_sharded()) return whole_values(unit);
+  const FlatLayout& layout = f.layout();
+  std::vector<std::optional<FlatPiece>> mine(layout.entries.size());
+  for (const FlatPiece& p : layout.pieces(shard_rank())) mine[static_cast<size_t>(p.entry)] = p;
+  std::vector<int> slot_of(layout.entries.size(), -1);
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (slots_[i].unit == static_cast<int>(unit)) slot_of[static_cast<size_t>(slots_[i].entry)] = static_cast<int>(i);
+  const auto kinds = optimizer_->buffer_names();
+  StatePlacement out(shard_comm());
+  for (size_t e = 0; e < layout.entries.size(); ++e) {
+    const FlatEntry& entry = layout.entries[e];
+    if (buffer >= 0 && !entry.trainable) continue;
+    const std::optional<FlatPiece>& piece = mine[e];
+    at::Tensor local;
+    if (buffer < 0 && piece) local = f.shard().narrow(0, piece->offset_in_shard, piece->numel);
+    if (buffer >= 0 && slot_of[e] >= 0) {
+      local = optimizer_->buffers()[static_cast<size_t>(slot_of[e])][static_cast<size_t>(buffer)];
+    }
+    out.add(buffer < 0 ? entry.name : entry.name + "." + kinds[static_cast<size_t>(buffer)], entry.shape, local,
+            Placement::rows(piece ? piece->offset_in_entry : 0));
   }
   return out;
 }
 
-namespace {
-// One optimizer buffer kind of one unit as this rank's flat shard (zeros
-// over padding and over pieces without a slot).
-template <typename Slots>
-at::Tensor buffer_shard(const FlatParam& f, int unit, const Slots& slots,
-                        const std::vector<std::vector<at::Tensor>>& buffers, size_t kind) {
-  at::Tensor shard = at::zeros({f.layout().shard_numel()}, at::kFloat);
-  for (size_t i = 0; i < slots.size(); ++i) {
-    if (slots[i].unit != unit) continue;
-    shard.narrow(0, slots[i].piece.offset_in_shard, slots[i].piece.numel)
-        .copy_(buffers[i][kind].detach().reshape({-1}).to(at::kCPU));
+StatePlacement ShardedStrategy::whole_values(size_t unit) {
+  const FlatParam& f = *units()[unit];
+  StatePlacement out(shard_comm());
+  for (const FlatEntry& e : f.layout().entries) {
+    out.add(e.name, e.shape, f.full().narrow(0, e.offset, e.numel).view(e.shape), Placement::replicated());
   }
-  return shard;
+  return out;
 }
-}  // namespace
+
+TensorList ShardedStrategy::model_state() {
+  TensorList out;
+  for (size_t u = 0; u < units().size(); ++u) {
+    for (auto& named : placement(u, -1).gather()) out.push_back(std::move(named));
+  }
+  return out;
+}
 
 OptimizerState ShardedStrategy::optimizer_state() {
-  c10::NoGradGuard no_grad;
-  Comm& comm = shard_comm();
   OptimizerState s;
   s.step = optimizer_->step_count();
-  const auto names = optimizer_->buffer_names();
-  for (size_t k = 0; k < names.size(); ++k) {
+  const int kinds = static_cast<int>(optimizer_->buffer_names().size());
+  for (int k = 0; k < kinds; ++k) {
     for (size_t u = 0; u < units().size(); ++u) {
-      const FlatParam& f = *units()[u];
-      at::Tensor shard = buffer_shard(f, static_cast<int>(u), slots_, optimizer_->buffers(), k);
-      at::Tensor full = shard;
-      if (shard_world() > 1) {
-        full = at::empty({f.layout().padded_numel}, shard.options());
-        comm.all_gather_flat(full, shard);
-      }
-      for (auto& named : f.layout().unflatten(full, "." + names[k], /*trainable_only=*/true)) {
-        s.tensors.push_back(std::move(named));
-      }
+      for (auto& named : placement(u, k).gather()) s.tensors.push_back(std::move(named));
     }
   }
   return s;
 }
 
 void ShardedStrategy::load_state(const TensorList& model, const OptimizerState* optimizer) {
-  c10::NoGradGuard no_grad;
-  TensorList weights;
-  for (const auto& [name, t] : model) weights.emplace_back(hf_name(name), t);
-  for (auto& f : units()) f->load_full(f->layout().flatten(weights, "checkpoint"));
+  const SavedTensors weights = SavedTensors::weights(model);
+  for (size_t u = 0; u < units().size(); ++u) {
+    placement(u, -1).load(weights, "checkpoint", ShapeCheck::kShape);
+    // A unit kept gathered (after forward, SHARD_GRAD_OP) takes the values too.
+    const FlatParam& f = *units()[u];
+    if (f.params_sharded() && f.state() == ShardedState::kUnsharded) {
+      whole_values(u).load(weights, "checkpoint", ShapeCheck::kShape);
+    }
+  }
   if (!optimizer) return;
   const SavedTensors saved = SavedTensors::optimizer(*optimizer);
-  const auto names = optimizer_->buffer_names();
   OptimizerState mine;
   mine.step = optimizer->step;
-  for (const SlotRef& r : slots_) {
-    const FlatEntry& e = units()[static_cast<size_t>(r.unit)]->layout().entries[static_cast<size_t>(r.entry)];
-    for (const auto& k : names) {
-      const std::string key = e.name + "." + k;
-      const at::Tensor& full = saved.at(key);
-      if (full.numel() != e.numel) {
-        fail("checkpoint optimizer state: '{}' has {} elements, the model needs {}", key, full.numel(), e.numel);
+  const int kinds = static_cast<int>(optimizer_->buffer_names().size());
+  for (int k = 0; k < kinds; ++k) {
+    for (size_t u = 0; u < units().size(); ++u) {
+      for (auto& named : placement(u, k).parts(saved, "checkpoint optimizer state", ShapeCheck::kElements)) {
+        mine.tensors.push_back(std::move(named));
       }
-      mine.tensors.emplace_back(key, full.reshape({-1}).narrow(0, r.piece.offset_in_entry, r.piece.numel));
     }
   }
   optimizer_->load_state(mine, "checkpoint optimizer state");
@@ -101,6 +114,22 @@ StateBytes ShardedStrategy::state_bytes() const {
   b.optimizer = optimizer_->state_bytes();
   return b;
 }
+
+namespace {
+// One optimizer buffer kind of one unit as this rank's flat shard (zeros
+// over padding and over pieces without a slot): the sharded save's layout.
+template <typename Slots>
+at::Tensor buffer_shard(const FlatParam& f, int unit, const Slots& slots,
+                        const std::vector<std::vector<at::Tensor>>& buffers, size_t kind) {
+  at::Tensor shard = at::zeros({f.layout().shard_numel()}, at::kFloat);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i].unit != unit) continue;
+    shard.narrow(0, slots[i].piece.offset_in_shard, slots[i].piece.numel)
+        .copy_(buffers[i][kind].detach().reshape({-1}).to(at::kCPU));
+  }
+  return shard;
+}
+}  // namespace
 
 void ShardedStrategy::save_sharded(const std::filesystem::path& dir) {
   c10::NoGradGuard no_grad;

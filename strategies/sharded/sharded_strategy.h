@@ -53,6 +53,7 @@
 #include "ft/parallel/param_sync.h"
 #include "ft/parallel/abilities.h"
 #include "ft/parallel/strategy.h"
+#include "ft/parallel/state_placement.h"
 
 namespace ft {
 
@@ -161,6 +162,8 @@ class ShardedStrategy : public Strategy, public ShardedCheckpointing, public Mem
   int shard_rank() const;
   Comm& shard_comm();  // where parameters and optimizer state are sharded
   bool writes_shards() const;  // this rank's shard is not a replica's copy
+  StatePlacement placement(size_t unit, int buffer);  // sharded_state.cpp
+  StatePlacement whole_values(size_t unit);           // a unit's full buffer, entry by entry
   const std::vector<std::unique_ptr<FlatParam>>& units() const { return group_->units(); }
 
   ShardingPolicy policy_;

@@ -9,8 +9,9 @@
 
 namespace {
 
-class SingleStrategy final : public ft::ReplicatedStrategy, public ft::MemoryModel {
+class SingleStrategy final : public ft::ReplicatedStrategy, public ft::MemoryModel, public ft::OneProcess {
  public:
+  std::string ranks_option() const override { return ""; }
   // Weights, gradients and AdamW's two moments, all fp32.
   std::string memory_formula(const std::map<std::string, std::string>&) const override { return "16Ψ"; }
   int64_t theory_bytes(const ft::TheoryInputs& in) const override { return 16 * in.model.params; }

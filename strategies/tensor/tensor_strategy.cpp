@@ -189,56 +189,41 @@ StepResult TensorStrategy::step(const StepOptions& options) {
 
 // ---------------------------------------------------------------- state
 
-at::Tensor TensorStrategy::gather_full(const std::string& param, const at::Tensor& local) {
-  auto it = split_.find(param);
-  at::Tensor mine = local.detach().to(at::kCPU, at::kFloat).contiguous();
-  if (it == split_.end()) return mine.clone();
-  std::vector<at::Tensor> parts;
-  tp().all_gather(parts, mine);
-  return join_parts(parts, it->second);
-}
-
-TensorList TensorStrategy::model_state() {
-  c10::NoGradGuard no_grad;
-  TensorList out;
-  for (const auto& [name, w] : model_->weights()) out.emplace_back(name, gather_full(name, w));
+// Every weight (`optimizer` false) or every optimizer buffer ("<param>.<buffer>",
+// cut as its parameter): this rank's slice of a cut tensor, whole otherwise.
+StatePlacement TensorStrategy::placement(bool optimizer) {
+  StatePlacement out(tp());
+  auto add = [&](const std::string& key, const std::string& param, const at::Tensor& local) {
+    auto it = split_.find(param);
+    if (it == split_.end()) return out.add(key, local.sizes().vec(), local, Placement::replicated());
+    std::vector<int64_t> shape = local.sizes().vec();
+    shape[static_cast<size_t>(it->second.dim)] *= tp().world_size();
+    out.add(key, std::move(shape), local, Placement::cut_by(it->second));
+  };
+  if (!optimizer) {
+    for (const auto& [name, w] : model_->weights()) add(name, name, w);
+  } else {
+    for (const auto& [key, t] : optimizer_->state().tensors) add(key, key.substr(0, key.rfind('.')), t);
+  }
   return out;
 }
 
+TensorList TensorStrategy::model_state() { return placement(false).gather(); }
+
 OptimizerState TensorStrategy::optimizer_state() {
-  c10::NoGradGuard no_grad;
-  OptimizerState mine = optimizer_->state();
   OptimizerState s;
-  s.step = mine.step;
-  for (const auto& [key, t] : mine.tensors) {
-    // "<param>.<buffer>", e.g. "...query.weight.exp_avg": sliced as its parameter.
-    s.tensors.emplace_back(key, gather_full(key.substr(0, key.rfind('.')), t));
-  }
+  s.step = optimizer_->step_count();
+  s.tensors = placement(true).gather();
   return s;
 }
 
 void TensorStrategy::load_state(const TensorList& model, const OptimizerState* optimizer) {
-  c10::NoGradGuard no_grad;
-  const SavedTensors given = SavedTensors::weights(model);
-  const int r = tp().rank();
-  // This rank's slice of a full tensor for `param` shaped like `local`.
-  auto slice = [&](const std::string& param, const at::Tensor& full, const at::Tensor& local, const std::string& what) {
-    auto it = split_.find(param);
-    at::Tensor part = it == split_.end() ? full : take_part(full, it->second, r, tp().world_size());
-    if (part.sizes() != local.sizes()) {
-      fail("{}: '{}' has shape [{}], the model needs [{}]", what, param, fmt::join(full.sizes(), ", "),
-           fmt::join(local.sizes(), ", "));
-    }
-    return part;
-  };
-  for (const auto& [name, w] : model_->weights()) w.detach().copy_(slice(name, given.at(name), w, "checkpoint"));
+  placement(false).load(SavedTensors::weights(model), "checkpoint", ShapeCheck::kShape);
   if (!optimizer) return;
-  const SavedTensors saved = SavedTensors::optimizer(*optimizer);
   OptimizerState own;
   own.step = optimizer->step;
-  for (const auto& [key, local] : optimizer_->state().tensors) {
-    own.tensors.emplace_back(key, slice(key.substr(0, key.rfind('.')), saved.at(key), local, "checkpoint optimizer state"));
-  }
+  own.tensors = placement(true).parts(SavedTensors::optimizer(*optimizer), "checkpoint optimizer state",
+                                      ShapeCheck::kElements);
   optimizer_->load_state(own, "checkpoint optimizer state");
 }
 

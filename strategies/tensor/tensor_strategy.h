@@ -39,6 +39,7 @@
 #include "ft/optim/optim.h"
 #include "ft/parallel/param_sync.h"
 #include "ft/parallel/strategy.h"
+#include "ft/parallel/state_placement.h"
 
 namespace ft {
 
@@ -70,8 +71,7 @@ class TensorStrategy final : public Strategy, public DataParallelGroup, public M
  private:
   Comm& tp() { return mesh_->comm("tp"); }
   void report_layout(int64_t tp_size) const;
-  // The full tensor of a parameter (or of its optimizer buffer) named `param`.
-  at::Tensor gather_full(const std::string& param, const at::Tensor& local);
+  StatePlacement placement(bool optimizer);  // every weight or optimizer buffer, sliced or whole
 
   std::unique_ptr<DeviceMesh> mesh_;
   std::unique_ptr<Comm> head_comm_;  // ranks sharing an attention head, when tp_size > heads

@@ -154,7 +154,9 @@ bool strike(const Job& job, const fsys::path& dir, int trial, std::mt19937_64& r
   REQUIRE(status.has_value());  // no hang
   ++tally.trials;
   tally.in_save += saving ? 1 : 0;
-  const bool done = WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
+  // A signal that lands after the last step (under load: while the process
+  // exits) ends a run that trained to the end and wrote final/.
+  const bool done = (WIFEXITED(*status) && WEXITSTATUS(*status) == 0) || text.find("\ndone: ") != std::string::npos;
   // Ended by the signal (itself, or the launcher's 128 + N), or finished first.
   const bool by_signal = (WIFSIGNALED(*status) && WTERMSIG(*status) == sig) ||
                          (WIFEXITED(*status) && WEXITSTATUS(*status) == 128 + sig);

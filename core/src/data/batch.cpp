@@ -14,6 +14,7 @@ Batch model_inputs_on(const Batch& batch, c10::Device device) {
   b.attention_mask = move(batch.attention_mask);
   b.token_type_ids = move(batch.token_type_ids);
   b.positions = move(batch.positions);
+  b.features = move(batch.features);
   // Labels stay with the caller: the Trainer moves them next to the logits.
   b.labels = batch.labels;
   return b;
@@ -21,6 +22,10 @@ Batch model_inputs_on(const Batch& batch, c10::Device device) {
 
 Batch slice_rows(const Batch& batch, int64_t offset, int64_t count) {
   Batch b;
+  if (batch.features.defined()) {
+    b.features = batch.features.narrow(0, offset, count);
+    return b;
+  }
   b.input_ids = batch.input_ids.narrow(0, offset, count);
   b.attention_mask = batch.attention_mask.narrow(0, offset, count);
   b.token_type_ids = batch.token_type_ids.narrow(0, offset, count);

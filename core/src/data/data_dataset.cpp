@@ -9,6 +9,7 @@
 #include <ATen/ops/sum.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/TensorOptions.h>
+#include <fmt/ranges.h>
 
 #include "ft/data/data.h"
 #include "ft/base/error.h"
@@ -336,6 +337,57 @@ std::unique_ptr<Dataset> load_tensor_dataset(const std::string& path, int64_t nu
   }
   return std::make_unique<TensorDataset>(path, ids, mask, types, labels,
                                          num_labels > 0 ? num_labels : max_label + 1, padding);
+}
+
+namespace {
+
+// Extracted features: the model runs only the head's last projection on them.
+class FeatureDataset final : public Dataset {
+ public:
+  FeatureDataset(at::Tensor features, at::Tensor labels, int64_t num_labels, std::string source)
+      : features_(std::move(features)), labels_(std::move(labels)), num_labels_(num_labels), source_(std::move(source)) {}
+
+  int64_t size() const override { return features_.size(0); }
+  int64_t num_labels() const override { return num_labels_; }
+  std::vector<int64_t> labels() const override {
+    const int64_t* p = labels_.data_ptr<int64_t>();
+    return {p, p + labels_.size(0)};
+  }
+  std::vector<int64_t> lengths() const override { return std::vector<int64_t>(static_cast<size_t>(size()), 1); }
+  bool extracted_features() const override { return true; }
+  Batch collate(const std::vector<int64_t>& rows) const override {
+    check_rows(rows, size(), source_);
+    const at::Tensor index = at::tensor(rows, at::kLong);
+    Batch b;
+    b.features = features_.index_select(0, index);
+    b.labels = labels_.index_select(0, index);
+    return b;
+  }
+
+ private:
+  at::Tensor features_, labels_;
+  int64_t num_labels_;
+  std::string source_;
+};
+
+}  // namespace
+
+std::unique_ptr<Dataset> make_feature_dataset(at::Tensor features, at::Tensor labels, int64_t num_labels,
+                                              std::string source) {
+  if (features.dim() != 2 || !features.is_floating_point()) {
+    fail("{}: features must be a float [rows, d] tensor, not {} [{}]", source, c10::toString(features.scalar_type()),
+         fmt::join(features.sizes(), ", "));
+  }
+  if (labels.dim() != 1 || labels.scalar_type() != at::kLong || labels.size(0) != features.size(0)) {
+    fail("{}: labels must be int64 [{}] (one class id per feature row), not {} [{}]", source, features.size(0),
+         c10::toString(labels.scalar_type()), fmt::join(labels.sizes(), ", "));
+  }
+  if (labels.numel() > 0 && (labels.min().item<int64_t>() < 0 || labels.max().item<int64_t>() >= num_labels)) {
+    fail("{}: labels outside [0, {}): the features were extracted for another label set than the checkpoint's",
+         source, num_labels);
+  }
+  return std::make_unique<FeatureDataset>(features.to(at::kFloat).contiguous(), labels.contiguous(), num_labels,
+                                          std::move(source));
 }
 
 }  // namespace ft

@@ -25,5 +25,6 @@ void Strategy::adopt(std::shared_ptr<EncoderModel> model, const ParamPlan& plan,
 ShardedCheckpointing::~ShardedCheckpointing() = default;
 DataParallelGroup::~DataParallelGroup() = default;
 MemoryModel::~MemoryModel() = default;
+OneProcess::~OneProcess() = default;
 
 }  // namespace ft

@@ -102,8 +102,8 @@ struct Trainer::Impl {
     at::manual_seed(static_cast<uint64_t>(config.train.seed));
     objective = make_objective(config, inputs);
     if (!inputs.dev.empty()) judged_dev();  // the set best_metric names has rows: refused now, not at the first evaluation
-    model = std::make_shared<EncoderModel>(inputs.model_config);
-    if (inputs.initial_weights) {
+    model = inputs.model ? inputs.model : std::make_shared<EncoderModel>(inputs.model_config);
+    if (inputs.initial_weights && !inputs.model) {
       EncoderModel::LoadOptions load;
       load.head_optional = true;
       load.replace_classifier = inputs.replace_classifier;
@@ -113,10 +113,11 @@ struct Trainer::Impl {
       }
     }
     // LoRA, adapters, prompt and prefix tuning each decide what trains (the rest is frozen).
-    const AppliedMethod method = apply_tuning_method(*model, config, inputs.tokenizer.get());
+    // A caller's model comes with its method applied already.
+    const AppliedMethod method = inputs.model ? AppliedMethod{} : apply_tuning_method(*model, config, inputs.tokenizer.get());
     const auto& t = config.train;
     const OptimizerSpec spec = optimizer_spec(t);
-    const ParamPlan plan = build_param_plan(*model, t, method.trainable);
+    const ParamPlan plan = build_param_plan(*model, t, inputs.trainable ? inputs.trainable : method.trainable);
     if (!method.note.empty()) events.info(method.note);
     model->set_activation_checkpointing(t.activation_checkpointing);  // before setup: dp copies both to replicas
     model->set_padding_free(config.model.padding_free);

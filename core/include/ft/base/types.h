@@ -30,7 +30,13 @@ struct Batch {
   // logits [M, ...] for these only (the masked tokens; the labelled tokens,
   // or at prediction every token).
   at::Tensor positions;
-  int64_t rows() const { return input_ids.defined() ? input_ids.size(0) : 0; }
+  // Extracted features [rows, hidden] (`ft features train`) instead of
+  // tokens: the model runs only its head's last projection on them.
+  at::Tensor features;
+  int64_t rows() const {
+    if (input_ids.defined()) return input_ids.size(0);
+    return features.defined() ? features.size(0) : 0;
+  }
 };
 
 // What the model reads from `batch` (not the labels: the Trainer takes the

@@ -147,6 +147,9 @@ class Dataset {
   /// Token classification: collate() gives `positions` and one label per
   /// labelled token (set_token_labels) rather than one per row.
   virtual bool labels_per_token() const { return false; }
+  /// Rows are extracted features (make_feature_dataset): collate() gives
+  /// Batch::features and no tokens.
+  virtual bool extracted_features() const { return false; }
 };
 
 /// `inputs` as one batch of `width` columns (at least the longest input):
@@ -181,5 +184,12 @@ std::unique_ptr<Dataset> make_tagged_dataset(TaggedData data, std::shared_ptr<co
 /// every row; MaxLength keeps all L columns.
 std::unique_ptr<Dataset> load_tensor_dataset(const std::string& path, int64_t num_labels,
                                              Padding padding, int64_t max_rows = 0);
+
+/// Rows of extracted features (`ft features extract`): `features` float
+/// [N, d] and class ids `labels` int64 [N] in [0, num_labels) (ft::Error
+/// naming `source` otherwise). Every row counts as one token for
+/// group_by_length.
+std::unique_ptr<Dataset> make_feature_dataset(at::Tensor features, at::Tensor labels, int64_t num_labels,
+                                              std::string source);
 
 }  // namespace ft

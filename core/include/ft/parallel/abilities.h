@@ -66,6 +66,18 @@ class __attribute__((visibility("default"))) DataParallelGroup {
   }
 };
 
+/// A strategy whose ranks all live in the one process `ft run` starts
+/// (single; dp, whose replicas are threads): `ft run` without --nproc runs
+/// it as meant, and `ft bench` starts one process for its row with all the
+/// cores, handing the row's ranks to ranks_option().
+class __attribute__((visibility("default"))) OneProcess {
+ public:
+  virtual ~OneProcess();
+  /// The strategy.options key that sets how many ranks run inside the
+  /// process (dp: "replicas"); empty when it runs exactly one.
+  virtual std::string ranks_option() const = 0;
+};
+
 /// What a strategy's memory theory reads: the model's shape, the ranks and
 /// the run's strategy.options (only the keys memory_options() names).
 struct TheoryInputs {

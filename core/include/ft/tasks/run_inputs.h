@@ -3,6 +3,7 @@
 // does this identically (same seeds), so no data is broadcast.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,6 +39,12 @@ struct RunInputs {
   int64_t skipped_rows = 0;
   std::vector<std::string> skip_notes;  // the first few skipped rows and why
   std::vector<std::string> notes;  // lines for the start of the run (what was read, left out)
+  // A model the caller built (its PEFT method applied, its weights loaded):
+  // trained as it is, instead of one built from model_config and
+  // initial_weights. `trainable`, when set, names the parameters that train
+  // (the rest stay frozen): a head fitted on extracted features.
+  std::shared_ptr<EncoderModel> model;
+  std::function<bool(const std::string&)> trainable;
 };
 
 // Resolves model.config (preset name, config.json or checkpoint directory)

@@ -40,6 +40,12 @@ class Head {
     (void)tokens, (void)batch, (void)layout;
     fail("model: this head computes no features");
   }
+  // Logits from such features ([rows, hidden] -> [rows, labels]): the last
+  // dropout and projection alone (a batch of extracted features).
+  virtual at::Tensor from_features(const at::Tensor& features) {
+    (void)features;
+    fail("model: this head reads no extracted features; `ft features train` trains a sequence classifier");
+  }
   // Whether the head reads unit 0's word embeddings (a tied decoder).
   virtual bool reads_word_embeddings() const { return false; }
   // Tensor parallelism with vocab-parallel word embeddings: whether the head

@@ -22,6 +22,9 @@ struct ClassificationHead : torch::nn::Module {
   virtual at::Tensor forward(const at::Tensor& pooled) = 0;
   // What the final projection reads, without dropout: `ft features`' vectors.
   virtual at::Tensor features(const at::Tensor& pooled) = 0;
+  // The final dropout and projection on such vectors: training a head on
+  // extracted features (`ft features train`) runs only this.
+  virtual at::Tensor from_features(const at::Tensor& features) = 0;
 };
 
 struct PoolerImpl : torch::nn::Module {
@@ -46,8 +49,9 @@ struct HeadUnit : ClassificationHead {
     register_module("dropout", dropout);
     register_module("classifier", classifier);
   }
-  at::Tensor forward(const at::Tensor& first) override { return classifier(drop(dropout, pooler->forward(first))); }
+  at::Tensor forward(const at::Tensor& first) override { return from_features(pooler->forward(first)); }
   at::Tensor features(const at::Tensor& first) override { return pooler->forward(first); }
+  at::Tensor from_features(const at::Tensor& f) override { return classifier(drop(dropout, f)); }
 };
 
 // RoBERTa's and ELECTRA's head (transformers' RobertaClassificationHead,
@@ -63,10 +67,9 @@ struct DenseHeadImpl : ClassificationHead {
     out_proj = register_module("out_proj", Linear(c.hidden_size, c.num_labels));
   }
   at::Tensor activate(const at::Tensor& x) const { return gelu ? at::gelu(x) : at::tanh(x); }
-  at::Tensor forward(const at::Tensor& first) override {
-    return out_proj(drop(dropout, activate(dense(drop(dropout, first)))));
-  }
+  at::Tensor forward(const at::Tensor& first) override { return from_features(activate(dense(drop(dropout, first)))); }
   at::Tensor features(const at::Tensor& first) override { return activate(dense(first)); }
+  at::Tensor from_features(const at::Tensor& f) override { return out_proj(drop(dropout, f)); }
 };
 
 // DistilBERT's head. The model registers its parts under the HF names
@@ -80,8 +83,9 @@ struct PreClassifierHead : ClassificationHead {
     register_module("dropout", dropout);
     register_module("classifier", classifier);
   }
-  at::Tensor forward(const at::Tensor& first) override { return classifier(drop(dropout, features(first))); }
+  at::Tensor forward(const at::Tensor& first) override { return from_features(features(first)); }
   at::Tensor features(const at::Tensor& first) override { return at::relu(pre_classifier(first)); }
+  at::Tensor from_features(const at::Tensor& f) override { return classifier(drop(dropout, f)); }
 };
 
 // DeBERTa's head (ContextPooler, then DebertaV2ForSequenceClassification's
@@ -97,10 +101,9 @@ struct ContextPoolerHead : ClassificationHead {
     register_module("dropout", dropout);
     register_module("classifier", classifier);
   }
-  at::Tensor forward(const at::Tensor& first) override {
-    return classifier(drop(dropout, at::gelu(dense(drop(pooler_dropout, first)))));
-  }
+  at::Tensor forward(const at::Tensor& first) override { return from_features(at::gelu(dense(drop(pooler_dropout, first)))); }
   at::Tensor features(const at::Tensor& first) override { return at::gelu(dense(first)); }
+  at::Tensor from_features(const at::Tensor& f) override { return classifier(drop(dropout, f)); }
 };
 
 // ModernBertForSequenceClassification's head over pooled states (the final
@@ -119,7 +122,8 @@ struct PredictionHead : ClassificationHead {
     register_module("drop", dropout);
     register_module("classifier", classifier);
   }
-  at::Tensor forward(const at::Tensor& pooled) override { return classifier(drop(dropout, features(pooled))); }
+  at::Tensor forward(const at::Tensor& pooled) override { return from_features(features(pooled)); }
+  at::Tensor from_features(const at::Tensor& f) override { return classifier(drop(dropout, f)); }
   // LayerNorm in fp32, as autocast runs it (the masked-LM head's reason): a
   // no-op in fp32, and under bf16 LibTorch's CPU kernel refuses a bf16 input
   // with fp32 weights.

@@ -88,7 +88,7 @@ class SequenceClassificationTask : public Head {
       : head_(std::move(head)), final_norm_(std::move(final_norm)), mean_pooling_(mean_pooling) {}
   std::shared_ptr<torch::nn::Module> unit() const override { return head_; }
   std::vector<int64_t> logits_shape(const Batch& batch, const BertConfig& c) const override {
-    return {batch.input_ids.size(0), c.num_labels};
+    return {batch.rows(), c.num_labels};
   }
   at::Tensor forward(const at::Tensor& tokens, const Batch& batch, const TokenLayout& layout) override {
     return head_->forward(pooled(tokens.narrow(0, 0, layout.tokens), batch, layout));  // without carried rows
@@ -96,6 +96,7 @@ class SequenceClassificationTask : public Head {
   at::Tensor features(const at::Tensor& tokens, const Batch& batch, const TokenLayout& layout) override {
     return head_->features(pooled(tokens.narrow(0, 0, layout.tokens), batch, layout));
   }
+  at::Tensor from_features(const at::Tensor& features) override { return head_->from_features(features); }
 
  private:
   std::shared_ptr<ClassificationHead> head_;
