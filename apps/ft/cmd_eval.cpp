@@ -105,7 +105,7 @@ int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint,
   }
   configure_threads({config.runtime.threads});
   PluginHost host = PluginHost::discover(DiscoveryOptions::from_environment({f.plugin_dirs.begin(), f.plugin_dirs.end()}));
-  auto strategy = host.create("single");
+  auto strategy = host.create(kDefaultStrategy);  // evaluation runs in this one process
   RunInputs inputs = prepare_inputs(config);
   if (!inputs.first_dev()) fail("ft eval: no dev data; pass --data FILE or set data.dev / data.dev_fraction");
   const auto labels = inputs.label_names;
@@ -125,7 +125,7 @@ int evaluate_checkpoint(const ConfigFlags& flags, const std::string& checkpoint,
                           fmt::join(sets, ", "),
                           inputs.skipped_rows > 0 ? fmt::format(", {} skipped", inputs.skipped_rows) : "",
                           fmt::join(labels, ", ")));
-  Trainer trainer(config, std::move(inputs), strategy, "single", *comm, events);
+  Trainer trainer(config, std::move(inputs), strategy, kDefaultStrategy, *comm, events);
   if (unverified) note_unverified(checkpoint);
   for (const auto& [name, report] : trainer.evaluate()) {
     events.dev_set(name);

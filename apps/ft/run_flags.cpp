@@ -287,11 +287,12 @@ ResolvedRun resolve_run(RunFlags& flags, RunConfig::Task task, bool quiet) {
   const int world = launched_here ? flags.nproc * flags.nnodes : env_world_size();
   RunConfig config = load_run_config(cf, imports);
   check_foreign_strategy(config);
-  if (world > 1 && config.strategy.name == "single" && flags.strategy.empty() &&
+  if (world > 1 && config.strategy.name == kDefaultStrategy && flags.strategy.empty() &&
       !overrides_key(cf.overrides, "strategy.name")) {
-    cf.overrides.push_back("strategy.name=ddp");
+    cf.overrides.push_back(fmt::format("strategy.name={}", kDefaultMultiProcessStrategy));
     config = load_run_config(cf, imports);
-    out.notes.push_back(fmt::format("{} processes and no --strategy: using ddp, as torchrun and accelerate do", world));
+    out.notes.push_back(fmt::format("{} processes and no --strategy: using {}, as torchrun and accelerate do", world,
+                                    kDefaultMultiProcessStrategy));
   }
   if (embedded) out.notes.push_back(inherited_note(cf.overrides, imports));
   if (world == 1 && !runs_in_one_process(config.strategy.name, flags.config.plugin_dirs)) {

@@ -396,10 +396,15 @@ struct EmbeddingConfig {
   std::string normalize = "auto";
 };
 
+/// The strategy run when the user names none: one process; with several
+/// processes (--nproc), DDP, as torchrun and accelerate run it.
+inline constexpr const char* kDefaultStrategy = "single";
+inline constexpr const char* kDefaultMultiProcessStrategy = "ddp";
+
 /// yaml: `strategy` — how training is distributed (a plugin).
 struct StrategyConfig {
   /// Registered strategy name (`ft strategies` lists them).
-  std::string name = "single";
+  std::string name = kDefaultStrategy;
   /// auto | fp32 | bf16 | fp16. auto: the strategy's preference.
   std::string precision = "auto";
   /// fp16 loss scaling (ft::LossScalerOptions). 0: dynamic; > 0: this fixed
