@@ -14,6 +14,7 @@
 
 #include "ft/checkpoint/checkpoint.h"
 #include "ft/checkpoint/checkpoint_writer.h"
+#include "ft/checkpoint/save_signals.h"
 #include "ft/base/error.h"
 #include "ft/base/fs.h"
 #include "ft/model/model.h"
@@ -449,6 +450,11 @@ void Trainer::Impl::after_step(FitProgress& p, int64_t epoch, bool last) {
 }
 
 void Trainer::Impl::run_step(const Schedule& plan, FitProgress& p) {
+  // An interrupt held for the save in flight: no further step. The other
+  // ranks may be gone already, and a collective failing on them would end
+  // this process before the save commits; the save finishes here and the
+  // held interrupt stops the process (ft/checkpoint/save_signals.h).
+  if (interrupt_held()) checkpoints.finish();
   const int64_t epoch = state.epoch;
   const auto s0 = Clock::now();
   tracer.begin_step(state.global_step + 1);
