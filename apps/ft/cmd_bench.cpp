@@ -275,16 +275,6 @@ void fill_theory(BenchRow& row, const Workload& wl, const std::vector<std::strin
   row.theory_bytes = theory->theory_bytes(in);
 }
 
-// Whether `strategy` runs all its ranks in one process, and then the option
-// that sets how many (empty: one); nullopt for a strategy of one rank per process.
-std::optional<std::string> one_process_ranks(const std::string& strategy, const std::vector<std::string>& plugin_dirs) {
-  std::vector<fsys::path> dirs(plugin_dirs.begin(), plugin_dirs.end());
-  const PluginHost host = PluginHost::discover(DiscoveryOptions::from_environment(dirs));
-  const std::shared_ptr<Strategy> s = host.create(strategy);
-  if (const OneProcess* one = s->ability<OneProcess>()) return one->ranks_option();
-  return std::nullopt;
-}
-
 std::string shell_join(const std::vector<std::string>& argv) {
   std::string out;
   for (const auto& a : argv) {

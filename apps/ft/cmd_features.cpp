@@ -20,6 +20,7 @@
 #include "ft/base/error.h"
 #include "ft/data/data.h"
 #include "ft/model/model.h"
+#include "ft/tasks/predictions.h"
 #include "ft/tasks/run_inputs.h"
 #include "ft/train/runtime.h"
 #include "ft/io/safetensors.h"
@@ -166,10 +167,7 @@ int train_head(const ConfigFlags& flags, const std::string& features, const std:
       const std::string set = name.substr(4, name.size() - 4 - suffix.size());
       in.dev.push_back({set, feature_rows(tensors, features, "dev_" + set, labels)});
     }
-    for (int64_t i = 0; i < labels; ++i) {
-      const auto& names = ckpt.config.id2label;
-      in.label_names.push_back(i < static_cast<int64_t>(names.size()) ? names[static_cast<size_t>(i)] : std::to_string(i));
-    }
+    for (int64_t i = 0; i < labels; ++i) in.label_names.push_back(label_name(ckpt.config, i));
     in.notes.push_back(fmt::format("features of {} ({} x {}, pooled by {}): only {} and {} train", source,
                                    in.train->size(), tensors.at("train_features").size(1),
                                    meta.count("pooling") ? meta.at("pooling") : std::string("the head"),

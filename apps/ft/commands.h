@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,11 @@ void refuse_unbuilt_head(const std::string& checkpoint, const ft::BertConfig& c)
 }  // namespace ft::app
 
 namespace ft::app {
+// Whether `strategy` (from the plugins) runs all its ranks in the one process
+// `ft run` starts (its OneProcess ability: single, dp), and then the
+// strategy.options key that sets how many (empty: one); nullopt for a
+// strategy of one rank per process.
+std::optional<std::string> one_process_ranks(const std::string& strategy, const std::vector<std::string>& plugin_dirs);
 // What one rank of a run trains on, when not what config's data.* says.
 using PrepareInputs = std::function<RunInputs(const RunConfig&)>;
 // One rank's run of the Trainer (`ft run`, `ft pretrain`, `ft features

@@ -156,20 +156,19 @@ void check_foreign_strategy(const RunConfig& config) {
   }
 }
 
-// Whether the strategy's ranks live in the one process `ft run` starts (its
-// OneProcess ability: single, dp), so one process is what it wants.
-bool runs_in_one_process(const std::string& strategy, const std::vector<std::string>& plugin_dirs) {
-  const std::vector<std::filesystem::path> dirs(plugin_dirs.begin(), plugin_dirs.end());
-  const PluginHost host = PluginHost::discover(DiscoveryOptions::from_environment(dirs));
-  return host.create(strategy)->ability<OneProcess>() != nullptr;
-}
-
 int env_world_size() {
   const char* w = std::getenv("WORLD_SIZE");
   return w != nullptr ? std::max(1, std::atoi(w)) : 1;
 }
 
 }  // namespace
+
+std::optional<std::string> one_process_ranks(const std::string& strategy, const std::vector<std::string>& plugin_dirs) {
+  const std::vector<std::filesystem::path> dirs(plugin_dirs.begin(), plugin_dirs.end());
+  const PluginHost host = PluginHost::discover(DiscoveryOptions::from_environment(dirs));
+  if (const OneProcess* one = host.create(strategy)->ability<OneProcess>()) return one->ranks_option();
+  return std::nullopt;
+}
 
 bool quiet_process() {
   const char* rank = std::getenv("RANK");
@@ -295,7 +294,7 @@ ResolvedRun resolve_run(RunFlags& flags, RunConfig::Task task, bool quiet) {
                                     kDefaultMultiProcessStrategy));
   }
   if (embedded) out.notes.push_back(inherited_note(cf.overrides, imports));
-  if (world == 1 && !runs_in_one_process(config.strategy.name, flags.config.plugin_dirs)) {
+  if (world == 1 && !one_process_ranks(config.strategy.name, flags.config.plugin_dirs)) {
     out.notes.push_back(fmt::format("strategy {} on 1 process: running one rank (--nproc N starts N)", config.strategy.name));
   }
   if (config.strategy.precision == "fp16" && config.runtime.device == "cpu") {

@@ -129,15 +129,14 @@ std::vector<int64_t> EncoderModel::logits_shape(const Batch& batch) const {
 }
 
 at::Tensor EncoderModel::forward(const Batch& input) {
-  UnitRunner& runner = runner_ ? *runner_ : parts_->direct;
+  UnitRunner& run = runner_ ? *runner_ : parts_->direct;
   if (input.features.defined()) {  // extracted features: the encoder ran when they were written
     Head& head = *parts_->head;
-    return runner
+    return run
         .run(num_units() - 1, RunPass::kPlain, input.features, [&](const at::Tensor& f) { return head.from_features(f); })
         .to(at::kFloat);
   }
   const Batch batch = encoder_input(input, config_, prompt_length(), prefix_length());
-  UnitRunner& run = runner;
   // Shared: with checkpointing, layers run again in backward and need it then.
   auto layout = layout_of(batch);
   auto& base = *parts_->base;

@@ -7,14 +7,11 @@
 #include "ft/tasks/token_classification.h"
 
 namespace ft {
-namespace {
 
 std::string label_name(const BertConfig& config, int64_t k) {
   return k < static_cast<int64_t>(config.id2label.size()) ? config.id2label[static_cast<size_t>(k)]
                                                           : "LABEL_" + std::to_string(k);
 }
-
-}  // namespace
 
 PredictInput parse_predict_input(std::string_view line, const BertConfig& config, const std::string& source) {
   PredictInput in;

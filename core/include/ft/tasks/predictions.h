@@ -17,6 +17,9 @@
 
 namespace ft {
 
+/// Class `k`'s name: config.json's id2label, else transformers' "LABEL_<k>".
+std::string label_name(const BertConfig& config, int64_t k);
+
 /// One input of `ft predict`: a text, or a sentence pair.
 struct PredictInput {
   std::string text;
