@@ -65,10 +65,25 @@ def tokenize(args):
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(os.path.join(args.model, "tokenizer.json"))
-    tok.enable_truncation(args.max_len)
-    tok.enable_padding(length=args.max_len, pad_id=0)
     rows = [json.loads(line) for line in open(args.tokenize, encoding="utf-8")]
     random.Random(123).shuffle(rows)  # the file is sorted by label
+    if args.fill:
+        # Long inputs: consecutive reviews joined into one text until it has
+        # max_len tokens (each row's label is its first review's).
+        lengths = [len(e.ids) for e in tok.encode_batch([r["text"] for r in rows])]
+        joined, i = [], 0
+        while len(joined) < args.rows:
+            if i >= len(rows):
+                raise SystemExit(f"hf-peer: {args.tokenize} has too few reviews for {args.rows} rows of {args.max_len}")
+            first, text, count = rows[i], [], 0
+            while count < args.max_len and i < len(rows):
+                text.append(rows[i]["text"])
+                count += lengths[i]
+                i += 1
+            joined.append({"text": "\n\n".join(text), "label": first["label"]})
+        rows = joined
+    tok.enable_truncation(args.max_len)
+    tok.enable_padding(length=args.max_len, pad_id=0)
     rows = rows[: args.rows]
     labels = {"neg": 0, "pos": 1}
     enc = tok.encode_batch([r["text"] for r in rows])
@@ -149,6 +164,8 @@ def main():
     p.add_argument("--rows", type=int, default=2048)
     p.add_argument("--max-len", type=int, default=256)
     p.add_argument("--out", help="--tokenize: the safetensors file to write")
+    p.add_argument("--fill", action="store_true",
+                   help="--tokenize: join consecutive reviews until each row has --max-len tokens (long inputs)")
     p.add_argument("--make", nargs=2, metavar=("KIND", "DIR"),
                    help="write a generated workload's random-init classifier (KIND: deberta, a DeBERTa-v3-xsmall "
                         "shape; modernbert, ModernBERT's settings at 12 x 384) with its committed tokenizer to DIR, "

@@ -219,7 +219,7 @@ TEST_CASE("validation: ranges, enums and cross-field rules") {
     return error_of([&] { from("model:\n  config: tiny\n" + extra + "data:\n  train: a.safetensors\n"); });
   };
   CHECK(err_model("  attention: flash\n") ==
-        "cfg.yaml: model.attention: unknown value 'flash' (allowed: auto, packed, sdpa, eager)");
+        "cfg.yaml: model.attention: unknown value 'flash' (allowed: auto, packed, tiled, sdpa, eager)");
   if (!ft::sdpa_available())
     CHECK(err_model("  attention: sdpa\n") ==
           fmt::format("cfg.yaml: model.attention: 'sdpa' needs LibTorch 2.0 or newer; this ft is built against "

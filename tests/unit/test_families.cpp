@@ -108,6 +108,11 @@ TEST_CASE("RoBERTa, XLM-R, ELECTRA, DistilBERT, DeBERTa-v3 and ModernBERT logits
       CHECK(max_diff(got, want) < 1e-5);
       CHECK(max_diff(got[0], got[40]) > 1e-3);  // an IMDB review and a Weibo post differ well beyond it
     }
+    // The tiled schedule (long inputs) on the same rows, padding-free.
+    model->set_padding_free(true);
+    model->set_attention(ft::AttentionKernel::kTiled);
+    CHECK(max_diff(model->forward(b), want) < 1e-5);
+    model->set_attention(ft::AttentionKernel::kAuto);
     // The hidden states (ft predict --task feature-extraction): one row per position, without
     // DeBERTa's relative table that rides below the tokens.
     const at::Tensor h = model->last_hidden_state(b);
@@ -117,9 +122,12 @@ TEST_CASE("RoBERTa, XLM-R, ELECTRA, DistilBERT, DeBERTa-v3 and ModernBERT logits
 }
 
 TEST_CASE("RoBERTa, XLM-R, ELECTRA, DistilBERT, DeBERTa-v3 and ModernBERT: one step's loss and every parameter's gradient match transformers (1e-4 relative)") {
+  // auto runs the whole schedule on these rows; tiled is the long-input one.
+  for (const auto kind : {ft::AttentionKernel::kAuto, ft::AttentionKernel::kTiled})
   for (const std::string name : kFamilies) {
-    INFO(name);
+    INFO(name << ", attention " << static_cast<int>(kind));
     auto model = load_family(name);
+    model->set_attention(kind);
     auto ref = reference(name);
     model->train();  // dropout is 0 in the fixture's config
     const ft::Batch b = batch_of(ref);

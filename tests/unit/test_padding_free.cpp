@@ -114,7 +114,7 @@ TEST_CASE("every attention kernel gives the same logits and gradients, padded an
     return run(model, b, false);
   }();
   std::vector<ft::AttentionKernel> kinds = {ft::AttentionKernel::kAuto, ft::AttentionKernel::kPacked,
-                                            ft::AttentionKernel::kEager};
+                                            ft::AttentionKernel::kTiled, ft::AttentionKernel::kEager};
   // LibTorch 1.x has no SDPA (config validation refuses it there; the model
   // falls back to eager).
   if (ft::sdpa_available()) kinds.push_back(ft::AttentionKernel::kSdpa);
@@ -285,4 +285,71 @@ TEST_CASE("packed attention with dropout: seeded, and backward replays the forwa
   auto a_plus = ft::packed_attention(q, k, v_plus, lengths, 2, 0.5, true);
   const double numeric = (a_plus.sum() - a.detach().sum()).item<double>() / eps;
   CHECK(v.grad()[3][5].item<double>() == doctest::Approx(numeric).epsilon(1e-3));
+}
+
+TEST_CASE("tiled attention equals the whole schedule: values and gradients, windows, several tiles, dropout") {
+  // Lengths that cross the 64-query blocks and 256-key tiles (300: two
+  // blocks' reach ends inside a second tile), with and without a window
+  // narrower than a block, and a sequence shorter than one block.
+  const std::vector<int64_t> lengths = {300, 7, 130, 1};
+  int64_t tokens = 0;
+  for (int64_t l : lengths) tokens += l;
+  const int64_t heads = 2, hidden = 2 * 16;
+  for (const int64_t window : {int64_t{-1}, int64_t{0}, int64_t{20}, int64_t{100}}) {
+    for (const double p : {0.0, 0.3}) {
+      CAPTURE(window);
+      CAPTURE(p);
+      at::manual_seed(21);
+      const auto q0 = at::randn({tokens, hidden}), k0 = at::randn({tokens, hidden}), v0 = at::randn({tokens, hidden});
+      const auto w = at::randn({tokens, hidden});
+      auto grads = [&](ft::AttentionSchedule schedule) {
+        auto q = q0.clone().requires_grad_(), k = k0.clone().requires_grad_(), v = v0.clone().requires_grad_();
+        at::manual_seed(5);  // the same dropout seed for both schedules
+        auto out = ft::packed_attention(q, k, v, lengths, heads, p, true, {}, {}, window, schedule);
+        (out * w).sum().backward();
+        return std::vector<at::Tensor>{out.detach(), q.grad(), k.grad(), v.grad()};
+      };
+      const auto whole = grads(ft::AttentionSchedule::kWhole), tiled = grads(ft::AttentionSchedule::kTiled);
+      for (size_t i = 0; i < whole.size(); ++i) {
+        CAPTURE(i);
+        CHECK((whole[i] - tiled[i]).abs().max().item<double>() < 1e-5);
+      }
+    }
+  }
+  // Dropout really is on in the tiled schedule: without it the output differs.
+  at::manual_seed(21);
+  const auto q = at::randn({tokens, hidden}), k = at::randn({tokens, hidden}), v = at::randn({tokens, hidden});
+  at::manual_seed(5);
+  const auto dropped = ft::packed_attention(q, k, v, lengths, heads, 0.3, true, {}, {}, -1, ft::AttentionSchedule::kTiled);
+  const auto kept = ft::packed_attention(q, k, v, lengths, heads, 0.3, false, {}, {}, -1, ft::AttentionSchedule::kTiled);
+  CHECK((dropped - kept).abs().max().item<double>() > 1e-2);
+}
+
+TEST_CASE("the tiled schedule against masked eager attention on one long sequence") {
+  // 1 000 tokens: four tiles of keys per query block, the online softmax's
+  // running maximum rescaled across them; the eager reference materialises
+  // every score.
+  at::manual_seed(31);
+  const int64_t len = 1000, heads = 2, d = 8;
+  for (const int64_t window : {int64_t{-1}, int64_t{64}}) {
+    CAPTURE(window);
+    auto q = (3 * at::randn({len, heads * d})).requires_grad_();  // large scores: the maximum moves between tiles
+    auto k = at::randn({len, heads * d}).requires_grad_(), v = at::randn({len, heads * d}).requires_grad_();
+    const auto w = at::randn({len, heads * d});
+    auto out = ft::packed_attention(q, k, v, {len}, heads, 0.0, true, {}, {}, window, ft::AttentionSchedule::kTiled);
+    (out * w).sum().backward();
+    auto q2 = q.detach().clone().requires_grad_(), k2 = k.detach().clone().requires_grad_(),
+         v2 = v.detach().clone().requires_grad_();
+    auto split = [&](const at::Tensor& t) { return t.view({len, heads, d}).permute({1, 0, 2}); };
+    const auto col = at::arange(len);
+    const auto near = window < 0 ? at::ones({len, len}, at::kBool) : (col.unsqueeze(1) - col.unsqueeze(0)).abs().le(window);
+    const auto mask = at::where(near, at::zeros({}), at::full({}, -std::numeric_limits<float>::infinity()));
+    auto scores = at::matmul(split(q2), split(k2).transpose(-1, -2)) / std::sqrt(double(d)) + mask;
+    auto ref = at::matmul(at::softmax(scores, -1), split(v2)).permute({1, 0, 2}).reshape({len, heads * d});
+    (ref * w).sum().backward();
+    CHECK((out - ref).abs().max().item<double>() < 1e-5);
+    CHECK((q.grad() - q2.grad()).abs().max().item<double>() < 1e-4);
+    CHECK((k.grad() - k2.grad()).abs().max().item<double>() < 1e-4);
+    CHECK((v.grad() - v2.grad()).abs().max().item<double>() < 1e-5);
+  }
 }

@@ -66,7 +66,7 @@ void check_model(const Checker& ck, const ModelConfigRef& m) {
   ck.required("model.config", m.config,
               "a preset (tiny, mini, base), an HF config.json or a checkpoint directory");
   if (m.dropout) ck.in_range("model.dropout", *m.dropout, 0.0, 1.0, false);
-  ck.one_of("model.attention", m.attention, {"auto", "packed", "sdpa", "eager"});
+  ck.one_of("model.attention", m.attention, {"auto", "packed", "tiled", "sdpa", "eager"});
   if (!m.problem_type.empty())
     ck.one_of("model.problem_type", m.problem_type,
               {"single_label_classification", "multi_label_classification", "regression"});

@@ -72,29 +72,42 @@ void select_kept_clone(const T* src, T* dst, const uint32_t* bits, int64_t n, ui
   select_kept(src, dst, bits, n, threshold, scale);
 }
 
+// keep < 1, so keep * 2^32 fits in 32 bits.
+uint32_t keep_threshold(double keep) { return static_cast<uint32_t>(std::min(keep * 4294967296.0, 4294967295.0)); }
+
+// Elements [0, n) of one span, element i at global index g = counter + i,
+// which reads 32 bits of mix(seed, g / 2): the low half when g is even, the
+// high half when odd.
+template <typename T>
+void mask_span(const T* src, T* dst, int64_t n, uint64_t seed, int64_t counter, uint32_t threshold,
+               at::opmath_type<T> scale) {
+  constexpr int64_t kBlock = 2048;
+  std::array<uint32_t, kBlock + 2> words;
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t len = std::min(n - b, kBlock);
+    const auto g0 = static_cast<uint64_t>(counter + b), g1 = g0 + static_cast<uint64_t>(len) - 1;
+    hash_pairs(seed, g0 >> 1, static_cast<int64_t>((g1 >> 1) - (g0 >> 1)) + 1, words.data());
+    select_kept_clone(src + b, dst + b, words.data() + (g0 & 1), len, threshold, scale);
+  }
+}
+
 }  // namespace
 
 void apply_dropout_mask(const at::Tensor& in, at::Tensor& out, uint64_t seed, int64_t counter, double keep) {
-  // keep < 1, so keep * 2^32 fits in 32 bits.
-  const auto threshold = static_cast<uint32_t>(std::min(keep * 4294967296.0, 4294967295.0));
+  const uint32_t threshold = keep_threshold(keep);
   const int64_t n = in.numel();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, in.scalar_type(), "ft_dropout", [&] {
     const auto scale = static_cast<at::opmath_type<scalar_t>>(1.0 / keep);
     const auto* src = in.data_ptr<scalar_t>();
     auto* dst = out.data_ptr<scalar_t>();
     at::parallel_for(0, n, 32768, [&](int64_t begin, int64_t end) {
-      // Element i, global index g = counter + i, reads 32 bits of
-      // mix(seed, g / 2): the low half when g is even, the high half when odd.
-      constexpr int64_t kBlock = 2048;
-      std::array<uint32_t, kBlock + 2> words;
-      for (int64_t b = begin; b < end; b += kBlock) {
-        const int64_t len = std::min(end - b, kBlock);
-        const auto g0 = static_cast<uint64_t>(counter + b), g1 = g0 + static_cast<uint64_t>(len) - 1;
-        hash_pairs(seed, g0 >> 1, static_cast<int64_t>((g1 >> 1) - (g0 >> 1)) + 1, words.data());
-        select_kept_clone(src + b, dst + b, words.data() + (g0 & 1), len, threshold, scale);
-      }
+      mask_span(src + begin, dst + begin, end - begin, seed, counter + begin, threshold, scale);
     });
   });
+}
+
+void apply_dropout_mask(const float* in, float* out, int64_t n, uint64_t seed, int64_t counter, double keep) {
+  mask_span(in, out, n, seed, counter, keep_threshold(keep), static_cast<float>(1.0 / keep));
 }
 
 uint64_t draw_dropout_seed() {

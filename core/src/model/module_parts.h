@@ -55,6 +55,16 @@ inline bool sdpa_chosen(AttentionKernel kind, const Dropout& dropout, const at::
   return sdpa_available() &&
          (kind == AttentionKernel::kSdpa || (kind == AttentionKernel::kAuto && (!dropping || !x.device().is_cpu())));
 }
+// Whether a layer runs ft's packed kernel where it applies, and which
+// schedule it asks for.
+inline bool packed_chosen(AttentionKernel kind) {
+  return kind == AttentionKernel::kAuto || kind == AttentionKernel::kPacked || kind == AttentionKernel::kTiled;
+}
+inline AttentionSchedule packed_schedule(AttentionKernel kind) {
+  if (kind == AttentionKernel::kPacked) return AttentionSchedule::kWhole;
+  if (kind == AttentionKernel::kTiled) return AttentionSchedule::kTiled;
+  return AttentionSchedule::kAuto;
+}
 // The probability SDPA drops with: the module's, in training only.
 inline double sdpa_dropout(const Dropout& dropout) { return dropout->is_training() ? dropout->options.p() : 0.0; }
 

@@ -13,75 +13,40 @@
 #include <torch/autograd.h>
 
 #include "compat.h"
+#include "model/attention_plan.h"
 #include "ft/model/dropout.h"
 #include "ft/base/error.h"
 
 namespace ft {
-namespace {
-
-// Where each sequence's rows and probabilities live. Sequence b has
-// lengths[b] queries and extra + lengths[b] keys: a prefix's `extra` rows,
-// then its own (k and v hold each sequence's prefix copy before its rows).
-struct Plan {
-  std::vector<int64_t> lengths, offsets, key_offsets, prob_offsets;
-  int64_t heads = 1, extra = 0, tokens = 0, prob_elems = 0;
-  int64_t window = -1;  // >= 0: keys further than this from the query are masked (no prefix then)
-
-  Plan(std::vector<int64_t> lens, int64_t h, int64_t prefix, int64_t window_)
-      : lengths(std::move(lens)), heads(h), extra(prefix), window(window_) {
-    for (int64_t len : lengths) {
-      offsets.push_back(tokens);
-      key_offsets.push_back(tokens + extra * static_cast<int64_t>(key_offsets.size()));
-      prob_offsets.push_back(prob_elems);
-      tokens += len;
-      prob_elems += h * len * (len + extra);
-    }
-  }
-  int64_t keys(size_t b) const { return lengths[b] + extra; }
-};
-
-// Runs fn(b) for every sequence: longest-first onto the least-loaded thread
-// (cost ~ len^2), then each thread its list. BLAS and ATen calls nested in
-// the region run serially, so one sequence never competes with itself.
-void for_each_sequence(const Plan& plan,
-                       const std::function<void(size_t, std::vector<float>&, std::vector<float>&)>& fn) {
-  const size_t n = plan.lengths.size();
-  const int threads = std::max(1, std::min<int>(at::get_num_threads(), static_cast<int>(n)));
-  std::vector<size_t> order(n);
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return plan.lengths[a] > plan.lengths[b]; });
-  std::vector<std::vector<size_t>> lists(static_cast<size_t>(threads));
-  std::vector<int64_t> load(static_cast<size_t>(threads), 0);
-  for (size_t b : order) {
-    const auto t = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-    lists[t].push_back(b);
-    load[t] += plan.lengths[b] * plan.keys(b) + 1;
-  }
-  at::parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scratch, scratch2;  // per thread, reused across its sequences
-    for (int64_t t = begin; t < end; ++t)
-      for (size_t b : lists[static_cast<size_t>(t)]) fn(b, scratch, scratch2);
-  });
-}
-
-// Fortran BLAS sgemm, looked up at run time: Debian's LibTorch maps the
-// libblas.so.3 alternative (OpenBLAS); a wheel may map none, and then
-// packed_attention_available() is false.
-using Sgemm = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
-                       const int*, const float*, const int*, const float*, float*, const int*);
+namespace attention_detail {
 
 Sgemm find_sgemm() { return reinterpret_cast<Sgemm>(dlsym(RTLD_DEFAULT, "sgemm_")); }
 
-// Row-major C[m x n] = alpha * op(A) op(B) on row-major operands with row
-// strides lda/ldb/ldc, through column-major sgemm (C^T = op(B)^T op(A)^T).
-void gemm_rm(Sgemm sgemm, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-             const float* b, int64_t ldb, float* c, int64_t ldc) {
-  const char opa = tb ? 'T' : 'N', opb = ta ? 'T' : 'N';
-  const int M = static_cast<int>(n), N = static_cast<int>(m), K = static_cast<int>(k);
-  const int LDA = static_cast<int>(ldb), LDB = static_cast<int>(lda), LDC = static_cast<int>(ldc);
-  const float beta = 0.0f;
-  sgemm(&opa, &opb, &M, &N, &K, &alpha, b, &LDA, a, &LDB, &beta, c, &LDC);
+void for_each_task(const std::vector<int64_t>& costs, const std::function<void(size_t, Scratch&)>& fn) {
+  const size_t n = costs.size();
+  const int threads = std::max(1, std::min<int>(at::get_num_threads(), static_cast<int>(n)));
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return costs[a] > costs[b]; });
+  std::vector<std::vector<size_t>> lists(static_cast<size_t>(threads));
+  std::vector<int64_t> load(static_cast<size_t>(threads), 0);
+  for (size_t task : order) {
+    const auto t = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    lists[t].push_back(task);
+    load[t] += costs[task];
+  }
+  at::parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
+    Scratch scratch;
+    for (int64_t t = begin; t < end; ++t)
+      for (size_t task : lists[static_cast<size_t>(t)]) fn(task, scratch);
+  });
 }
+
+}  // namespace attention_detail
+
+namespace {
+
+using namespace attention_detail;
 
 // One row of n floats, in place: a local layer's band, too short for a
 // kernel call to pay.
@@ -115,56 +80,48 @@ void softmax_rows(float* s, int64_t rows, int64_t cols, int64_t window) {
   }
 }
 
-// The fp32 kernels: one sequence (all heads) per call, operands read in
-// place from the packed [T, heads * d] rows (keys and values from their own
-// rows, prefix first); `scratch` holds len x keys floats.
-struct RawKernel {
-  Sgemm sgemm;
-  const Plan& plan;
-  int64_t d, width;  // head dim, heads * d
-  float scale;
-  double keep;
-  uint64_t seed;
+// The whole schedule's fp32 kernels: one sequence (all heads) per call,
+// operands read in place from the packed [T, heads * d] rows (keys and
+// values from their own rows, prefix first); `scratch` holds len x keys floats.
+struct WholeKernel {
+  const KernelArgs& a;
 
   // P' = dropout(P) into scratch; returns the matrix to multiply with.
   const float* dropped(const float* p, int64_t elems, int64_t counter, std::vector<float>& scratch) const {
-    if (keep >= 1.0) return p;
+    if (a.keep >= 1.0) return p;
     scratch.resize(static_cast<size_t>(elems));
-    at::Tensor in = at::from_blob(const_cast<float*>(p), {elems}, at::kFloat);
-    at::Tensor out = at::from_blob(scratch.data(), {elems}, at::kFloat);
-    apply_dropout_mask(in, out, seed, counter, keep);
+    apply_dropout_mask(p, scratch.data(), elems, a.seed, counter, a.keep);
     return scratch.data();
   }
 
   void forward(size_t b, const float* q, const float* k, const float* v, float* probs, float* out,
                std::vector<float>& scratch) const {
-    const int64_t len = plan.lengths[b], keys = plan.keys(b);
+    const Plan& plan = a.plan;
+    const int64_t len = plan.lengths[b], keys = plan.keys(b), width = a.width, d = a.d;
     const int64_t row0 = plan.offsets[b] * width, key0 = plan.key_offsets[b] * width;
     for (int64_t h = 0; h < plan.heads; ++h) {
       const int64_t col = row0 + h * d, kcol = key0 + h * d, poff = plan.prob_offsets[b] + h * len * keys;
       float* p = probs + poff;
-      gemm_rm(sgemm, false, true, len, keys, d, scale, q + col, width, k + kcol, width, p, keys);  // S = s Q K^T
+      gemm_rm(a.sgemm, false, true, len, keys, d, a.scale, q + col, width, k + kcol, width, p, keys);  // S = s Q K^T
       softmax_rows(p, len, keys, plan.window);
       const float* pd = dropped(p, len * keys, poff, scratch);
-      gemm_rm(sgemm, false, false, len, d, keys, 1.0f, pd, keys, v + kcol, width, out + col, width);  // O = P' V
+      gemm_rm(a.sgemm, false, false, len, d, keys, 1.0f, pd, keys, v + kcol, width, out + col, width);  // O = P' V
     }
   }
 
   void backward(size_t b, const float* q, const float* k, const float* v, const float* probs, const float* dout,
                 float* dq, float* dk, float* dv, std::vector<float>& scratch, std::vector<float>& dp) const {
-    const int64_t len = plan.lengths[b], keys = plan.keys(b);
+    const Plan& plan = a.plan;
+    const int64_t len = plan.lengths[b], keys = plan.keys(b), width = a.width, d = a.d;
     const int64_t row0 = plan.offsets[b] * width, key0 = plan.key_offsets[b] * width;
     dp.resize(static_cast<size_t>(len * keys));
     for (int64_t h = 0; h < plan.heads; ++h) {
       const int64_t col = row0 + h * d, kcol = key0 + h * d, poff = plan.prob_offsets[b] + h * len * keys;
       const float* p = probs + poff;
       const float* pd = dropped(p, len * keys, poff, scratch);
-      gemm_rm(sgemm, true, false, keys, d, len, 1.0f, pd, keys, dout + col, width, dv + kcol, width);  // dV = P'^T dO
-      gemm_rm(sgemm, false, true, len, keys, d, 1.0f, dout + col, width, v + kcol, width, dp.data(), keys);  // dP' = dO V^T
-      if (keep < 1.0) {
-        at::Tensor t = at::from_blob(dp.data(), {len * keys}, at::kFloat);
-        apply_dropout_mask(t, t, seed, poff, keep);  // dP = mask(dP')
-      }
+      gemm_rm(a.sgemm, true, false, keys, d, len, 1.0f, pd, keys, dout + col, width, dv + kcol, width);  // dV = P'^T dO
+      gemm_rm(a.sgemm, false, true, len, keys, d, 1.0f, dout + col, width, v + kcol, width, dp.data(), keys);  // dP' = dO V^T
+      if (a.keep < 1.0) apply_dropout_mask(dp.data(), dp.data(), len * keys, a.seed, poff, a.keep);  // dP = mask(dP')
       for (int64_t r = 0; r < len; ++r) {  // dS = P * (dP - sum(dP * P))
         const float* pr = p + r * keys;
         float* g = dp.data() + r * keys;
@@ -172,11 +129,18 @@ struct RawKernel {
         for (int64_t j = 0; j < keys; ++j) dot += g[j] * pr[j];
         for (int64_t j = 0; j < keys; ++j) g[j] = pr[j] * (g[j] - dot);
       }
-      gemm_rm(sgemm, false, false, len, d, keys, scale, dp.data(), keys, k + kcol, width, dq + col, width);  // dQ = s dS K
-      gemm_rm(sgemm, true, false, keys, d, len, scale, dp.data(), keys, q + col, width, dk + kcol, width);  // dK = s dS^T Q
+      gemm_rm(a.sgemm, false, false, len, d, keys, a.scale, dp.data(), keys, k + kcol, width, dq + col, width);  // dQ = s dS K
+      gemm_rm(a.sgemm, true, false, keys, d, len, a.scale, dp.data(), keys, q + col, width, dk + kcol, width);  // dK = s dS^T Q
     }
   }
 };
+
+// Sequences as tasks of the whole schedule, costed by their scores.
+std::vector<int64_t> sequence_costs(const Plan& plan) {
+  std::vector<int64_t> costs;
+  for (size_t b = 0; b < plan.lengths.size(); ++b) costs.push_back(plan.lengths[b] * plan.keys(b) + 1);
+  return costs;
+}
 
 class PackedAttentionFunction : public torch::autograd::Function<PackedAttentionFunction> {
  public:
@@ -184,19 +148,26 @@ class PackedAttentionFunction : public torch::autograd::Function<PackedAttention
   // inputs are widened once and the results cast back to their dtype.
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
                             const at::Tensor& v, std::vector<int64_t> lengths, int64_t heads, int64_t extra,
-                            double keep, int64_t window) {
+                            double keep, int64_t window, bool tiled) {
     const Plan plan(std::move(lengths), heads, extra, window);
     const uint64_t seed = keep < 1.0 ? draw_dropout_seed() : 0;
     const at::Tensor qf = q.to(at::kFloat).contiguous(), kf = k.to(at::kFloat).contiguous(),
                      vf = v.to(at::kFloat).contiguous();
     at::Tensor out = at::empty(qf.sizes(), qf.options());
-    at::Tensor probs = at::empty({plan.prob_elems}, qf.options());
-    const RawKernel kernel = make_kernel(plan, qf.size(1), keep, seed);
-    for_each_sequence(plan, [&](size_t b, std::vector<float>& scratch, std::vector<float>&) {
-      kernel.forward(b, qf.data_ptr<float>(), kf.data_ptr<float>(), vf.data_ptr<float>(), probs.data_ptr<float>(),
-                     out.data_ptr<float>(), scratch);
-    });
-    ctx->save_for_backward({qf, kf, vf, probs});
+    const KernelArgs args = make_args(plan, qf.size(1), keep, seed);
+    const float *qp = qf.data_ptr<float>(), *kp = kf.data_ptr<float>(), *vp = vf.data_ptr<float>();
+    if (tiled) {
+      at::Tensor lse = at::empty({plan.tokens * plan.heads}, qf.options());
+      tiled_forward(args, qp, kp, vp, out.data_ptr<float>(), lse.data_ptr<float>());
+      ctx->save_for_backward({qf, kf, vf, out, lse});
+    } else {
+      at::Tensor probs = at::empty({plan.prob_elems}, qf.options());
+      const WholeKernel kernel{args};
+      for_each_task(sequence_costs(plan), [&](size_t b, Scratch& scratch) {
+        kernel.forward(b, qp, kp, vp, probs.data_ptr<float>(), out.data_ptr<float>(), scratch.a);
+      });
+      ctx->save_for_backward({qf, kf, vf, probs});
+    }
     ctx->saved_data["lengths"] = plan.lengths;
     ctx->saved_data["heads"] = plan.heads;
     ctx->saved_data["extra"] = plan.extra;
@@ -204,45 +175,66 @@ class PackedAttentionFunction : public torch::autograd::Function<PackedAttention
     ctx->saved_data["keep"] = keep;
     ctx->saved_data["seed"] = static_cast<int64_t>(seed);
     ctx->saved_data["dtype"] = q.scalar_type();
+    ctx->saved_data["tiled"] = tiled;
     return out.to(v.scalar_type());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &probs = saved[3];
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2];
     const Plan plan(ctx->saved_data["lengths"].toIntVector(), ctx->saved_data["heads"].toInt(),
                     ctx->saved_data["extra"].toInt(), ctx->saved_data["window"].toInt());
-    const RawKernel kernel = make_kernel(plan, q.size(1), ctx->saved_data["keep"].toDouble(),
-                                         static_cast<uint64_t>(ctx->saved_data["seed"].toInt()));
+    const KernelArgs args = make_args(plan, q.size(1), ctx->saved_data["keep"].toDouble(),
+                                      static_cast<uint64_t>(ctx->saved_data["seed"].toInt()));
     const at::Tensor grad = grads[0].to(at::kFloat).contiguous();
-    at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
-    for_each_sequence(plan, [&](size_t b, std::vector<float>& scratch, std::vector<float>& dp) {
-      kernel.backward(b, q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), probs.data_ptr<float>(),
-                      grad.data_ptr<float>(), dq.data_ptr<float>(), dk.data_ptr<float>(), dv.data_ptr<float>(),
-                      scratch, dp);
-    });
+    const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>(),
+                *gp = grad.data_ptr<float>();
+    at::Tensor dq, dk, dv;
+    if (ctx->saved_data["tiled"].toBool()) {
+      dq = at::zeros_like(q), dk = at::zeros_like(k), dv = at::zeros_like(v);  // tiles add into them
+      tiled_backward(args, qp, kp, vp, saved[3].data_ptr<float>(), saved[4].data_ptr<float>(), gp,
+                     dq.data_ptr<float>(), dk.data_ptr<float>(), dv.data_ptr<float>());
+    } else {
+      dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
+      const WholeKernel kernel{args};
+      const float* probs = saved[3].data_ptr<float>();
+      for_each_task(sequence_costs(plan), [&](size_t b, Scratch& scratch) {
+        kernel.backward(b, qp, kp, vp, probs, gp, dq.data_ptr<float>(), dk.data_ptr<float>(), dv.data_ptr<float>(),
+                        scratch.a, scratch.b);
+      });
+    }
     // The inputs' dtype (bf16 under autocast): grads match what they flow into.
     const auto dtype = ctx->saved_data["dtype"].toScalarType();
-    return {dq.to(dtype), dk.to(dtype), dv.to(dtype), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dq.to(dtype), dk.to(dtype), dv.to(dtype), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor()};
   }
 
  private:
-  static RawKernel make_kernel(const Plan& plan, int64_t width, double keep, uint64_t seed) {
+  static KernelArgs make_args(const Plan& plan, int64_t width, double keep, uint64_t seed) {
     const Sgemm sgemm = find_sgemm();
     if (!sgemm) fail("packed_attention: no BLAS sgemm_ is mapped (check packed_attention_available() first)");
     const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(width / plan.heads)));
-    return RawKernel{sgemm, plan, width / plan.heads, width, scale, keep, seed};
+    return KernelArgs{sgemm, plan, width / plan.heads, width, scale, keep, seed};
   }
 };
 
 }  // namespace
 
-bool packed_attention_available() { return find_sgemm() != nullptr; }
+bool packed_attention_available() { return attention_detail::find_sgemm() != nullptr; }
+
+bool tiled_pays(int64_t max_len, int64_t window) {
+  // Measured on the bench models, samples/s of ft run (docs/benchmarks.md):
+  // a local layer's band is 1.10x faster tiled already at 256 tokens
+  // (ModernBERT); global layers tie at 256 and 512 (MiniLM) and gain 1.13x
+  // at 2 048, holding less memory at every length.
+  return window >= 0 || max_len >= 512;
+}
 
 at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const std::vector<int64_t>& lengths, int64_t heads, double dropout_p, bool train,
-                            const at::Tensor& prefix_k, const at::Tensor& prefix_v, int64_t window) {
+                            const at::Tensor& prefix_k, const at::Tensor& prefix_v, int64_t window,
+                            AttentionSchedule schedule) {
   if (!q.device().is_cpu()) fail("packed_attention: CPU tensors only (got {})", q.device().str());
   if (q.sizes() != k.sizes() || q.sizes() != v.sizes() || q.dim() != 2 || q.size(1) % heads != 0)
     fail("packed_attention: q, k, v must be [T, heads * d] alike");
@@ -255,7 +247,11 @@ at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::
   const double keep = train ? 1.0 - dropout_p : 1.0;
   if (keep <= 0.0) return v * 0;  // p = 1: every probability dropped
   if (extra == 0) {
-    return PackedAttentionFunction::apply(q.contiguous(), k.contiguous(), v.contiguous(), lengths, heads, 0, keep, window);
+    const bool tiled = schedule == AttentionSchedule::kTiled ||
+                       (schedule == AttentionSchedule::kAuto && !lengths.empty() &&
+                        tiled_pays(*std::max_element(lengths.begin(), lengths.end()), window));
+    return PackedAttentionFunction::apply(q.contiguous(), k.contiguous(), v.contiguous(), lengths, heads, 0, keep, window,
+                                          tiled);
   }
   // Each sequence's keys become [prefix; its own], one gather from [prefix; k]
   // whose backward sums the prefix's gradient over the sequences.
@@ -269,7 +265,7 @@ at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::
   const at::Tensor index = at::tensor(rows, at::kLong);
   const at::Tensor keys = at::cat({prefix_k.to(k.scalar_type()), k}).index_select(0, index);
   const at::Tensor values = at::cat({prefix_v.to(v.scalar_type()), v}).index_select(0, index);
-  return PackedAttentionFunction::apply(q.contiguous(), keys, values, lengths, heads, extra, keep, -1);
+  return PackedAttentionFunction::apply(q.contiguous(), keys, values, lengths, heads, extra, keep, -1, false);
 }
 
 at::Tensor sdpa_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

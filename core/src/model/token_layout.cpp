@@ -19,6 +19,7 @@ at::Tensor additive_key_mask(const at::Tensor& attended, int64_t rows, int64_t w
 
 AttentionKernel attention_kernel(const std::string& name) {
   if (name == "packed") return AttentionKernel::kPacked;
+  if (name == "tiled") return AttentionKernel::kTiled;
   if (name == "sdpa") return AttentionKernel::kSdpa;
   if (name == "eager") return AttentionKernel::kEager;
   return AttentionKernel::kAuto;
@@ -47,7 +48,11 @@ TokenLayout TokenLayout::packed(const at::Tensor& attention_mask) {
   const std::vector<int64_t> row_lengths(h, h + rows);
   const int64_t width = *std::max_element(row_lengths.begin(), row_lengths.end());
   const int64_t tokens = std::accumulate(row_lengths.begin(), row_lengths.end(), int64_t{0});
-  if (tokens == rows * seq) return padded(attention_mask);  // nothing to drop
+  if (tokens == rows * seq) {  // nothing to drop; attention still runs per sequence where it can
+    TokenLayout l = padded(attention_mask);
+    if (h[rows] == tokens && attention_mask.device().is_cpu()) l.sequence_lengths = row_lengths;
+    return l;
+  }
 
   TokenLayout l;
   l.rows = rows;

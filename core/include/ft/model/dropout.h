@@ -26,6 +26,10 @@ at::Tensor fast_dropout(const at::Tensor& x, double p, bool train);
 // contiguous CPU tensors of one dtype, element i decided by global index
 // counter + i. Same (seed, counter) -> same mask, so backward replays it.
 void apply_dropout_mask(const at::Tensor& in, at::Tensor& out, uint64_t seed, int64_t counter, double keep);
+// The same mask on n floats, serially on the calling thread: for kernels that
+// drop one tile row at a time (tiled attention), where a tensor and a
+// parallel region per row would cost more than the row.
+void apply_dropout_mask(const float* in, float* out, int64_t n, uint64_t seed, int64_t counter, double keep);
 // One draw from LibTorch's default CPU generator.
 uint64_t draw_dropout_seed();
 

@@ -30,12 +30,15 @@ namespace ft {
 //            the mask, whole heads per rank), else LibTorch's SDPA where it
 //            exists (2.0+) and ft's dropout is not needed (CUDA, or no
 //            dropout), else eager;
-//   kPacked: packed where it applies, else eager (what 1.13 builds do);
+//   kPacked: packed where it applies, each sequence's scores computed whole
+//            (AttentionSchedule::kWhole), else eager (what 1.13 builds do);
+//   kTiled:  packed where it applies, in tiles with an online softmax
+//            (AttentionSchedule::kTiled: for long inputs), else eager;
 //   kSdpa:   SDPA everywhere it can run (not where ranks share heads), with
 //            LibTorch's own dropout;
 //   kEager:  matmul, softmax, dropout, matmul: Hugging Face's "eager".
-enum class AttentionKernel { kAuto, kPacked, kSdpa, kEager };
-// "auto", "packed", "sdpa", "eager" (config validation has refused others).
+enum class AttentionKernel { kAuto, kPacked, kTiled, kSdpa, kEager };
+// "auto", "packed", "tiled", "sdpa", "eager" (config validation has refused others).
 AttentionKernel attention_kernel(const std::string& name);
 
 struct TokenLayout {
@@ -55,8 +58,9 @@ struct TokenLayout {
   // [rows, 1, 1, width] additive key mask: 0 where a key is attended, the
   // lowest float where not (as Hugging Face's BERT).
   at::Tensor additive_mask;
-  // Kept tokens per row, on the host. Set (packed layouts on CPU) when
-  // every kept token is also attended, so each row's tokens are exactly one
+  // Kept tokens per row, on the host. Set by packed() on CPU (also when
+  // no row has padding and the layout is the padded one) when every kept
+  // token is also attended, so each row's tokens are exactly one
   // sequence and attention can run per sequence with no mask at all
   // (ft/model/packed_attention.h); empty otherwise.
   std::vector<int64_t> sequence_lengths;

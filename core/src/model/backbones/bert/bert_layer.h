@@ -87,9 +87,9 @@ struct SelfAttentionImpl : torch::nn::Module {
     // heads need their partial scores summed first (eager only).
     const AttentionKernel kind = layout.attention;
     const bool packable = !tp && !layout.sequence_lengths.empty() && packed_attention_available();
-    if (packable && (kind == AttentionKernel::kAuto || kind == AttentionKernel::kPacked)) {
+    if (packable && packed_chosen(kind)) {
       return packed_attention(query(x), key(x), value(x), layout.sequence_lengths, heads, dropout->options.p(),
-                              dropout->is_training(), prefix_key, prefix_value);
+                              dropout->is_training(), prefix_key, prefix_value, -1, packed_schedule(kind));
     }
     auto q = split_heads(query(x), layout);
     auto k = split_heads(key(x), layout);

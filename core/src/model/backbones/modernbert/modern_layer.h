@@ -97,10 +97,11 @@ struct ModernAttentionImpl : torch::nn::Module {
     // Packed sequences are whole rows from column 0, so a token's index in
     // its sequence is its position and the kernel can apply the window itself.
     const bool packable = !tp && !layout.sequence_lengths.empty() && packed_attention_available();
-    if (packable && (kind == AttentionKernel::kAuto || kind == AttentionKernel::kPacked)) {
+    if (packable && packed_chosen(kind)) {
       context = packed_attention(q.reshape({t, heads * head_dim}), k.reshape({t, heads * head_dim}),
                                  v.reshape({t, heads * head_dim}), layout.sequence_lengths, heads,
-                                 dropout->options.p(), dropout->is_training(), {}, {}, whole ? -1 : window);
+                                 dropout->options.p(), dropout->is_training(), {}, {}, whole ? -1 : window,
+                                 packed_schedule(kind));
     } else {
       auto split = [&](const at::Tensor& y) {  // [T, heads, d] -> [rows, heads, width, d]
         return layout.to_attention(y.reshape({t, heads * head_dim}))

@@ -1,0 +1,93 @@
+// What packed attention's two schedules share, private to core/src/model:
+// where each sequence's rows live, BLAS sgemm on rows read in place, and the
+// spread of independent tasks over the intra-op threads.
+//
+// The whole schedule (packed_attention.cpp) computes each sequence's scores
+// in full and keeps the probabilities for backward. The tiled schedule
+// (tiled_attention.cpp) never holds more than one tile of scores: it keeps
+// only each query's log-sum-exp, and backward computes the tiles again.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace ft::attention_detail {
+
+// Fortran BLAS sgemm, looked up at run time: Debian's LibTorch maps the
+// libblas.so.3 alternative (OpenBLAS); a wheel may map none.
+using Sgemm = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
+                       const int*, const float*, const int*, const float*, float*, const int*);
+Sgemm find_sgemm();
+
+// Row-major C[m x n] = alpha * op(A) op(B) + beta * C on row-major operands
+// with row strides lda/ldb/ldc, through column-major sgemm
+// (C^T = op(B)^T op(A)^T).
+inline void gemm_rm(Sgemm sgemm, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                    int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, float beta = 0.0f) {
+  const char opa = tb ? 'T' : 'N', opb = ta ? 'T' : 'N';
+  const int M = static_cast<int>(n), N = static_cast<int>(m), K = static_cast<int>(k);
+  const int LDA = static_cast<int>(ldb), LDB = static_cast<int>(lda), LDC = static_cast<int>(ldc);
+  sgemm(&opa, &opb, &M, &N, &K, &alpha, b, &LDA, a, &LDB, &beta, c, &LDC);
+}
+
+// Where each sequence's rows and probabilities live. Sequence b has
+// lengths[b] queries and extra + lengths[b] keys: a prefix's `extra` rows,
+// then its own (k and v hold each sequence's prefix copy before its rows).
+// prob_offsets number every probability as if all were kept: the whole
+// schedule stores them there, and both schedules draw the dropout of
+// probability (b, h, i, j) from counter prob_offsets[b] + (h * len + i) * keys + j,
+// so the two drop the same elements.
+struct Plan {
+  std::vector<int64_t> lengths, offsets, key_offsets, prob_offsets;
+  int64_t heads = 1, extra = 0, tokens = 0, prob_elems = 0;
+  int64_t window = -1;  // >= 0: keys further than this from the query are masked (no prefix then)
+
+  Plan(std::vector<int64_t> lens, int64_t h, int64_t prefix, int64_t window_)
+      : lengths(std::move(lens)), heads(h), extra(prefix), window(window_) {
+    for (int64_t len : lengths) {
+      offsets.push_back(tokens);
+      key_offsets.push_back(tokens + extra * static_cast<int64_t>(key_offsets.size()));
+      prob_offsets.push_back(prob_elems);
+      tokens += len;
+      prob_elems += h * len * (len + extra);
+    }
+  }
+  int64_t keys(size_t b) const { return lengths[b] + extra; }
+  // Keys query i of a sequence of len can reach: [lo, hi).
+  int64_t reach_lo(int64_t i) const { return window < 0 ? 0 : std::max<int64_t>(0, i - window); }
+  int64_t reach_hi(int64_t i, int64_t keys) const { return window < 0 ? keys : std::min(keys, i + window + 1); }
+};
+
+// Per-thread buffers, reused across the thread's tasks.
+struct Scratch {
+  std::vector<float> a, b, c;
+};
+
+// Runs fn(task) for tasks 0..costs.size()-1: costliest first onto the
+// least-loaded thread, then each thread its list. BLAS and ATen calls nested
+// in the region run serially, so a task never competes with itself.
+void for_each_task(const std::vector<int64_t>& costs, const std::function<void(size_t, Scratch&)>& fn);
+
+// One call's operands: q, k, v [T, width] fp32 rows (width = heads * d),
+// scores scaled by `scale`, probabilities kept with probability `keep`
+// under the dropout stream `seed`.
+struct KernelArgs {
+  Sgemm sgemm;
+  const Plan& plan;
+  int64_t d, width;
+  float scale;
+  double keep;
+  uint64_t seed;
+};
+
+// The tiled schedule, one task per (sequence, head); no prefix. Forward
+// writes out [T, width] and lse [T * heads] (sequence b's head h at
+// offsets[b] * heads + h * len). Backward reads them back and writes dq, dk,
+// dv, which must start at zero (tiles add into them).
+void tiled_forward(const KernelArgs& args, const float* q, const float* k, const float* v, float* out, float* lse);
+void tiled_backward(const KernelArgs& args, const float* q, const float* k, const float* v, const float* out,
+                    const float* lse, const float* dout, float* dq, float* dk, float* dv);
+
+}  // namespace ft::attention_detail
