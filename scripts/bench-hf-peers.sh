@@ -35,13 +35,18 @@
 #           2 048 IMDB reviews tokenized with the committed deberta-unigram
 #           tokenizer.json (256 tokens), padding longest. Not in "all"; rows
 #           single and ddp are the ones it is meant for (ROWS="single ddp").
+#   modernbert-long  the modernbert classifier on long inputs: for each length
+#           of LENGTHS (default "512 2048 8192"), 64 rows of consecutive IMDB
+#           reviews joined until each has that many tokens (no padding), global
+#           batch 16 / 4 / 2 (GLOBAL to override), STEPS=4 WARMUP=1 unless set.
+#           Not in "all"; ROWS="single ddp".
 #   modernbert  a random-init classifier with ModernBERT-base's settings
 #           (12 x 384, 6 heads, 128-token windows, every third layer global,
 #           mean pooling) on the same 2 048 reviews tokenized with the
 #           committed modern-bpe tokenizer.json (256 tokens), padding
 #           longest. Not in "all"; ROWS="single ddp" as for deberta.
 #
-# Usage: scripts/bench-hf-peers.sh [minilm|mini|weibo|deberta|modernbert|all]
+# Usage: scripts/bench-hf-peers.sh [minilm|mini|weibo|deberta|modernbert|modernbert-long|all]
 #   env: STEPS=20 WARMUP=2 ROUNDS=3 ROWS="single ddp ..." BUILD=build
 #        QUIET_BUSY=0.1 QUIET_TIMEOUT=1800 (seconds to wait until under a tenth of the cores is busy)
 #        FT2=build-torch2 (also time the ft of that build: scripts/build-torch2.sh) FT2_ROWS="single ..." (default: all rows)
@@ -51,8 +56,11 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 which_workloads="${1:-all}"
-steps="${STEPS:-20}"
-warmup="${WARMUP:-2}"
+if [[ "$which_workloads" == modernbert-long ]]; then
+  steps="${STEPS:-4}" warmup="${WARMUP:-1}"
+else
+  steps="${STEPS:-20}" warmup="${WARMUP:-2}"
+fi
 rounds="${ROUNDS:-3}"
 rows="${ROWS:-single ddp ddp_amp fsdp zero1 zero2 zero3 lora gbl}"
 ft="${BUILD:-build}/bin/ft"
@@ -175,7 +183,7 @@ ft_column() {
 
 # cell <label>: the median samples/s of that column, or its error.
 cell() {
-  if [[ -s "$out_dir/$1.err" ]]; then echo "failed: $(cat "$out_dir/$1.err")"; else median <"$out_dir/$1.sps" | xargs printf '%.1f'; fi
+  if [[ -s "$out_dir/$1.err" ]]; then echo "failed: $(cat "$out_dir/$1.err")"; else median <"$out_dir/$1.sps" | xargs printf '%.3g'; fi
 }
 
 bench_workload() {  # bench_workload <name> <data> <model> <padding> <lr> <max_len>
@@ -223,7 +231,7 @@ bench_workload() {  # bench_workload <name> <data> <model> <padding> <lr> <max_l
         r1 = (ff + 0 > 0 && ps + 0 > 0) ? sprintf("**%.2fx**", ff / ps) : "–"
         col2 = ""
         if (two != "") col2 = sprintf(" %s | %s |", ff2, (ff2 + 0 > 0 && ps + 0 > 0) ? sprintf("%.2fx", ff2 / ps) : "–")
-        pcell = (ps + 0 > 0) ? sprintf("%.1f", ps) : ps
+        pcell = (ps + 0 > 0) ? sprintf("%.3g", ps) : ps
         rcell = (prss + 0 > 0) ? sprintf("%.0f", prss) : prss
         printf "| %s | %s | %d x %d | %s | %s | %s |%s %s | %s | %s|\n", row, p, n, t, pcell, ff, r1, col2, rcell, frss, busy }'
     done
@@ -238,13 +246,19 @@ fi
 
 # The generated workloads: a random-init model of the family, and IMDB rows
 # tokenized with its tokenizer.
-if [[ "$which_workloads" == deberta || "$which_workloads" == modernbert ]]; then
-  made_model="$out_dir/$which_workloads-model"
-  made_data="$out_dir/imdb-$which_workloads.safetensors"
+if [[ "$which_workloads" == deberta || "$which_workloads" == modernbert || "$which_workloads" == modernbert-long ]]; then
+  kind="${which_workloads%-long}"
+  made_model="$out_dir/$kind-model"
+  made_data="$out_dir/imdb-$kind.safetensors"
   if [[ ! -f "$made_model/config.json" ]]; then
-    "$py" scripts/hf_peer_bench.py --make "$which_workloads" "$made_model" >&2
+    "$py" scripts/hf_peer_bench.py --make "$kind" "$made_model" >&2
   fi
-  if [[ ! -f "$made_data" ]]; then
+  if [[ "$which_workloads" == modernbert-long ]]; then
+    for len in ${LENGTHS:-512 2048 8192}; do
+      [[ -f "$out_dir/imdb-long-$len.safetensors" ]] || "$py" scripts/hf_peer_bench.py --tokenize data/imdb/train.jsonl \
+        --model "$made_model" --rows 64 --max-len "$len" --fill --out "$out_dir/imdb-long-$len.safetensors" >&2
+    done
+  elif [[ ! -f "$made_data" ]]; then
     "$py" scripts/hf_peer_bench.py --tokenize data/imdb/train.jsonl --model "$made_model" \
       --rows 2048 --max-len 256 --out "$made_data" >&2
   fi
@@ -271,5 +285,12 @@ wait_quiet bench-hf-peers
   fi
   if [[ "$which_workloads" == deberta || "$which_workloads" == modernbert ]]; then
     bench_workload "$which_workloads" "$made_data" "$made_model" longest 2e-5 256
+  fi
+  if [[ "$which_workloads" == modernbert-long ]]; then
+    for len in ${LENGTHS:-512 2048 8192}; do
+      case "$len" in 512) global=16 ;; 2048) global=4 ;; *) global=2 ;; esac
+      global="${GLOBAL:-$global}"
+      bench_workload "modernbert-$len" "$out_dir/imdb-long-$len.safetensors" "$made_model" longest 2e-5 "$len"
+    done
   fi
 } | tee "${OUT:-/dev/null}"

@@ -103,8 +103,8 @@ FT_TILE_CLONES void softmax_grad_row(const float* p, float* dp, int64_t n, float
   for (int64_t j = 0; j < n; ++j) dp[j] = p[j] * (dp[j] - dot);
 }
 
-// One (sequence, head): where its operands start and which keys each query
-// block reaches.
+// One (sequence, head): where its operands, log-sum-exps and dropout
+// counters start.
 struct Task {
   int64_t len, row, lse, counter;  // queries; first element of q/out/k/v; lse start; dropout counter of (0, 0)
   Task(const KernelArgs& a, size_t t) {
