@@ -70,6 +70,13 @@ struct Scratch {
 // in the region run serially, so a task never competes with itself.
 void for_each_task(const std::vector<int64_t>& costs, const std::function<void(size_t, Scratch&)>& fn);
 
+// Vectorised row kernels (tiled_attention.cpp), shared by both schedules:
+// the maximum of x[0, n); x[i] = exp(x[i] - shift) in place, returning their
+// sum (shift >= every x[i]); dS = P * (dP - dot) in place in dp.
+float row_max(const float* x, int64_t n);
+float exp_sum(float* x, int64_t n, float shift);
+void softmax_grad_row(const float* p, float* dp, int64_t n, float dot);
+
 // One call's operands: q, k, v [T, width] fp32 rows (width = heads * d),
 // scores scaled by `scale`, probabilities kept with probability `keep`
 // under the dropout stream `seed`.

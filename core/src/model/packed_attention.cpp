@@ -51,11 +51,7 @@ using namespace attention_detail;
 // One row of n floats, in place: a local layer's band, too short for a
 // kernel call to pay.
 void softmax_row(float* x, int64_t n) {
-  float mx = x[0];
-  for (int64_t j = 1; j < n; ++j) mx = std::max(mx, x[j]);
-  float sum = 0.0f;
-  for (int64_t j = 0; j < n; ++j) sum += (x[j] = std::exp(x[j] - mx));
-  const float inv = 1.0f / sum;
+  const float inv = 1.0f / exp_sum(x, n, row_max(x, n));
   for (int64_t j = 0; j < n; ++j) x[j] *= inv;
 }
 
@@ -127,7 +123,7 @@ struct WholeKernel {
         float* g = dp.data() + r * keys;
         float dot = 0.0f;
         for (int64_t j = 0; j < keys; ++j) dot += g[j] * pr[j];
-        for (int64_t j = 0; j < keys; ++j) g[j] = pr[j] * (g[j] - dot);
+        softmax_grad_row(pr, g, keys, dot);
       }
       gemm_rm(a.sgemm, false, false, len, d, keys, a.scale, dp.data(), keys, k + kcol, width, dq + col, width);  // dQ = s dS K
       gemm_rm(a.sgemm, true, false, keys, d, len, a.scale, dp.data(), keys, q + col, width, dk + kcol, width);  // dK = s dS^T Q

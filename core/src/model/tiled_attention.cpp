@@ -60,6 +60,27 @@ __attribute__((always_inline)) inline Floats8 exp8(Floats8 x) {
   return p * reinterpret_cast<Floats8>((n + 127) << 23);
 }
 
+}  // namespace
+
+// max of x[0, n), with independent lanes so that it vectorises.
+FT_TILE_CLONES float row_max(const float* x, int64_t n) {
+  constexpr int kLanes = 16;
+  float lane[kLanes];
+  for (float& l : lane) l = -std::numeric_limits<float>::infinity();
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) lane[j] = lane[j] > x[i + j] ? lane[j] : x[i + j];
+  float m = -std::numeric_limits<float>::infinity();
+  for (float l : lane) m = m > l ? m : l;
+  for (; i < n; ++i) m = m > x[i] ? m : x[i];
+  return m;
+}
+
+// dS = P * (dP - D) over one row, in place in dp.
+FT_TILE_CLONES void softmax_grad_row(const float* p, float* dp, int64_t n, float dot) {
+  for (int64_t j = 0; j < n; ++j) dp[j] = p[j] * (dp[j] - dot);
+}
+
 // x[i] = exp(x[i] - shift) in place; returns their sum.
 FT_TILE_CLONES float exp_sum(float* x, int64_t n, float shift) {
   Floats8 sum = {};
@@ -84,24 +105,7 @@ FT_TILE_CLONES float exp_sum(float* x, int64_t n, float shift) {
   return total;
 }
 
-// max of x[0, n), with independent lanes so that it vectorises.
-FT_TILE_CLONES float row_max(const float* x, int64_t n) {
-  constexpr int kLanes = 16;
-  float lane[kLanes];
-  for (float& l : lane) l = -std::numeric_limits<float>::infinity();
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) lane[j] = lane[j] > x[i + j] ? lane[j] : x[i + j];
-  float m = -std::numeric_limits<float>::infinity();
-  for (float l : lane) m = m > l ? m : l;
-  for (; i < n; ++i) m = m > x[i] ? m : x[i];
-  return m;
-}
-
-// dS = P * (dP - D) over one row, in place in dp.
-FT_TILE_CLONES void softmax_grad_row(const float* p, float* dp, int64_t n, float dot) {
-  for (int64_t j = 0; j < n; ++j) dp[j] = p[j] * (dp[j] - dot);
-}
+namespace {
 
 // One (sequence, head): where its operands, log-sum-exps and dropout
 // counters start.

@@ -48,9 +48,11 @@ TokenLayout TokenLayout::packed(const at::Tensor& attention_mask) {
   const std::vector<int64_t> row_lengths(h, h + rows);
   const int64_t width = *std::max_element(row_lengths.begin(), row_lengths.end());
   const int64_t tokens = std::accumulate(row_lengths.begin(), row_lengths.end(), int64_t{0});
+  // Every kept token attended: each row is one sequence, attention can run per sequence.
+  const bool per_sequence = h[rows] == tokens && attention_mask.device().is_cpu();
   if (tokens == rows * seq) {  // nothing to drop; attention still runs per sequence where it can
     TokenLayout l = padded(attention_mask);
-    if (h[rows] == tokens && attention_mask.device().is_cpu()) l.sequence_lengths = row_lengths;
+    if (per_sequence) l.sequence_lengths = row_lengths;
     return l;
   }
 
@@ -59,7 +61,7 @@ TokenLayout TokenLayout::packed(const at::Tensor& attention_mask) {
   l.seq = seq;
   l.width = width;
   l.tokens = tokens;
-  if (h[rows] == tokens && attention_mask.device().is_cpu()) l.sequence_lengths = row_lengths;
+  if (per_sequence) l.sequence_lengths = row_lengths;
   l.keep_index = keep.reshape(-1).nonzero().squeeze(1);
   const at::Tensor rank_in_row = keep.cumsum(1).sub_(1).reshape(-1).index_select(0, l.keep_index);
   l.first = lengths.cumsum(0).sub_(lengths);
