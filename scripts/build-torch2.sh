@@ -57,6 +57,8 @@ else
            "$site"/triton/backends/nvidia/include; do
     if [[ -d "$d" ]]; then cuda_inc+="$d;"; fi
   done
+  # A toolkit beside the wheel (a GPU machine) fills in whatever the wheels lack.
+  if command -v nvcc >/dev/null; then cuda_inc+="$(dirname "$(command -v nvcc)")/../include;"; fi
   cat >"$shim/TorchConfigVersion.cmake" <<EOF
 set(PACKAGE_VERSION "$torch_version")
 if(PACKAGE_FIND_VERSION AND PACKAGE_FIND_VERSION VERSION_GREATER PACKAGE_VERSION)

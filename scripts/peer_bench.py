@@ -7,6 +7,11 @@ One run = one strategy, one thread setting, printed as one JSON line:
   ddp_amp  the same under torch.autocast("cpu", bfloat16)
   zero1    DDP + torch.distributed.optim.ZeroRedundancyOptimizer(AdamW)
 
+--device cuda runs the same rows on a GPU (scripts/gpu-bench.sh): --precision bf16
+is torch.autocast("cuda", bfloat16), --attn sdpa is
+F.scaled_dot_product_attention (the fused kernels), --config swaps in another
+model shape (BERT-base's) over the fixture's rows.
+
 The model is a BERT sequence classifier written here with the Hugging Face
 architecture and initialisation scheme (normal(0, initializer_range) weights,
 zero biases, LayerNorm (1, 0), zero padding row), sized by the fixture's
@@ -58,6 +63,7 @@ class Layer(nn.Module):
         self.out_norm = nn.LayerNorm(h, eps=c["layer_norm_eps"])
         self.drop = nn.Dropout(c["hidden_dropout_prob"])
         self.attn_drop = nn.Dropout(c["attention_probs_dropout_prob"])
+        self.sdpa = c.get("_sdpa", False)
 
     def forward(self, x, mask):
         b, s, h = x.shape
@@ -67,8 +73,13 @@ class Layer(nn.Module):
             return t.view(b, s, self.heads, d).permute(0, 2, 1, 3)
 
         q, k, v = split(self.query(x)), split(self.key(x)), split(self.value(x))
-        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(d) + mask
-        ctx = torch.matmul(self.attn_drop(scores.softmax(-1)), v).permute(0, 2, 1, 3).reshape(b, s, h)
+        if self.sdpa:
+            p = self.attn_drop.p if self.training else 0.0
+            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), dropout_p=p)
+        else:
+            scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(d) + mask
+            ctx = torch.matmul(self.attn_drop(scores.softmax(-1)), v)
+        ctx = ctx.permute(0, 2, 1, 3).reshape(b, s, h)
         a = self.attn_norm(self.drop(self.attn_out(ctx)) + x)
         return self.out_norm(self.drop(self.out(F.gelu(self.inter(a)))) + a)
 
@@ -96,7 +107,7 @@ class Bert(nn.Module):
 
     def forward(self, ids, mask, types):
         s = ids.shape[1]
-        x = self.word(ids) + self.token_type(types) + self.pos(torch.arange(s)).unsqueeze(0)
+        x = self.word(ids) + self.token_type(types) + self.pos(torch.arange(s, device=ids.device)).unsqueeze(0)
         x = self.drop(self.norm(x))
         additive = (1.0 - mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
         for layer in self.layers:
@@ -126,10 +137,12 @@ def train(rank, args, result_path):
         os.environ["MASTER_ADDR"] = "127.0.0.1"
         os.environ["MASTER_PORT"] = str(args.port)
         dist.init_process_group("gloo", rank=rank, world_size=world)
-    config = json.load(open(os.path.join(args.fixture, "config.json")))
+    config = json.load(open(args.config or os.path.join(args.fixture, "config.json")))
+    config["_sdpa"] = args.attn == "sdpa"
     data = read_safetensors(os.path.join(args.fixture, "data.safetensors"))
+    device = torch.device(args.device)
     torch.manual_seed(42)
-    model = Bert(config)
+    model = Bert(config).to(device)
     params = list(model.parameters())
     if world > 1:
         model = nn.parallel.DistributedDataParallel(model)
@@ -141,12 +154,14 @@ def train(rank, args, result_path):
         opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
     model.train()
     steps = min(args.steps, data["labels"].shape[0] // 32)
+    bf16 = args.strategy == "ddp_amp" or args.precision == "bf16"
     timed, start = 0.0, None
     for step in range(steps):
         if step == args.warmup:
             start = time.perf_counter()
-        ids, mask, types, labels = batch_rows(data, step, rank, world, args.padding == "longest")
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.strategy == "ddp_amp"):
+        rows = batch_rows(data, step, rank, world, args.padding == "longest")
+        ids, mask, types, labels = (t.to(device, non_blocking=True) for t in rows)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             loss = F.cross_entropy(model(ids, mask, types).float(), labels)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -174,6 +189,10 @@ def main():
     p.add_argument("--lr", type=float, default=2e-5)
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--port", type=int, default=29533)
+    p.add_argument("--device", default="cpu", help="cpu, or cuda (one process)")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: autocast (ddp_amp implies it)")
+    p.add_argument("--attn", choices=["eager", "sdpa"], default="eager")
+    p.add_argument("--config", help="a config.json to use instead of the fixture's (same rows)")
     args = p.parse_args()
     if args.strategy != "single" and args.nproc < 2:
         p.error(f"--strategy {args.strategy} needs --nproc >= 2")

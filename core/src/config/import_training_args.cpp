@@ -106,7 +106,7 @@ void import_optimizer(Builder& b, const Args& a) {
   const std::string optim = b.text(a.get("optim"));
   static const std::set<std::string> adamw = {"adamw_torch", "adamw_hf", "adamw_torch_fused", "adamw_apex_fused",
                                               "adamw_torch_xla", "adamw_torch_npu_fused"};
-  if (a.given("adafactor") && b.boolean(a.get("adafactor"))) b.error("adafactor", missing_features().at("adafactor"));
+  if (a.given("adafactor") && b.boolean(a.get("adafactor"))) b.error("adafactor", "{}", missing_features().at("adafactor"));
   if (a.taken("train.optimizer")) {
     // DeepSpeed's optimizer section decides.
   } else if (adamw.count(optim)) {
@@ -336,7 +336,7 @@ void import_training_args_tree(Builder& b, const Json& root, ConfigImports& impo
     b.set("train.label_smoothing_factor", b.number(a.get("label_smoothing_factor")), "label_smoothing_factor");
   }
   // Fields that change what is trained and that ft does not have.
-  if (!a.null("neftune_noise_alpha")) b.error("neftune_noise_alpha", missing_features().at("neftune_noise_alpha") + "; remove it");
+  if (!a.null("neftune_noise_alpha")) b.error("neftune_noise_alpha", "{}; remove it", missing_features().at("neftune_noise_alpha"));
   if (b.boolean(a.get("auto_find_batch_size"))) b.warn("auto_find_batch_size", "ft trains the batch size it is given; ignored");
   if (b.boolean(a.get("torch_compile"))) b.warn("torch_compile", "ft runs LibTorch's eager kernels; ignored");
   if (!a.null("ddp_bucket_cap_mb")) b.warn("ddp_bucket_cap_mb", "set strategy.options.bucket_mb for ddp and zero1; ignored");

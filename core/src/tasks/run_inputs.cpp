@@ -284,9 +284,9 @@ void prepare_tensor_inputs(const RunConfig& config, RunInputs& in) {
   in.label_names = in.model_config.id2label;
   const bool per_token = in.train->labels_per_token();
   if (per_token != (config.task == RunConfig::Task::kTokenClassify)) {
-    fail(per_token ? "{}: its labels are per token (I64 [rows, seq]): train it with --task token-classification"
-                   : "{}: its labels are per row, but task is token-classification: give I64 labels [rows, seq] "
-                     "with -100 on unlabelled tokens",
+    if (per_token) fail("{}: its labels are per token (I64 [rows, seq]): train it with --task token-classification", d.train);
+    fail("{}: its labels are per row, but task is token-classification: give I64 labels [rows, seq] with -100 on "
+         "unlabelled tokens",
          d.train);
   }
   if (per_token) {
