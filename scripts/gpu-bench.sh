@@ -34,7 +34,7 @@ pack() {
   # run-time closure (the GPU machine's image is not Debian).
   bash "$repo/../shared/tools/device-debs.sh" fetch "$debs" \
     libssl-dev libssl3 libonig-dev libonig5 libprotobuf-dev libprotobuf32 protobuf-compiler libprotoc32 \
-    libonnx-dev libonnx1 libonnxifi libcurl4-openssl-dev libcurl4 libtcmalloc-minimal4 pkgconf pkgconf-bin libpkgconf3 \
+    libdnnl-dev libdnnl2 ocl-icd-libopencl1 libonnx-dev libonnx1 libonnxifi libcurl4-openssl-dev libcurl4 libtcmalloc-minimal4 pkgconf pkgconf-bin libpkgconf3 \
     libnghttp2-14 libidn2-0 librtmp1 libssh2-1 libpsl5 libgssapi-krb5-2 libkrb5-3 libk5crypto3 \
     libkrb5support0 libkeyutils1 libldap-2.5-0 libsasl2-2 libbrotli1 libzstd1 libgnutls30 libnettle8 \
     libhogweed6 libgmp10 libp11-kit0 libtasn1-6 libunistring2 libffi8 libcom-err2 >/dev/null

@@ -23,6 +23,7 @@ packages=(
   libonig-dev                              # Oniguruma: tokenizer.json patterns run on the engine tokenizers uses
   libprotobuf-dev protobuf-compiler        # SentencePiece model files (spm.model) are protobuf messages
   libonnx-dev                              # ft import onnx: ONNX's own protobuf definitions (libonnx_proto)
+  libdnnl-dev                              # oneDNN: the packed attention kernels' sgemm
   libcurl4-openssl-dev                     # MLflow tracking (runtime.report_to: [mlflow]) over its REST API
 )
 

@@ -20,6 +20,48 @@ ft::BertConfig tiny_config() {
 
 }  // namespace
 
+TEST_CASE("every Linear (oneDNN's sgemm on fp32 CPU) gives at::linear's values and gradients, and leaves its bias alone") {
+  for (bool with_bias : {true, false}) {
+    for (int64_t rows : {1, 7}) {
+      CAPTURE(with_bias);
+      CAPTURE(rows);
+      at::manual_seed(3);
+      ft::AdaptableLinear linear(24, 40, with_bias);
+      if (with_bias) {
+        torch::NoGradGuard no_grad;
+        linear->bias.uniform_(-1, 1);
+      }
+      const at::Tensor bias_before = with_bias ? linear->bias.clone() : at::Tensor();
+      // One row (the classifier at batch 1) and rows of a [batch, seq, hidden] input.
+      const at::Tensor x = rows == 1 ? at::randn({1, 24}) : at::randn({rows, 3, 24});
+      std::vector<int64_t> out_sizes = x.sizes().vec();
+      out_sizes.back() = 40;
+      {
+        torch::NoGradGuard no_grad;  // inference: no autograd node
+        const at::Tensor y = linear->forward(x);
+        CHECK(y.sizes() == at::IntArrayRef(out_sizes));
+        CHECK(at::allclose(y, at::linear(x, linear->weight, linear->bias), 1e-5, 1e-6));
+        if (with_bias) CHECK(at::equal(linear->bias, bias_before));
+      }
+      const at::Tensor xg = x.clone().requires_grad_(true);
+      const at::Tensor probe = at::randn(out_sizes);
+      (linear->forward(xg) * probe).sum().backward();
+      const at::Tensor xr = x.clone().requires_grad_(true);
+      const at::Tensor w = linear->weight.detach().clone().requires_grad_(true);
+      const at::Tensor b = with_bias ? linear->bias.detach().clone().requires_grad_(true) : at::Tensor();
+      (at::linear(xr, w, b) * probe).sum().backward();
+      CHECK(at::allclose(xg.grad(), xr.grad(), 1e-5, 1e-6));
+      CHECK(at::allclose(linear->weight.grad(), w.grad(), 1e-5, 1e-6));
+      if (with_bias) CHECK(at::allclose(linear->bias.grad(), b.grad(), 1e-5, 1e-6));
+      // A frozen weight (LoRA) asks for the input's gradient alone.
+      linear->weight.set_requires_grad(false);
+      const at::Tensor xf = x.clone().requires_grad_(true);
+      (linear->forward(xf) * probe).sum().backward();
+      CHECK(at::allclose(xf.grad(), xr.grad(), 1e-5, 1e-6));
+    }
+  }
+}
+
 TEST_CASE("parameter names are Hugging Face's, in model order") {
   ft::EncoderModel model(tiny_config());
   auto w = model.weights();

@@ -294,7 +294,6 @@ TEST_CASE("padding-free and padded give the same virtual-token gradients") {
   const at::Tensor mask = ft_test::small_batch().attention_mask;
   CHECK_FALSE(ft::TokenLayout::packed(mask).sequence_lengths.empty());
   CHECK(ft::TokenLayout::packed(batch_with_hole().attention_mask).sequence_lengths.empty());
-  CHECK(ft::packed_attention_available());
   for (auto kind : {ft::PromptMethod::kPrompt, ft::PromptMethod::kPrefix}) {
     at::manual_seed(2);
     ft::EncoderModel m(sensitive_config());

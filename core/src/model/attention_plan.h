@@ -1,5 +1,5 @@
 // What packed attention's two schedules share, private to core/src/model:
-// where each sequence's rows live, BLAS sgemm on rows read in place, and the
+// where each sequence's rows live, sgemm on rows read in place, and the
 // spread of independent tasks over the intra-op threads.
 //
 // The whole schedule (packed_attention.cpp) computes each sequence's scores
@@ -15,22 +15,12 @@
 
 namespace ft::attention_detail {
 
-// Fortran BLAS sgemm, looked up at run time: Debian's LibTorch maps the
-// libblas.so.3 alternative (OpenBLAS); a wheel may map none.
-using Sgemm = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
-                       const int*, const float*, const int*, const float*, float*, const int*);
-Sgemm find_sgemm();
-
-// Row-major C[m x n] = alpha * op(A) op(B) + beta * C on row-major operands
-// with row strides lda/ldb/ldc, through column-major sgemm
-// (C^T = op(B)^T op(A)^T).
-inline void gemm_rm(Sgemm sgemm, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                    int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, float beta = 0.0f) {
-  const char opa = tb ? 'T' : 'N', opb = ta ? 'T' : 'N';
-  const int M = static_cast<int>(n), N = static_cast<int>(m), K = static_cast<int>(k);
-  const int LDA = static_cast<int>(ldb), LDB = static_cast<int>(lda), LDC = static_cast<int>(ldc);
-  sgemm(&opa, &opb, &M, &N, &K, &alpha, b, &LDA, a, &LDB, &beta, c, &LDC);
-}
+// Row-major C[m x n] = alpha * op(A) op(B) + beta * C with row strides
+// lda/ldb/ldc, on oneDNN's sgemm: single-threaded (each task runs on one
+// intra-op thread) it is 1.1-1.4x OpenBLAS's on these shapes (64-512 rows
+// against head_dim 32-64 columns), measured on AVX-512 (docs/performance.md).
+void gemm_rm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+             const float* b, int64_t ldb, float* c, int64_t ldc, float beta = 0.0f);
 
 // Where each sequence's rows and probabilities live. Sequence b has
 // lengths[b] queries and extra + lengths[b] keys: a prefix's `extra` rows,
@@ -81,7 +71,6 @@ void softmax_grad_row(const float* p, float* dp, int64_t n, float dot);
 // scores scaled by `scale`, probabilities kept with probability `keep`
 // under the dropout stream `seed`.
 struct KernelArgs {
-  Sgemm sgemm;
   const Plan& plan;
   int64_t d, width;
   float scale;

@@ -6,7 +6,7 @@
 #include <functional>
 #include <numeric>
 
-#include <dlfcn.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -20,7 +20,12 @@
 namespace ft {
 namespace attention_detail {
 
-Sgemm find_sgemm() { return reinterpret_cast<Sgemm>(dlsym(RTLD_DEFAULT, "sgemm_")); }
+void gemm_rm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+             const float* b, int64_t ldb, float* c, int64_t ldc, float beta) {
+  const dnnl_status_t status =
+      dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (status != dnnl_success) fail("packed_attention: oneDNN sgemm {}x{}x{} failed (status {})", m, n, k, static_cast<int>(status));
+}
 
 void for_each_task(const std::vector<int64_t>& costs, const std::function<void(size_t, Scratch&)>& fn) {
   const size_t n = costs.size();
@@ -98,10 +103,10 @@ struct WholeKernel {
     for (int64_t h = 0; h < plan.heads; ++h) {
       const int64_t col = row0 + h * d, kcol = key0 + h * d, poff = plan.prob_offsets[b] + h * len * keys;
       float* p = probs + poff;
-      gemm_rm(a.sgemm, false, true, len, keys, d, a.scale, q + col, width, k + kcol, width, p, keys);  // S = s Q K^T
+      gemm_rm(false, true, len, keys, d, a.scale, q + col, width, k + kcol, width, p, keys);  // S = s Q K^T
       softmax_rows(p, len, keys, plan.window);
       const float* pd = dropped(p, len * keys, poff, scratch);
-      gemm_rm(a.sgemm, false, false, len, d, keys, 1.0f, pd, keys, v + kcol, width, out + col, width);  // O = P' V
+      gemm_rm(false, false, len, d, keys, 1.0f, pd, keys, v + kcol, width, out + col, width);  // O = P' V
     }
   }
 
@@ -115,8 +120,8 @@ struct WholeKernel {
       const int64_t col = row0 + h * d, kcol = key0 + h * d, poff = plan.prob_offsets[b] + h * len * keys;
       const float* p = probs + poff;
       const float* pd = dropped(p, len * keys, poff, scratch);
-      gemm_rm(a.sgemm, true, false, keys, d, len, 1.0f, pd, keys, dout + col, width, dv + kcol, width);  // dV = P'^T dO
-      gemm_rm(a.sgemm, false, true, len, keys, d, 1.0f, dout + col, width, v + kcol, width, dp.data(), keys);  // dP' = dO V^T
+      gemm_rm(true, false, keys, d, len, 1.0f, pd, keys, dout + col, width, dv + kcol, width);  // dV = P'^T dO
+      gemm_rm(false, true, len, keys, d, 1.0f, dout + col, width, v + kcol, width, dp.data(), keys);  // dP' = dO V^T
       if (a.keep < 1.0) apply_dropout_mask(dp.data(), dp.data(), len * keys, a.seed, poff, a.keep);  // dP = mask(dP')
       for (int64_t r = 0; r < len; ++r) {  // dS = P * (dP - sum(dP * P))
         const float* pr = p + r * keys;
@@ -125,8 +130,8 @@ struct WholeKernel {
         for (int64_t j = 0; j < keys; ++j) dot += g[j] * pr[j];
         softmax_grad_row(pr, g, keys, dot);
       }
-      gemm_rm(a.sgemm, false, false, len, d, keys, a.scale, dp.data(), keys, k + kcol, width, dq + col, width);  // dQ = s dS K
-      gemm_rm(a.sgemm, true, false, keys, d, len, a.scale, dp.data(), keys, q + col, width, dk + kcol, width);  // dK = s dS^T Q
+      gemm_rm(false, false, len, d, keys, a.scale, dp.data(), keys, k + kcol, width, dq + col, width);  // dQ = s dS K
+      gemm_rm(true, false, keys, d, len, a.scale, dp.data(), keys, q + col, width, dk + kcol, width);  // dK = s dS^T Q
     }
   }
 };
@@ -208,16 +213,12 @@ class PackedAttentionFunction : public torch::autograd::Function<PackedAttention
 
  private:
   static KernelArgs make_args(const Plan& plan, int64_t width, double keep, uint64_t seed) {
-    const Sgemm sgemm = find_sgemm();
-    if (!sgemm) fail("packed_attention: no BLAS sgemm_ is mapped (check packed_attention_available() first)");
     const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(width / plan.heads)));
-    return KernelArgs{sgemm, plan, width / plan.heads, width, scale, keep, seed};
+    return KernelArgs{plan, width / plan.heads, width, scale, keep, seed};
   }
 };
 
 }  // namespace
-
-bool packed_attention_available() { return attention_detail::find_sgemm() != nullptr; }
 
 bool tiled_pays(int64_t max_len, int64_t window) {
   // Measured on the bench models, samples/s of ft run (docs/benchmarks.md):

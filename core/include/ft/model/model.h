@@ -46,11 +46,7 @@ class AdaptableLinearImpl : public torch::nn::LinearImpl {
  public:
   AdaptableLinearImpl(int64_t in, int64_t out, bool bias = true)
       : torch::nn::LinearImpl(torch::nn::LinearOptions(in, out).bias(bias)) {}
-  at::Tensor forward(const at::Tensor& x) {
-    at::Tensor y = torch::nn::LinearImpl::forward(x);
-    if (adapter) y = y + adapter(x);
-    return output_adapter ? y + output_adapter(y) : y;
-  }
+  at::Tensor forward(const at::Tensor& x);
   std::function<at::Tensor(const at::Tensor&)> adapter;         // y += adapter(x); empty: none
   std::function<at::Tensor(const at::Tensor&)> output_adapter;  // y += output_adapter(y); empty: none
 };

@@ -27,11 +27,6 @@
 
 namespace ft {
 
-// True when a BLAS `sgemm_` is mapped into the process (Debian's LibTorch maps
-// the libblas.so.3 alternative; a LibTorch wheel may map none). Without it the
-// model uses its padded-width attention instead.
-bool packed_attention_available();
-
 // How a call schedules each sequence's scores:
 //   kWhole: a head's len x keys scores at once, the probabilities kept for
 //           backward: the fewest FLOPs, fastest on short sequences;

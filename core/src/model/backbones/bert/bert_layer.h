@@ -86,7 +86,7 @@ struct SelfAttentionImpl : torch::nn::Module {
     // The packed and SDPA kernels take the softmax over whole heads; shared
     // heads need their partial scores summed first (eager only).
     const AttentionKernel kind = layout.attention;
-    const bool packable = !tp && !layout.sequence_lengths.empty() && packed_attention_available();
+    const bool packable = !tp && !layout.sequence_lengths.empty();
     if (packable && packed_chosen(kind)) {
       return packed_attention(query(x), key(x), value(x), layout.sequence_lengths, heads, dropout->options.p(),
                               dropout->is_training(), prefix_key, prefix_value, -1, packed_schedule(kind));

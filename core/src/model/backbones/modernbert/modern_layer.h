@@ -96,7 +96,7 @@ struct ModernAttentionImpl : torch::nn::Module {
     const AttentionKernel kind = layout.attention;
     // Packed sequences are whole rows from column 0, so a token's index in
     // its sequence is its position and the kernel can apply the window itself.
-    const bool packable = !tp && !layout.sequence_lengths.empty() && packed_attention_available();
+    const bool packable = !tp && !layout.sequence_lengths.empty();
     if (packable && packed_chosen(kind)) {
       context = packed_attention(q.reshape({t, heads * head_dim}), k.reshape({t, heads * head_dim}),
                                  v.reshape({t, heads * head_dim}), layout.sequence_lengths, heads,
