@@ -13,14 +13,16 @@
 #include <functional>
 #include <vector>
 
+#include "model/sgemm.h"
+
 namespace ft::attention_detail {
 
-// Row-major C[m x n] = alpha * op(A) op(B) + beta * C with row strides
-// lda/ldb/ldc, on oneDNN's sgemm: single-threaded (each task runs on one
-// intra-op thread) it is 1.1-1.4x OpenBLAS's on these shapes (64-512 rows
-// against head_dim 32-64 columns), measured on AVX-512 (docs/performance.md).
-void gemm_rm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-             const float* b, int64_t ldb, float* c, int64_t ldc, float beta = 0.0f);
+// Row-major C[m x n] = alpha * op(A) op(B) + beta * C (model/sgemm.h): each
+// task's products run on one intra-op thread.
+inline void gemm_rm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                    const float* b, int64_t ldb, float* c, int64_t ldc, float beta = 0.0f) {
+  sgemm_rows(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
 
 // Where each sequence's rows and probabilities live. Sequence b has
 // lengths[b] queries and extra + lengths[b] keys: a prefix's `extra` rows,

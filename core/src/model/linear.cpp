@@ -1,10 +1,10 @@
 #include <ATen/ATen.h>
-#include <oneapi/dnnl/dnnl.h>
 #include <torch/autograd.h>
 
 #include "compat.h"
 #include "ft/base/error.h"
 #include "ft/model/model.h"
+#include "model/sgemm.h"
 
 namespace ft {
 
@@ -20,12 +20,6 @@ bool onednn_applies(const at::Tensor& x, const at::Tensor& weight) {
          x.numel() > 0 && !compat::autocast_enabled(c10::kCPU);
 }
 
-// Row-major C[m x n] = op(A) op(B) + beta C.
-void sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-           int64_t ldb, float beta, float* c) {
-  const dnnl_status_t status = dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, n);
-  if (status != dnnl_success) fail("linear: oneDNN sgemm {}x{}x{} failed (status {})", m, n, k, static_cast<int>(status));
-}
 
 at::Tensor shaped_like(const at::Tensor& rows, const at::Tensor& x, int64_t last) {
   std::vector<int64_t> sizes = x.sizes().vec();
@@ -43,8 +37,8 @@ at::Tensor linear_rows(const at::Tensor& x, const at::Tensor& weight, const at::
   // view of the bias (expand().contiguous() is the bias itself when m is 1).
   at::Tensor y = at::empty({m, n}, x.options());
   if (bias.defined()) y.copy_(bias.unsqueeze(0).expand({m, n}));
-  sgemm('N', 'T', m, n, k, rows.data_ptr<float>(), k, w.data_ptr<float>(), k, bias.defined() ? 1.0f : 0.0f,
-        y.data_ptr<float>());
+  sgemm_rows(false, true, m, n, k, 1.0f, rows.data_ptr<float>(), k, w.data_ptr<float>(), k, bias.defined() ? 1.0f : 0.0f,
+             y.data_ptr<float>(), n);
   return shaped_like(y, x, n);
 }
 
@@ -62,7 +56,7 @@ torch::autograd::variable_list linear_grads(torch::autograd::AutogradContext* ct
   if (ctx->needs_input_grad(0)) {
     const at::Tensor w = weight.contiguous();
     at::Tensor rows = at::empty({m, k}, dy.options());
-    sgemm('N', 'N', m, k, n, dy.data_ptr<float>(), n, w.data_ptr<float>(), k, 0.0f, rows.data_ptr<float>());
+    sgemm_rows(false, false, m, k, n, 1.0f, dy.data_ptr<float>(), n, w.data_ptr<float>(), k, 0.0f, rows.data_ptr<float>(), k);
     out[0] = shaped_like(rows, x, k);
   }
   if (ctx->needs_input_grad(1)) out[1] = at::mm(dy.t(), x.reshape({-1, k}));

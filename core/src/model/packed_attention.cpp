@@ -6,7 +6,6 @@
 #include <functional>
 #include <numeric>
 
-#include <oneapi/dnnl/dnnl.h>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -20,12 +19,6 @@
 namespace ft {
 namespace attention_detail {
 
-void gemm_rm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-             const float* b, int64_t ldb, float* c, int64_t ldc, float beta) {
-  const dnnl_status_t status =
-      dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  if (status != dnnl_success) fail("packed_attention: oneDNN sgemm {}x{}x{} failed (status {})", m, n, k, static_cast<int>(status));
-}
 
 void for_each_task(const std::vector<int64_t>& costs, const std::function<void(size_t, Scratch&)>& fn) {
   const size_t n = costs.size();
