@@ -6,7 +6,6 @@
 #include <functional>
 #include <numeric>
 
-
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
@@ -18,7 +17,6 @@
 
 namespace ft {
 namespace attention_detail {
-
 
 void for_each_task(const std::vector<int64_t>& costs, const std::function<void(size_t, Scratch&)>& fn) {
   const size_t n = costs.size();
