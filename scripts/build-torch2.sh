@@ -29,6 +29,8 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 build="${BUILD_DIR:-$repo/build-torch2}"
 py="${TORCH2_PYTHON:-$repo/.venv-hf/bin/python}"
+# A bare name (python3) is looked up on PATH.
+py="$(command -v "$py" || echo "$py")"
 run_tests=0
 configure_only=0
 targets=()
@@ -59,6 +61,16 @@ else
   done
   # A toolkit beside the wheel (a GPU machine) fills in whatever the wheels lack.
   if command -v nvcc >/dev/null; then cuda_inc+="$(dirname "$(command -v nvcc)")/../include;"; fi
+  # The wheel's include directory also carries its own protobuf and oneDNN
+  # headers (google/, dnnl*.h, oneapi/), which would shadow Debian's, the ones
+  # ft's ONNX code and sgemm.cpp are linked against: torch 2.11's protobuf
+  # headers fail to compile beside Debian's protobuf (seen on the GPU
+  # machine). The shim names a copy of that directory, as links, without them.
+  inc="$shim/include"
+  rm -rf "$inc"; mkdir -p "$inc"
+  for e in "$torch_dir"/include/*; do
+    case "$(basename "$e")" in google|dnnl*|oneapi) ;; *) ln -s "$e" "$inc/" ;; esac
+  done
   cat >"$shim/TorchConfigVersion.cmake" <<EOF
 set(PACKAGE_VERSION "$torch_version")
 if(PACKAGE_FIND_VERSION AND PACKAGE_FIND_VERSION VERSION_GREATER PACKAGE_VERSION)
@@ -71,7 +83,7 @@ EOF
 # Written by scripts/build-torch2.sh: the wheel's LibTorch without its CUDA
 # toolkit check (see that script). Same variables as the real TorchConfig.
 set(TORCH_INSTALL_PREFIX "$torch_dir")
-set(TORCH_INCLUDE_DIRS "$torch_dir/include;$torch_dir/include/torch/csrc/api/include")
+set(TORCH_INCLUDE_DIRS "$inc;$torch_dir/include/torch/csrc/api/include")
 set(TORCH_CXX_FLAGS "-D_GLIBCXX_USE_CXX11_ABI=1")
 # One IMPORTED SHARED target per library: CMake then knows where each lives,
 # so the build RPATH and, through INSTALL_RPATH_USE_LINK_PATH, the installed

@@ -170,8 +170,11 @@ def train(rank, args, result_path):
     timed = time.perf_counter() - start
     if rank == 0:
         with open(result_path, "w") as f:
-            json.dump({"samples_per_s": 32 * (steps - args.warmup) / timed, "steps": steps,
-                       "threads": torch.get_num_threads(), "final_loss": loss.item()}, f)
+            result = {"samples_per_s": 32 * (steps - args.warmup) / timed, "steps": steps,
+                      "threads": torch.get_num_threads(), "final_loss": loss.item()}
+            if device.type == "cuda":  # as ft's summary: PyTorch's allocator peak, MiB
+                result["peak_device_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+            json.dump(result, f)
     if world > 1:
         dist.destroy_process_group()
 

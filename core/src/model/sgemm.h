@@ -8,9 +8,13 @@
 namespace ft {
 
 // Row-major C[m x n] = alpha * op(A) op(B) + beta * C, op(X) = X^T where
-// ta/tb, with row strides lda/ldb/ldc. Where oneDNN declines the product (a
-// LibTorch wheel's own oneDNN, loaded first, has been seen to answer
-// "unimplemented" for Debian's), it runs through ATen instead.
+// ta/tb, with row strides lda/ldb/ldc. Where oneDNN declines the product, it
+// runs through ATen instead. That is every product beside a PyPI LibTorch: its
+// libtorch_cpu, loaded first, exports its own oneDNN's std::call_once
+// instantiations, the dynamic linker binds Debian libdnnl's sgemm JIT set-up
+// to them, Debian's kernel table stays empty, and dnnl_sgemm answers
+// "unimplemented" (seen with LD_DEBUG=bindings and gdb, torch 2.15). ATen
+// sends those products to the MKL the wheel carries.
 void sgemm_rows(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
