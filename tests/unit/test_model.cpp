@@ -1,9 +1,11 @@
+#include <array>
 #include <map>
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
 #include "ft/base/error.h"
+#include "ft/model/fused_ops.h"
 #include "ft/model/model.h"
 #include "ft/io/safetensors.h"
 #include "ft_test.h"
@@ -59,6 +61,55 @@ TEST_CASE("every Linear (oneDNN's sgemm on fp32 CPU) gives at::linear's values a
       (linear->forward(xf) * probe).sum().backward();
       CHECK(at::allclose(xf.grad(), xr.grad(), 1e-5, 1e-6));
     }
+  }
+}
+
+TEST_CASE("fused GeGLU and rotary q/k/v give LibTorch's values and gradients") {
+  at::manual_seed(11);
+  // GeGLU: 13 and 24 outputs per row (a tail of 5 lanes, whole blocks), rows of 2 and 3 dimensions.
+  for (const std::vector<int64_t>& sizes : {std::vector<int64_t>{5, 26}, std::vector<int64_t>{3, 2, 48}}) {
+    CAPTURE(sizes.back());
+    const at::Tensor x = at::randn(sizes) * 2.5;
+    const at::Tensor xf = x.clone().requires_grad_(true), xr = x.clone().requires_grad_(true);
+    const at::Tensor y = ft::geglu(xf);
+    const auto halves = xr.chunk(2, -1);
+    const at::Tensor ref = at::gelu(halves[0]) * halves[1];
+    REQUIRE(y.sizes() == ref.sizes());
+    CHECK(at::allclose(y, ref, 1e-5, 1e-6));
+    const at::Tensor probe = at::randn(ref.sizes());
+    (y * probe).sum().backward();
+    (ref * probe).sum().backward();
+    CHECK(at::allclose(xf.grad(), xr.grad(), 1e-5, 1e-6));
+    torch::NoGradGuard no_grad;
+    CHECK(at::allclose(ft::geglu(x), ref, 1e-5, 1e-6));
+  }
+  // Rotary: 7 tokens, 3 heads of 8, each token its own angles.
+  const int64_t t = 7, heads = 3, d = 8, half = d / 2;
+  const at::Tensor qkv = at::randn({t, 3, heads, d});
+  const at::Tensor angle = at::rand({t, d}) * 6.0;
+  const at::Tensor cos = angle.cos(), sin = angle.sin();
+  auto rotate = [&](const at::Tensor& x) {  // x [T, heads, d], by the definition
+    const at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+    return (x * cos.unsqueeze(1) + rotated * sin.unsqueeze(1)).reshape({t, heads * d});
+  };
+  for (int used = 1; used <= 3; ++used) {  // only q used, q and k, all three: unused outputs have no gradient
+    CAPTURE(used);
+    const at::Tensor in = qkv.clone().requires_grad_(true), inr = qkv.clone().requires_grad_(true);
+    const auto out = ft::rotary_qkv(in, cos, sin);
+    const std::array<at::Tensor, 3> ref{rotate(inr.select(1, 0)), rotate(inr.select(1, 1)),
+                                        inr.select(1, 2).reshape({t, heads * d})};
+    at::Tensor loss = at::zeros({}), loss_ref = at::zeros({});
+    for (int i = 0; i < 3; ++i) {
+      CHECK(out[i].is_contiguous());
+      CHECK(at::allclose(out[i], ref[i], 1e-5, 1e-6));
+      if (i >= used) continue;
+      const at::Tensor probe = at::randn({t, heads * d});
+      loss = loss + (out[i] * probe).sum();
+      loss_ref = loss_ref + (ref[i] * probe).sum();
+    }
+    loss.backward();
+    loss_ref.backward();
+    CHECK(at::allclose(in.grad(), inr.grad(), 1e-5, 1e-6));
   }
 }
 

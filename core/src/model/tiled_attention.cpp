@@ -17,6 +17,7 @@
 
 #include "ft/model/dropout.h"
 #include "model/attention_plan.h"
+#include "model/vec_math.h"
 
 namespace ft::attention_detail {
 namespace {
@@ -33,32 +34,8 @@ constexpr int64_t kRows = 64, kCols = 256;
 #define FT_TILE_CLONES
 #endif
 
-// exp(x) for x <= 0 (a little above 0 is fine too), eight at a time, to
-// ~7e-8 relative: x = n ln2 + r (ln2 split in two so that n ln2 is exact
-// enough), e^r by its Taylor series to r^7, 2^n from the exponent bits.
-// Written with vector types: the scalar form does not vectorise under
-// IEEE semantics. Below -87 the result stays e^-87 (~1.6e-38, lost in any
-// softmax sum).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"  // exp8 is always inlined: no call passes a vector
-#endif
-typedef float Floats8 __attribute__((vector_size(32)));
-typedef int32_t Ints8 __attribute__((vector_size(32)));
-__attribute__((always_inline)) inline Floats8 exp8(Floats8 x) {
-  const Floats8 c = x > -87.0f ? x : Floats8{} - 87.0f;
-  const Ints8 n = __builtin_convertvector(c * 1.44269504088896341f - 0.5f, Ints8);  // round to nearest (c <= 0)
-  const Floats8 nf = __builtin_convertvector(n, Floats8);
-  const Floats8 r = (c - nf * 0.693359375f) + nf * 2.12194440e-4f;
-  Floats8 p = Floats8{} + 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  return p * reinterpret_cast<Floats8>((n + 127) << 23);
-}
+using vec_math::exp8;
+using vec_math::Floats8;
 
 }  // namespace
 

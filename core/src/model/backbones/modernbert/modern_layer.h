@@ -18,33 +18,27 @@
 
 #include <ATen/ATen.h>
 
+#include "ft/model/fused_ops.h"
 #include "ft/model/packed_attention.h"
 #include "model/module_parts.h"
 
 namespace ft {
 namespace model_detail {
 
-// Rotary position embedding of q or k [T, heads, d] at positions [T] (each
-// token's column), computed as transformers does: inverse frequencies
-// 1 / base^(2i/d) in float32, the angles position x frequency in float32,
-// pairs (j, j + d/2) rotated, in float32, back to the input's dtype.
+// Rotary position embedding's angles, computed as transformers does: inverse
+// frequencies 1 / base^(2i/d) in float32, the angles position x frequency in
+// float32; rotary_qkv (ft/model/fused_ops.h) rotates q and k by them.
 struct Rotary {
   at::Tensor inv_freq;  // [d / 2], float32
   Rotary(double base, int64_t head_dim) {
     const at::Tensor exponent = at::arange(0, head_dim, 2, at::kFloat) / static_cast<double>(head_dim);
     inv_freq = at::pow(base, exponent).reciprocal();
   }
-  // cos and sin [T, 1, d] for the tokens' positions.
+  // cos and sin [T, d] for the tokens' positions.
   std::pair<at::Tensor, at::Tensor> angles(const at::Tensor& positions) const {
     const at::Tensor freqs = positions.to(at::kFloat).unsqueeze(1) * inv_freq.to(positions.device()).unsqueeze(0);
-    const at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);
+    const at::Tensor emb = at::cat({freqs, freqs}, -1);
     return {emb.cos(), emb.sin()};
-  }
-  static at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-    const at::Tensor f = x.to(at::kFloat);
-    const int64_t half = f.size(-1) / 2;
-    const at::Tensor rotated = at::cat({-f.narrow(-1, half, half), f.narrow(-1, 0, half)}, -1);
-    return (f * cos + rotated * sin).to(x.scalar_type());
   }
 };
 
@@ -88,9 +82,7 @@ struct ModernAttentionImpl : torch::nn::Module {
     const at::Tensor qkv = Wqkv(x).view({t, 3, heads, head_dim});
     const at::Tensor positions = layout.positions(x.options().dtype(at::kLong));
     const auto [cos, sin] = rotary.angles(positions);
-    const at::Tensor q = Rotary::rotate(qkv.select(1, 0), cos, sin);
-    const at::Tensor k = Rotary::rotate(qkv.select(1, 1), cos, sin);
-    const at::Tensor v = qkv.select(1, 2);
+    const auto [q, k, v] = rotary_qkv(qkv, cos, sin);  // each [T, heads * d]
     at::Tensor context;  // [T, heads * d]
     const bool whole = window_covers(layout);
     const AttentionKernel kind = layout.attention;
@@ -98,13 +90,12 @@ struct ModernAttentionImpl : torch::nn::Module {
     // its sequence is its position and the kernel can apply the window itself.
     const bool packable = !tp && !layout.sequence_lengths.empty();
     if (packable && packed_chosen(kind)) {
-      context = packed_attention(q.reshape({t, heads * head_dim}), k.reshape({t, heads * head_dim}),
-                                 v.reshape({t, heads * head_dim}), layout.sequence_lengths, heads,
+      context = packed_attention(q, k, v, layout.sequence_lengths, heads,
                                  dropout->options.p(), dropout->is_training(), {}, {}, whole ? -1 : window,
                                  packed_schedule(kind));
     } else {
-      auto split = [&](const at::Tensor& y) {  // [T, heads, d] -> [rows, heads, width, d]
-        return layout.to_attention(y.reshape({t, heads * head_dim}))
+      auto split = [&](const at::Tensor& y) {  // [T, heads * d] -> [rows, heads, width, d]
+        return layout.to_attention(y)
             .view({layout.rows, layout.width, heads, head_dim})
             .permute({0, 2, 1, 3});
       };
@@ -130,8 +121,7 @@ struct ModernMlpImpl : torch::nn::Module {
     Wo = register_module("Wo", Linear(c.intermediate_size, c.hidden_size, c.modern.mlp_bias));
   }
   at::Tensor forward(const at::Tensor& x) {
-    const auto halves = Wi(x).chunk(2, -1);
-    const at::Tensor h = drop(dropout, at::gelu(halves[0]) * halves[1]);
+    const at::Tensor h = drop(dropout, geglu(Wi(x)));
     return tp ? row_parallel(*Wo, *tp, h) : Wo(h);
   }
 };
