@@ -258,3 +258,56 @@ TEST_CASE("group_by_length in the sampler: every row once per epoch, epochs diff
   o.lengths.pop_back();
   CHECK(ft_test::error_of([&] { ft::DistributedSampler bad(o); }).find("99 row lengths for 100 rows") != std::string::npos);
 }
+
+TEST_CASE("balance_slices: longest first to the lightest slice with room, each slice in batch order") {
+  const std::vector<int64_t> rows = range(10, 18);
+  const std::vector<int64_t> tokens{5, 1, 1, 1, 9, 2, 2, 3};
+  // 9 -> s0; 5, 3, 2 -> s1 (lighter each time); 2 -> s0; 1 -> s1 (now full); 1, 1 -> s0.
+  CHECK(ft::balance_slices(rows, tokens, 2) == std::vector<int64_t>{12, 13, 14, 16, 10, 11, 15, 17});
+  CHECK(ft::balance_slices(rows, tokens, 1) == rows);
+  CHECK(ft_test::error_of([&] { ft::balance_slices(rows, tokens, 3); }).find("8 rows do not split into 3") !=
+        std::string::npos);
+  CHECK(ft_test::error_of([&] { ft::balance_slices(rows, {1, 2}, 2); }).find("2 token counts for 8 rows") !=
+        std::string::npos);
+}
+
+TEST_CASE("token-balanced ranks: the same global batch, dealt by tokens, contiguous without world > 1") {
+  ft::SamplerOptions o;
+  o.dataset_size = 64;
+  o.per_rank_batch = 4;
+  o.world = 2;
+  o.accum = 2;
+  o.shuffle = false;
+  int calls = 0;
+  // Row r has r % 7 * 10 + 1 tokens: contiguous slices of 4 differ a lot.
+  o.tokens = [&calls](const std::vector<int64_t>& rows) {
+    ++calls;
+    std::vector<int64_t> t;
+    for (int64_t r : rows) t.push_back(r % 7 * 10 + 1);
+    return t;
+  };
+  ft::DistributedSampler s(o);
+  for (int64_t step = 0; step < s.steps_per_epoch(); ++step) {
+    std::vector<int64_t> all;
+    int64_t lightest = INT64_MAX, heaviest = 0;
+    for (int64_t micro = 0; micro < 2; ++micro) {
+      for (int64_t rank = 0; rank < 2; ++rank) {
+        const auto rows = s.micro_batch(0, step, micro, rank);
+        CHECK(rows.size() == 4);
+        int64_t load = 0;
+        for (int64_t r : rows) load += r % 7 * 10 + 1;
+        lightest = std::min(lightest, load);
+        heaviest = std::max(heaviest, load);
+        all.insert(all.end(), rows.begin(), rows.end());
+      }
+    }
+    CHECK(sorted(all) == range(16 * step, 16 * step + 16));
+    CHECK(heaviest - lightest <= 10);  // contiguous, step 0's first two slices hold 64 and 154 tokens
+  }
+  CHECK(calls == s.steps_per_epoch());  // once per step, not per micro-batch
+  o.world = 1;
+  o.per_rank_batch = 8;
+  ft::DistributedSampler single(o);
+  CHECK(single.micro_batch(0, 1, 1) == range(24, 32));
+  CHECK(calls == s.steps_per_epoch());  // never asked with one rank
+}

@@ -98,6 +98,12 @@ class TextDataset final : public Dataset {
     for (size_t r = 0; r < data_.rows.size(); ++r) out.push_back(encode(static_cast<int64_t>(r)).input_ids.size());
     return out;
   }
+  std::vector<int64_t> lengths_of(const std::vector<int64_t>& rows) const override {
+    std::vector<int64_t> out;
+    out.reserve(rows.size());
+    for (int64_t r : rows) out.push_back(static_cast<int64_t>(encode(r).input_ids.size()));
+    return out;
+  }
 
   Batch collate(const std::vector<int64_t>& rows) const override {
     check_rows(rows, size(), data_.source);
@@ -187,6 +193,11 @@ class TensorDataset final : public Dataset {
   std::vector<int64_t> lengths() const override {
     // Attended positions, wherever they are (lengths_ is the trailing cut).
     const at::Tensor attended = mask_.ne(0).sum(1);
+    const int64_t* p = attended.data_ptr<int64_t>();
+    return {p, p + attended.size(0)};
+  }
+  std::vector<int64_t> lengths_of(const std::vector<int64_t>& rows) const override {
+    const at::Tensor attended = mask_.index_select(0, at::tensor(rows, at::kLong)).ne(0).sum(1);
     const int64_t* p = attended.data_ptr<int64_t>();
     return {p, p + attended.size(0)};
   }

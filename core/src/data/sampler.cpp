@@ -151,11 +151,49 @@ std::vector<int64_t> DistributedSampler::micro_batch(int64_t epoch, int64_t step
     fail("sampler: micro-batch {} is outside [0, {})", micro, options_.accum);
   if (rank < 0 || rank >= options_.world)
     fail("sampler: rank {} is outside [0, {})", rank, options_.world);
-  const std::vector<int64_t> global = global_batch(epoch, step);
   const int64_t slices = options_.world * options_.accum;
+  if (cached_step_ != std::make_pair(epoch, step)) {
+    cached_sliced_ = global_batch(epoch, step);
+    if (options_.tokens && options_.world > 1) {
+      const std::vector<int64_t> tokens = options_.tokens(cached_sliced_);
+      if (!tokens.empty()) cached_sliced_ = balance_slices(cached_sliced_, tokens, slices);
+    }
+    cached_step_ = {epoch, step};
+  }
+  const std::vector<int64_t>& global = cached_sliced_;
   const int64_t size = static_cast<int64_t>(global.size()) / slices;
   const int64_t k = micro * options_.world + rank;
   return {global.begin() + k * size, global.begin() + (k + 1) * size};
+}
+
+std::vector<int64_t> balance_slices(const std::vector<int64_t>& rows, const std::vector<int64_t>& tokens,
+                                    int64_t slices) {
+  if (slices <= 0 || rows.size() % static_cast<size_t>(slices) != 0)
+    fail("balance_slices: {} rows do not split into {} equal slices", rows.size(), slices);
+  if (tokens.size() != rows.size()) fail("balance_slices: {} token counts for {} rows", tokens.size(), rows.size());
+  const size_t size = rows.size() / static_cast<size_t>(slices);
+  std::vector<size_t> order(rows.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return tokens[a] > tokens[b]; });
+  std::vector<int64_t> load(static_cast<size_t>(slices), 0);
+  std::vector<std::vector<size_t>> members(static_cast<size_t>(slices));
+  for (size_t i : order) {
+    size_t best = 0;
+    bool found = false;
+    for (size_t s = 0; s < members.size(); ++s) {
+      if (members[s].size() == size) continue;
+      if (!found || load[s] < load[best]) best = s, found = true;
+    }
+    members[best].push_back(i);
+    load[best] += tokens[i];
+  }
+  std::vector<int64_t> out;
+  out.reserve(rows.size());
+  for (auto& m : members) {
+    std::sort(m.begin(), m.end());
+    for (size_t i : m) out.push_back(rows[i]);
+  }
+  return out;
 }
 
 std::vector<EvalBatchIndices> eval_batches(int64_t n, int64_t batch, int world, int rank) {

@@ -115,14 +115,18 @@ class SubsetDataset final : public Dataset {
     return all.empty() ? all : pick(all);  // empty: not class ids (Dataset::labels)
   }
   std::vector<int64_t> lengths() const override { return pick(base_->lengths()); }
-  Batch collate(const std::vector<int64_t>& rows) const override {
+  std::vector<int64_t> lengths_of(const std::vector<int64_t>& rows) const override {
+    return base_->lengths_of(base_rows(rows));
+  }
+  Batch collate(const std::vector<int64_t>& rows) const override { return base_->collate(base_rows(rows)); }
+
+ private:
+  std::vector<int64_t> base_rows(const std::vector<int64_t>& rows) const {
     std::vector<int64_t> mapped;
     mapped.reserve(rows.size());
     for (int64_t r : rows) mapped.push_back(rows_.at(r));
-    return base_->collate(mapped);
+    return mapped;
   }
-
- private:
   // The subset's entries of a per-row vector of the base dataset.
   std::vector<int64_t> pick(const std::vector<int64_t>& all) const {
     std::vector<int64_t> out;

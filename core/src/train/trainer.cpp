@@ -335,6 +335,9 @@ Trainer::Impl::Schedule Trainer::Impl::make_schedule() const {
   so.drop_last = t.drop_last;
   so.seed = static_cast<uint64_t>(t.seed);
   if (config.data.group_by_length) so.lengths = inputs.train->lengths();
+  // Padding-free ranks cost what their tokens cost: deal them even shares.
+  if (so.world > 1 && config.model.padding_free)
+    so.tokens = [ds = inputs.train.get()](const std::vector<int64_t>& rows) { return ds->lengths_of(rows); };
   Schedule plan{DistributedSampler(so)};
   plan.per_epoch = plan.sampler.steps_per_epoch();
   plan.total = t.max_steps > 0 ? t.max_steps : t.epochs * plan.per_epoch;

@@ -144,6 +144,13 @@ class Dataset {
   virtual Batch collate(const std::vector<int64_t>& rows) const = 0;
   /// Tokens of every row after truncation, pads excluded (group_by_length).
   virtual std::vector<int64_t> lengths() const = 0;
+  /// The same for `rows` alone, cheaply (one global batch per step: the
+  /// sampler balances ranks by it); empty where a dataset cannot say so
+  /// without reading every row, which leaves the ranks' slices contiguous.
+  virtual std::vector<int64_t> lengths_of(const std::vector<int64_t>& rows) const {
+    (void)rows;
+    return {};
+  }
   /// Token classification: collate() gives `positions` and one label per
   /// labelled token (set_token_labels) rather than one per row.
   virtual bool labels_per_token() const { return false; }

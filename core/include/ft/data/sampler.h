@@ -13,6 +13,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 namespace ft {
@@ -37,7 +39,22 @@ struct SamplerOptions {
   /// Tokens of each row (dataset_size entries) for group_by_length; empty =
   /// off. See group_by_length() below.
   std::vector<int64_t> lengths;
+  /// Tokens of the given rows (Dataset::lengths_of). Set with world > 1 and
+  /// padding-free batches: each global batch is then dealt to the ranks by
+  /// balance_slices() below, so that no rank waits at the gradient
+  /// all-reduce for one that drew more tokens. Unset, or an empty answer:
+  /// contiguous slices.
+  std::function<std::vector<int64_t>(const std::vector<int64_t>&)> tokens;
 };
+
+/// Deals a global batch `rows` to `slices` slices of rows.size() / slices
+/// rows each, longest row first to the slice with the fewest tokens so far
+/// that still has room (ties to the lower slice), and returns the batch
+/// reordered so that slice k is entries [k * size, (k + 1) * size), each
+/// slice in its rows' batch order. The same rows, so the same global
+/// gradient (to summation order).
+std::vector<int64_t> balance_slices(const std::vector<int64_t>& rows, const std::vector<int64_t>& tokens,
+                                    int64_t slices);
 
 /// HF Trainer's group_by_length on an epoch's permutation `perm`: cut into
 /// mega-batches of 50 global batches, sort each by length (longest first,
@@ -53,7 +70,7 @@ std::vector<int64_t> group_by_length(const std::vector<int64_t>& perm, const std
 ///
 /// Within a global batch, micro-batch m of rank r is slice k = m * world + r
 /// (micro-major: the rows all ranks see in micro-batch m are contiguous in
-/// the global batch).
+/// the global batch), after balance_slices() where options.tokens is set.
 ///
 /// The last, incomplete global batch (when dataset_size is not a multiple of
 /// G) is kept unless drop_last. Its b rows are split as evenly as possible
@@ -99,6 +116,10 @@ class DistributedSampler {
   SamplerOptions options_;
   mutable int64_t cached_epoch_ = -1;
   mutable std::vector<int64_t> cached_permutation_;
+  // The last (epoch, step)'s global batch as sliced (micro_batch() is asked
+  // once per micro-batch of a step; balancing reads the rows' tokens).
+  mutable std::pair<int64_t, int64_t> cached_step_{-1, -1};
+  mutable std::vector<int64_t> cached_sliced_;
 };
 
 /// One evaluation batch of a rank: `rows` starts with `num_valid` real rows;
