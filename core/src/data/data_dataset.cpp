@@ -2,6 +2,7 @@
 // and pre-tokenized safetensors.
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include <ATen/ATen.h>
 #include <ATen/ops/empty.h>
@@ -21,6 +22,13 @@ namespace {
 
 at::Tensor empty_long(at::IntArrayRef shape) {
   return at::empty(shape, at::TensorOptions().dtype(at::kLong));
+}
+
+// Attended positions of each row of a mask, wherever they are.
+std::vector<int64_t> attended_per_row(const at::Tensor& mask) {
+  const at::Tensor attended = mask.ne(0).sum(1);
+  const int64_t* p = attended.data_ptr<int64_t>();
+  return {p, p + attended.size(0)};
 }
 
 void check_rows(const std::vector<int64_t>& rows, int64_t size, const std::string& source) {
@@ -93,10 +101,9 @@ class TextDataset final : public Dataset {
   }
 
   std::vector<int64_t> lengths() const override {
-    std::vector<int64_t> out;
-    out.reserve(data_.rows.size());
-    for (size_t r = 0; r < data_.rows.size(); ++r) out.push_back(encode(static_cast<int64_t>(r)).input_ids.size());
-    return out;
+    std::vector<int64_t> all(data_.rows.size());
+    std::iota(all.begin(), all.end(), int64_t{0});
+    return lengths_of(all);
   }
   std::vector<int64_t> lengths_of(const std::vector<int64_t>& rows) const override {
     std::vector<int64_t> out;
@@ -191,15 +198,10 @@ class TensorDataset final : public Dataset {
 
   int64_t size() const override { return ids_.size(0); }
   std::vector<int64_t> lengths() const override {
-    // Attended positions, wherever they are (lengths_ is the trailing cut).
-    const at::Tensor attended = mask_.ne(0).sum(1);
-    const int64_t* p = attended.data_ptr<int64_t>();
-    return {p, p + attended.size(0)};
+    return attended_per_row(mask_);  // not lengths_, the trailing cut
   }
   std::vector<int64_t> lengths_of(const std::vector<int64_t>& rows) const override {
-    const at::Tensor attended = mask_.index_select(0, at::tensor(rows, at::kLong)).ne(0).sum(1);
-    const int64_t* p = attended.data_ptr<int64_t>();
-    return {p, p + attended.size(0)};
+    return attended_per_row(mask_.index_select(0, at::tensor(rows, at::kLong)));
   }
   int64_t num_labels() const override { return num_labels_; }
   bool labels_per_token() const override { return labels_.dim() == 2 && labels_.scalar_type() == at::kLong; }

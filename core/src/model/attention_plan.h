@@ -17,13 +17,6 @@
 
 namespace ft::attention_detail {
 
-// Row-major C[m x n] = alpha * op(A) op(B) + beta * C (model/sgemm.h): each
-// task's products run on one intra-op thread.
-inline void gemm_rm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                    const float* b, int64_t ldb, float* c, int64_t ldc, float beta = 0.0f) {
-  sgemm_rows(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
 // Where each sequence's rows and probabilities live. Sequence b has
 // lengths[b] queries and extra + lengths[b] keys: a prefix's `extra` rows,
 // then its own (k and v hold each sequence's prefix copy before its rows).

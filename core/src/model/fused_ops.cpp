@@ -1,6 +1,6 @@
 #include "ft/model/fused_ops.h"
 
-#include <cmath>
+#include <algorithm>
 #include <cstring>
 
 #include <ATen/ATen.h>

@@ -94,10 +94,10 @@ struct WholeKernel {
     for (int64_t h = 0; h < plan.heads; ++h) {
       const int64_t col = row0 + h * d, kcol = key0 + h * d, poff = plan.prob_offsets[b] + h * len * keys;
       float* p = probs + poff;
-      gemm_rm(false, true, len, keys, d, a.scale, q + col, width, k + kcol, width, p, keys);  // S = s Q K^T
+      sgemm_rows(false, true, len, keys, d, a.scale, q + col, width, k + kcol, width, 0.0f, p, keys);  // S = s Q K^T
       softmax_rows(p, len, keys, plan.window);
       const float* pd = dropped(p, len * keys, poff, scratch);
-      gemm_rm(false, false, len, d, keys, 1.0f, pd, keys, v + kcol, width, out + col, width);  // O = P' V
+      sgemm_rows(false, false, len, d, keys, 1.0f, pd, keys, v + kcol, width, 0.0f, out + col, width);  // O = P' V
     }
   }
 
@@ -111,8 +111,8 @@ struct WholeKernel {
       const int64_t col = row0 + h * d, kcol = key0 + h * d, poff = plan.prob_offsets[b] + h * len * keys;
       const float* p = probs + poff;
       const float* pd = dropped(p, len * keys, poff, scratch);
-      gemm_rm(true, false, keys, d, len, 1.0f, pd, keys, dout + col, width, dv + kcol, width);  // dV = P'^T dO
-      gemm_rm(false, true, len, keys, d, 1.0f, dout + col, width, v + kcol, width, dp.data(), keys);  // dP' = dO V^T
+      sgemm_rows(true, false, keys, d, len, 1.0f, pd, keys, dout + col, width, 0.0f, dv + kcol, width);  // dV = P'^T dO
+      sgemm_rows(false, true, len, keys, d, 1.0f, dout + col, width, v + kcol, width, 0.0f, dp.data(), keys);  // dP' = dO V^T
       if (a.keep < 1.0) apply_dropout_mask(dp.data(), dp.data(), len * keys, a.seed, poff, a.keep);  // dP = mask(dP')
       for (int64_t r = 0; r < len; ++r) {  // dS = P * (dP - sum(dP * P))
         const float* pr = p + r * keys;
@@ -121,8 +121,8 @@ struct WholeKernel {
         for (int64_t j = 0; j < keys; ++j) dot += g[j] * pr[j];
         softmax_grad_row(pr, g, keys, dot);
       }
-      gemm_rm(false, false, len, d, keys, a.scale, dp.data(), keys, k + kcol, width, dq + col, width);  // dQ = s dS K
-      gemm_rm(true, false, keys, d, len, a.scale, dp.data(), keys, q + col, width, dk + kcol, width);  // dK = s dS^T Q
+      sgemm_rows(false, false, len, d, keys, a.scale, dp.data(), keys, k + kcol, width, 0.0f, dq + col, width);  // dQ = s dS K
+      sgemm_rows(true, false, keys, d, len, a.scale, dp.data(), keys, q + col, width, 0.0f, dk + kcol, width);  // dK = s dS^T Q
     }
   }
 };

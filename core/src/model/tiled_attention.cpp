@@ -106,8 +106,8 @@ struct TileRows {
 };
 void tile_scores(const KernelArgs& a, const Task& t, const float* q, const float* k, int64_t r0, int64_t rows,
                  int64_t c0, int64_t cols, float* s, std::vector<TileRows>& reach) {
-  gemm_rm(false, true, rows, cols, a.d, a.scale, q + t.row + r0 * a.width, a.width, k + t.row + c0 * a.width,
-          a.width, s, cols);
+  sgemm_rows(false, true, rows, cols, a.d, a.scale, q + t.row + r0 * a.width, a.width, k + t.row + c0 * a.width,
+             a.width, 0.0f, s, cols);
   reach.resize(static_cast<size_t>(rows));
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t lo = std::clamp(a.plan.reach_lo(r0 + i) - c0, int64_t{0}, cols);
@@ -157,8 +157,8 @@ void forward_task(const KernelArgs& a, const Task& t, const float* q, const floa
         if (a.keep < 1.0)
           apply_dropout_mask(x, x, cols, a.seed, t.counter + (r0 + i) * t.len + c0, a.keep);
       }
-      gemm_rm(false, false, rows, a.d, cols, 1.0f, s, cols, v + t.row + c0 * a.width, a.width, o, a.width,
-              1.0f);  // O += P' V
+      sgemm_rows(false, false, rows, a.d, cols, 1.0f, s, cols, v + t.row + c0 * a.width, a.width, 1.0f, o,
+                 a.width);  // O += P' V
     }
     for (int64_t i = 0; i < rows; ++i) {
       const float inv = 1.0f / l[i];
@@ -201,19 +201,19 @@ void backward_task(const KernelArgs& a, const Task& t, const float* q, const flo
           apply_dropout_mask(p + i * cols, g + i * cols, cols, a.seed, t.counter + (r0 + i) * t.len + c0, a.keep);
         pd = g;
       }
-      gemm_rm(true, false, cols, a.d, rows, 1.0f, pd, cols, dout + at, a.width, dv + key_at, a.width,
-              1.0f);  // dV += P'^T dO
-      gemm_rm(false, true, rows, cols, a.d, 1.0f, dout + at, a.width, v + key_at, a.width, g,
-              cols);  // dP' = dO V^T
+      sgemm_rows(true, false, cols, a.d, rows, 1.0f, pd, cols, dout + at, a.width, 1.0f, dv + key_at,
+                 a.width);  // dV += P'^T dO
+      sgemm_rows(false, true, rows, cols, a.d, 1.0f, dout + at, a.width, v + key_at, a.width, 0.0f, g,
+                 cols);  // dP' = dO V^T
       for (int64_t i = 0; i < rows; ++i) {
         float* gi = g + i * cols;
         if (a.keep < 1.0) apply_dropout_mask(gi, gi, cols, a.seed, t.counter + (r0 + i) * t.len + c0, a.keep);
         softmax_grad_row(p + i * cols, gi, cols, dot[i]);  // zero outside the reach, as P is
       }
-      gemm_rm(false, false, rows, a.d, cols, a.scale, g, cols, k + key_at, a.width, dq + at, a.width,
-              1.0f);  // dQ += s dS K
-      gemm_rm(true, false, cols, a.d, rows, a.scale, g, cols, q + at, a.width, dk + key_at, a.width,
-              1.0f);  // dK += s dS^T Q
+      sgemm_rows(false, false, rows, a.d, cols, a.scale, g, cols, k + key_at, a.width, 1.0f, dq + at,
+                 a.width);  // dQ += s dS K
+      sgemm_rows(true, false, cols, a.d, rows, a.scale, g, cols, q + at, a.width, 1.0f, dk + key_at,
+                 a.width);  // dK += s dS^T Q
     }
   }
 }
