@@ -5,6 +5,8 @@
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -102,6 +104,31 @@ TEST_CASE("padding-free equals padded: logits and every gradient, fp32") {
   SUBCASE("no padding at all") {
     const auto b = batch_of({6, 6}, 6);
     check_same(run(model, b, false), run(model, b, true), 1e-6);
+  }
+}
+
+TEST_CASE("inference with a [CLS] head: the last layer computes the first tokens alone, same logits") {
+  at::manual_seed(12);
+  ft::EncoderModel model(small_config());
+  auto b = batch_of({7, 1, 16, 3, 12}, 16);
+  SUBCASE("a hole and a masked [CLS]") {
+    b.attention_mask[0][4] = 0;
+    b.attention_mask[1][0] = 0;
+  }
+  SUBCASE("mixed lengths") {}
+  for (bool padding_free : {true, false}) {
+    CAPTURE(padding_free);
+    model.set_padding_free(padding_free);
+    const at::Tensor every = model.forward(b).detach();  // with gradients: every token, every layer
+    auto seen = watch_linear_rows(model);
+    torch::NoGradGuard no_grad;
+    const at::Tensor firsts = model.forward(b);
+    CHECK((firsts - every).abs().max().item<double>() < 1e-5);
+    // The last layer's attention output, FFN in and FFN out, then the pooler
+    // and the classifier: five products of one row per sequence.
+    CHECK(std::count(seen->begin(), seen->end(), int64_t{5}) == 5);
+    for (const auto& m : model.modules(false))
+      if (auto* linear = dynamic_cast<ft::AdaptableLinearImpl*>(m.get())) linear->adapter = nullptr;
   }
 }
 
@@ -210,6 +237,21 @@ TEST_CASE("dropout mask: element g's fate depends on g alone, across blocks, odd
   ft::apply_dropout_mask(xb, wb, seed, 3, keep);
   CHECK(wb.ne(0).equal(whole.ne(0)));
   CHECK(at::allclose(wb.to(at::kFloat), whole, 1e-2, 0));
+  // bf16 bit for bit: the product in fp32, rounded as c10::BFloat16 rounds
+  // (nearest even; any NaN is 0x7FC0, where ATen's vector conversion gives
+  // 0xFFFF), also at NaN, infinities, zero and a subnormal.
+  at::Tensor xs = at::randn({n}).to(at::kBFloat16);
+  const float specials[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-40f, 3.3895e38f, 1.0078125f};
+  for (int64_t i = 0; i < 8; ++i) {
+    for (int64_t k = i; k < n; k += 997) xs[k] = specials[i];
+  }
+  at::Tensor ws = at::empty_like(xs);
+  ft::apply_dropout_mask(xs, ws, seed, 3, keep);
+  const at::Tensor product = xs.to(at::kFloat).mul(at::scalar_tensor(static_cast<float>(1.0 / keep))).to(at::kBFloat16);
+  const at::Tensor expect = at::where(whole.ne(0), product, at::zeros_like(product));
+  const auto bits = [](const at::Tensor& t) { return t.view(at::kShort); };
+  CHECK(bits(ws).equal(at::where(expect.isnan(), at::scalar_tensor(0x7FC0, at::kShort), bits(expect))));
+  CHECK(ws.isnan().sum().item<int64_t>() > 0);
   const double kept = whole.ne(0).to(at::kDouble).mean().item<double>();
   CHECK(std::abs(kept - keep) < 0.02);  // 10k draws: sd ~5e-3
 }

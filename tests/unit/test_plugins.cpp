@@ -183,7 +183,7 @@ TEST_CASE("a plugin built for another ABI version is refused, naming both versio
   CHECK(host.list().empty());
   REQUIRE(host.warnings().size() == 1);
   CHECK(host.warnings()[0] == plugin_file("wrong_abi", "wrong_abi").string() +
-                                  ": plugin ABI version 9, this ft expects " + std::to_string(ft::kPluginAbiVersion) + "; rebuild the plugin against this ft");
+                                  ": plugin ABI version 99, this ft expects " + std::to_string(ft::kPluginAbiVersion) + "; rebuild the plugin against this ft");
   CHECK(create_error(host, "test_wrong_abi") ==
         "unknown strategy 'test_wrong_abi'; known strategies: (none) (1 plugin problem(s) found while scanning, e.g. " +
             host.warnings()[0] + "; see `ft strategies --verbose`)");

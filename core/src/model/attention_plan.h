@@ -57,10 +57,13 @@ void for_each_task(const std::vector<int64_t>& costs, const std::function<void(s
 
 // Vectorised row kernels (tiled_attention.cpp), shared by both schedules:
 // the maximum of x[0, n); x[i] = exp(x[i] - shift) in place, returning their
-// sum (shift >= every x[i]); dS = P * (dP - dot) in place in dp.
+// sum (shift >= every x[i]); dS = P * (dP - dot) in place in dp; x *= s;
+// the dot product of a and b.
 float row_max(const float* x, int64_t n);
 float exp_sum(float* x, int64_t n, float shift);
 void softmax_grad_row(const float* p, float* dp, int64_t n, float dot);
+void scale_row(float* x, int64_t n, float s);
+float row_dot(const float* a, const float* b, int64_t n);
 
 // One call's operands: q, k, v [T, width] fp32 rows (width = heads * d),
 // scores scaled by `scale`, probabilities kept with probability `keep`

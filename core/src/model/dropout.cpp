@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 
 #include <ATen/ATen.h>
@@ -62,9 +63,23 @@ FT_DROPOUT_CLONES void select_kept_clone(const float* src, float* dst, const uin
                                          uint32_t threshold, float scale) {
   select_kept(src, dst, bits, n, threshold, scale);
 }
+// c10::BFloat16's conversion (round to nearest even, any NaN to 0x7FC0) on
+// the bits, so that the loop vectorises: through the class it stayed scalar,
+// and the bf16 masks were 2.6 % of a ddp_amp step. Same bits as the template.
 FT_DROPOUT_CLONES void select_kept_clone(const at::BFloat16* src, at::BFloat16* dst, const uint32_t* bits, int64_t n,
                                          uint32_t threshold, float scale) {
-  select_kept(src, dst, bits, n, threshold, scale);
+  const auto* in = reinterpret_cast<const uint16_t*>(src);
+  auto* out = reinterpret_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u = static_cast<uint32_t>(in[i]) << 16;
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    f *= scale;
+    std::memcpy(&u, &f, sizeof u);
+    const auto rounded = static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    const uint16_t kept = f != f ? uint16_t{0x7FC0} : rounded;
+    out[i] = bits[i] < threshold ? kept : uint16_t{0};
+  }
 }
 template <typename T>
 void select_kept_clone(const T* src, T* dst, const uint32_t* bits, int64_t n, uint32_t threshold,

@@ -143,17 +143,27 @@ at::Tensor EncoderModel::forward(const Batch& input) {
   auto x = run.run(0, RunPass::kPlain, layout->gather_tokens(batch.input_ids), [&](const at::Tensor& ids) {
     return base.embeddings->forward(ids, layout->gather_tokens(batch.token_type_ids), *layout);
   });
-  for (int i = 0; i < static_cast<int>(base.layers.size()); ++i) {
+  Head& head = *parts_->head;
+  const int layers = static_cast<int>(base.layers.size());
+  // Inference (ft predict, ft eval, evaluation) with a [CLS] head, in one
+  // process: the last layer gives the first tokens alone. Training keeps
+  // every row, so that dropout draws the same masks as ever.
+  const bool firsts = !at::GradMode::is_enabled() && runner_ == nullptr && layers > 0 && head.reads_first_tokens_only();
+  for (int i = 0; i < layers; ++i) {
+    if (firsts && i == layers - 1) {
+      x = base.layers[i]->forward_first_tokens(x, *layout);
+      break;
+    }
     auto layer_unit = [runner = &run, layer = base.layers[i], layout, i](const at::Tensor& h, RunPass pass) {
       return runner->run(i + 1, pass, h, [&](const at::Tensor& in) { return layer->forward(in, *layout); });
     };
     x = checkpointing_ && run.computes(i + 1) ? checkpoint(x, base.layers[i]->parameters(), layer_unit)
                                               : layer_unit(x, RunPass::kPlain);
   }
-  Head& head = *parts_->head;
   head.check(batch);
+  const TokenLayout head_layout = firsts ? layout->first_tokens_only() : *layout;
   const at::Tensor logits = run.run(num_units() - 1, RunPass::kPlain, x,
-                                    [&](const at::Tensor& h) { return head.forward(h, batch, *layout); });
+                                    [&](const at::Tensor& h) { return head.forward(h, batch, head_layout); });
   return logits.to(at::kFloat);
 }
 

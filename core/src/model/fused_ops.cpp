@@ -9,18 +9,13 @@
 
 #include "compat.h"
 #include "model/vec_math.h"
+#include "simd_clones.h"
 
 namespace ft {
 
 namespace {
 
 using vec_math::Floats8;
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define FT_FUSED_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define FT_FUSED_CLONES
-#endif
 
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;  // the normal density at 0
 
@@ -44,7 +39,7 @@ __attribute__((always_inline)) inline void store8(float* p, Floats8 v, int64_t n
 }
 
 // One row of GeGLU: a = in[0, n), b = in[n, 2n).
-FT_FUSED_CLONES void geglu_row(const float* in, float* out, int64_t n) {
+FT_SIMD_CLONES void geglu_row(const float* in, float* out, int64_t n) {
   for (int64_t i = 0; i < n; i += 8) {
     const int64_t w = n - i;
     const Floats8 a = load8(in + i, w), b = load8(in + n + i, w);
@@ -53,7 +48,7 @@ FT_FUSED_CLONES void geglu_row(const float* in, float* out, int64_t n) {
 }
 
 // d/da gelu(a) * b = g b (Phi(a) + a phi(a)); d/db = g gelu(a).
-FT_FUSED_CLONES void geglu_grad_row(const float* in, const float* g, float* gin, int64_t n) {
+FT_SIMD_CLONES void geglu_grad_row(const float* in, const float* g, float* gin, int64_t n) {
   for (int64_t i = 0; i < n; i += 8) {
     const int64_t w = n - i;
     const Floats8 a = load8(in + i, w), b = load8(in + n + i, w), gy = load8(g + i, w);
@@ -102,7 +97,7 @@ struct GegluFunction : torch::autograd::Function<GegluFunction> {
 
 // y = x cos + rotate_half(x) sin over one head's d values, rotate_half(x) =
 // (-x[h:], x[:h]).
-FT_FUSED_CLONES void rotate_head(const float* x, const float* c, const float* s, float* y, int64_t d) {
+FT_SIMD_CLONES void rotate_head(const float* x, const float* c, const float* s, float* y, int64_t d) {
   const int64_t h = d / 2;
   for (int64_t j = 0; j < h; ++j) y[j] = x[j] * c[j] - x[j + h] * s[j];
   for (int64_t j = h; j < d; ++j) y[j] = x[j] * c[j] + x[j - h] * s[j];
@@ -110,7 +105,7 @@ FT_FUSED_CLONES void rotate_head(const float* x, const float* c, const float* s,
 
 // The transpose of rotate_head: dx[j] = g[j] c[j] + g[j + h] s[j + h] for
 // j < h, g[j] c[j] - g[j - h] s[j - h] above (sin is indexed by the output).
-FT_FUSED_CLONES void rotate_head_grad(const float* g, const float* c, const float* s, float* dx, int64_t d) {
+FT_SIMD_CLONES void rotate_head_grad(const float* g, const float* c, const float* s, float* dx, int64_t d) {
   const int64_t h = d / 2;
   for (int64_t j = 0; j < h; ++j) dx[j] = g[j] * c[j] + g[j + h] * s[j + h];
   for (int64_t j = h; j < d; ++j) dx[j] = g[j] * c[j] - g[j - h] * s[j - h];

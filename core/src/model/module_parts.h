@@ -78,6 +78,12 @@ inline at::Tensor attend(const at::Tensor& scores, double scale_dim, const at::T
 // One encoder layer (units 1..L): [T + carried rows, hidden] in and out.
 struct EncoderLayer : torch::nn::Module {
   virtual at::Tensor forward(const at::Tensor& in, const TokenLayout& layout) = 0;
+  // The output at each row's first token alone, [rows, hidden], for a head
+  // that reads nothing else. A layer may skip what only the other tokens'
+  // outputs need; this one computes every token and selects.
+  virtual at::Tensor forward_first_tokens(const at::Tensor& in, const TokenLayout& layout) {
+    return layout.first_tokens(forward(in, layout).narrow(0, 0, layout.tokens));
+  }
   // After its weights were cut (ft/model/model.h, shard_tensor_parallel): compute
   // with `tp`, each head's dimensions split over `ranks_per_head` ranks
   // (1: this rank holds whole heads).

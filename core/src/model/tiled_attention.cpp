@@ -18,6 +18,7 @@
 #include "ft/model/dropout.h"
 #include "model/attention_plan.h"
 #include "model/vec_math.h"
+#include "simd_clones.h"
 
 namespace ft::attention_detail {
 namespace {
@@ -28,19 +29,13 @@ namespace {
 // (MiniLM at 512 tokens).
 constexpr int64_t kRows = 64, kCols = 256;
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define FT_TILE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define FT_TILE_CLONES
-#endif
-
 using vec_math::exp8;
 using vec_math::Floats8;
 
 }  // namespace
 
 // max of x[0, n), with independent lanes so that it vectorises.
-FT_TILE_CLONES float row_max(const float* x, int64_t n) {
+FT_SIMD_CLONES float row_max(const float* x, int64_t n) {
   constexpr int kLanes = 16;
   float lane[kLanes];
   for (float& l : lane) l = -std::numeric_limits<float>::infinity();
@@ -54,12 +49,30 @@ FT_TILE_CLONES float row_max(const float* x, int64_t n) {
 }
 
 // dS = P * (dP - D) over one row, in place in dp.
-FT_TILE_CLONES void softmax_grad_row(const float* p, float* dp, int64_t n, float dot) {
+FT_SIMD_CLONES void softmax_grad_row(const float* p, float* dp, int64_t n, float dot) {
   for (int64_t j = 0; j < n; ++j) dp[j] = p[j] * (dp[j] - dot);
 }
 
+FT_SIMD_CLONES void scale_row(float* x, int64_t n, float s) {
+  for (int64_t j = 0; j < n; ++j) x[j] *= s;
+}
+
+// Independent lanes again: a single running sum waits on every add's
+// latency (the whole schedule's backward takes one per row of scores).
+FT_SIMD_CLONES float row_dot(const float* a, const float* b, int64_t n) {
+  constexpr int kLanes = 16;
+  float lane[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) lane[j] += a[i + j] * b[i + j];
+  float total = 0.0f;
+  for (; i < n; ++i) total += a[i] * b[i];
+  for (float l : lane) total += l;
+  return total;
+}
+
 // x[i] = exp(x[i] - shift) in place; returns their sum.
-FT_TILE_CLONES float exp_sum(float* x, int64_t n, float shift) {
+FT_SIMD_CLONES float exp_sum(float* x, int64_t n, float shift) {
   Floats8 sum = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {

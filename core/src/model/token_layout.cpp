@@ -109,4 +109,13 @@ at::Tensor TokenLayout::first_tokens(const at::Tensor& x) const {
   return x.view({rows, tokens / rows, x.size(-1)}).select(1, 0);
 }
 
+TokenLayout TokenLayout::first_tokens_only() const {
+  TokenLayout out;
+  out.rows = rows;
+  out.seq = out.width = 1;
+  out.tokens = rows;
+  out.attention = attention;
+  return out;
+}
+
 }  // namespace ft

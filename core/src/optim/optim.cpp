@@ -10,6 +10,7 @@
 #include "ft/model/encoder_family.h"
 #include "ft/base/error.h"
 #include "inplace_scale.h"
+#include "simd_clones.h"
 
 namespace ft {
 namespace {
@@ -33,8 +34,9 @@ bool fusable(const at::Tensor& p, const at::Tensor& g, const at::Tensor& m, cons
 // buffer (which it is for GradBuffer / flat-shard users): a single parallel
 // region per step instead of several tensor ops per parameter. `Segment`s
 // are sorted by `begin`, their index in the concatenated element space;
-// `f(segment, j)` updates element j of one segment. Per-slot weight decay
-// and LR scale live in the segments, so parameter groups stay exact.
+// `f(segment, j0, j1)` updates elements [j0, j1) of one segment. Per-slot
+// weight decay and LR scale live in the segments, so parameter groups stay
+// exact.
 template <typename Segment, typename F>
 void segmented_for(const std::vector<Segment>& segs, int64_t total, const F& f) {
   at::parallel_for(0, total, 16384, [&](int64_t begin, int64_t end) {
@@ -44,7 +46,7 @@ void segmented_for(const std::vector<Segment>& segs, int64_t total, const F& f) 
     for (int64_t i = begin; i < end; ++si) {
       const Segment& s = segs[si];
       const int64_t stop = std::min(end, si + 1 < segs.size() ? segs[si + 1].begin : total);
-      for (int64_t j = i - s.begin, e = stop - s.begin; j < e; ++j) f(s, j);
+      f(s, i - s.begin, stop - s.begin);
       i = stop;
     }
   });
@@ -60,6 +62,52 @@ struct FusedSegment {
   int64_t begin;
   float decay, step_size;  // AdamW: 1 - lr·wd and -lr/bc1; SGD: wd and -lr
 };
+
+// The element loops, in clones: the baseline build's SSE code spent a third
+// of the AdamW pass on sqrt and division, which AVX-512 does 4x wider. The
+// order of operations is the op-by-op path's and this file builds with
+// -ffp-contract=off (core/CMakeLists.txt), so no clone rounds differently.
+FT_SIMD_CLONES void adamw_range(const FusedSegment& s, const AdamWScalars& k, int64_t j0, int64_t j1) {
+  float* __restrict p = s.p;
+  float* __restrict m = s.m;
+  float* __restrict v = s.v;
+  const float* __restrict g = s.g;
+  for (int64_t j = j0; j < j1; ++j) {
+    const float gi = g[j];
+    const float pi = p[j] * s.decay;
+    const float mi = m[j] * k.beta1 + k.one_minus_beta1 * gi;
+    const float vi = v[j] * k.beta2 + k.one_minus_beta2 * gi * gi;
+    const float denom = std::sqrt(vi) / k.bc2_sqrt + k.eps;
+    m[j] = mi;
+    v[j] = vi;
+    p[j] = pi + s.step_size * mi / denom;
+  }
+}
+
+FT_SIMD_CLONES void sgd_range(const FusedSegment& s, float mu, bool first, int64_t j0, int64_t j1) {
+  for (int64_t j = j0; j < j1; ++j) {
+    float d = s.decay != 0.0f ? s.g[j] + s.decay * s.p[j] : s.g[j];
+    if (s.m) {
+      s.m[j] = first ? d : s.m[j] * mu + d;
+      d = s.m[j];
+    }
+    s.p[j] = s.p[j] + s.step_size * d;
+  }
+}
+
+// Sum of x² in double, over sixteen independent lanes: a single running sum
+// serialises the loop on the add's latency (the norm cost 3 % of a step).
+FT_SIMD_CLONES double sum_squares(const float* x, int64_t n) {
+  double lanes[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) lanes[j] += static_cast<double>(x[i + j]) * static_cast<double>(x[i + j]);
+  }
+  double total = 0.0;
+  for (; i < n; ++i) total += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  for (double l : lanes) total += l;
+  return total;
+}
 
 }  // namespace
 
@@ -117,16 +165,7 @@ void TensorOptimizer::step(double lr, const std::vector<at::Tensor>& grads) {
       auto denom = (exp_avg_sq.sqrt() / bc2_sqrt).add_(spec_.eps);
       p.addcdiv_(exp_avg, denom, -slot_lr / bc1);
     }
-    segmented_for(segs, total, [&k](const FusedSegment& s, int64_t j) {
-      const float gi = s.g[j];
-      const float pi = s.p[j] * s.decay;
-      const float mi = s.m[j] * k.beta1 + k.one_minus_beta1 * gi;
-      const float vi = s.v[j] * k.beta2 + k.one_minus_beta2 * gi * gi;
-      const float denom = std::sqrt(vi) / k.bc2_sqrt + k.eps;
-      s.m[j] = mi;
-      s.v[j] = vi;
-      s.p[j] = pi + s.step_size * mi / denom;
-    });
+    segmented_for(segs, total, [&k](const FusedSegment& s, int64_t j0, int64_t j1) { adamw_range(s, k, j0, j1); });
     return;
   }
   const bool momentum = spec_.momentum != 0.0;
@@ -159,14 +198,8 @@ void TensorOptimizer::step(double lr, const std::vector<at::Tensor>& grads) {
   }
   const float mu = static_cast<float>(spec_.momentum);
   const bool first = step_ == 1;
-  segmented_for(segs, total, [mu, first](const FusedSegment& s, int64_t j) {
-    float d = s.decay != 0.0f ? s.g[j] + s.decay * s.p[j] : s.g[j];
-    if (s.m) {
-      s.m[j] = first ? d : s.m[j] * mu + d;
-      d = s.m[j];
-    }
-    s.p[j] = s.p[j] + s.step_size * d;
-  });
+  segmented_for(segs, total,
+                [mu, first](const FusedSegment& s, int64_t j0, int64_t j1) { sgd_range(s, mu, first, j0, j1); });
 }
 
 OptimizerState TensorOptimizer::state() const {
@@ -211,15 +244,11 @@ double grad_norm_squared(const std::vector<at::Tensor>& grads) {
   for (const auto& g : grads) {
     if (!g.defined()) continue;
     if (g.device().is_cpu() && g.scalar_type() == at::kFloat && g.is_contiguous()) {
-      // A plain loop, accumulated in double: g.norm() would allocate a result
-      // tensor per parameter on every step (~200 per BERT step).
+      // Not g.norm(): that allocates a result tensor per parameter on every
+      // step (~200 per BERT step).
       const float* x = g.data_ptr<float>();
       total += at::parallel_reduce(
-          0, g.numel(), 32768, 0.0,
-          [x](int64_t begin, int64_t end, double acc) {
-            for (int64_t i = begin; i < end; ++i) acc += static_cast<double>(x[i]) * x[i];
-            return acc;
-          },
+          0, g.numel(), 32768, 0.0, [x](int64_t begin, int64_t end, double acc) { return acc + sum_squares(x + begin, end - begin); },
           [](double a, double b) { return a + b; });
       continue;
     }

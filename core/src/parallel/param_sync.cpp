@@ -74,8 +74,12 @@ StepResult update_from_grads(const std::vector<at::Tensor>& grads, Precision& pr
   }
   result.skipped = found_inf;
   if (!found_inf) {
-    result.grad_norm = std::sqrt(global_norm_squared());
-    clip_grads(grads, result.grad_norm, options.max_grad_norm);
+    if (options.max_grad_norm > 0.0 || options.report_grad_norm) {
+      result.grad_norm = std::sqrt(global_norm_squared());
+      clip_grads(grads, result.grad_norm, options.max_grad_norm);
+    } else {
+      result.grad_norm = std::nan("");
+    }
     optimizer.step(options.lr, grads);
   } else {
     result.grad_norm = std::nan("");

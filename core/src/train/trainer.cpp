@@ -285,6 +285,7 @@ struct Trainer::Impl {
   void run_step(const Schedule& plan, FitProgress& p);
   StepResult train_step(const Schedule& plan, int64_t epoch, double lr, double& step_loss);
   void log_step(const Schedule& plan, FitProgress& p, const StepResult& r, int64_t epoch, double lr);
+  bool logs_at(int64_t step, const Schedule& plan) const;
   void after_step(FitProgress& p, int64_t epoch, bool last);
   void end_epoch(FitProgress& p);
   TrainResult finish_fit(FitProgress& p);
@@ -411,14 +412,19 @@ StepResult Trainer::Impl::train_step(const Schedule& plan, int64_t epoch, double
     step_loss += loss.item<double>();
   }
   TraceRange optimizer_range(&tracer, "optimizer", "optimizer");  // ends on return
-  return strategy->step({lr, t.max_grad_norm});
+  return strategy->step({lr, t.max_grad_norm, logs_at(state.global_step + 1, plan)});
+}
+
+// Steps whose record carries the loss and the gradient norm (the others
+// only tick the progress line).
+bool Trainer::Impl::logs_at(int64_t step, const Schedule& plan) const {
+  return step % std::max<int64_t>(1, config.train.log_every) == 0 || step == plan.total;
 }
 
 // Rank 0 logs the loss averaged over the window and over ranks every
 // log_every steps and at the last one; a progress tick otherwise.
 void Trainer::Impl::log_step(const Schedule& plan, FitProgress& p, const StepResult& r, int64_t epoch, double lr) {
-  const bool last = state.global_step == plan.total;
-  if (state.global_step % std::max<int64_t>(1, config.train.log_every) != 0 && !last) {
+  if (!logs_at(state.global_step, plan)) {
     events.progress(state.global_step, plan.total, p.last_loss,
                     p.timed_seconds > 0 ? static_cast<double>(p.timed_samples) / p.timed_seconds : 0.0);
     return;

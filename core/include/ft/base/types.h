@@ -78,6 +78,9 @@ using ParamPlan = std::map<std::string, ParamSettings>;
 struct StepOptions {
   double lr = 0.0;             // base LR for this step (scaled per parameter)
   double max_grad_norm = 0.0;  // <= 0: no clipping
+  // Without clipping the norm is only worth its pass over every gradient (and,
+  // sharded, a collective) on the steps that report it.
+  bool report_grad_norm = true;
 };
 
 struct StepResult {

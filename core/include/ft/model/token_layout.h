@@ -86,6 +86,10 @@ struct TokenLayout {
   at::Tensor token_index(const at::Tensor& flat_positions) const;
   // [T, f] -> [rows, f]: each row's column-0 token.
   at::Tensor first_tokens(const at::Tensor& tokens_by_features) const;
+  // The layout of first_tokens()'s output, one token per row, for a head
+  // that reads only those: its tokens and first_tokens() are the rows as
+  // they are. Nothing else of it describes the batch.
+  TokenLayout first_tokens_only() const;
 };
 
 }  // namespace ft

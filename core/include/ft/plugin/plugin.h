@@ -33,7 +33,7 @@ namespace ft {
 /// Version of the PluginDescriptor/PluginEntry layout and of the Strategy
 /// interface. Bump it whenever either changes; the host refuses any plugin
 /// built against another value and names both.
-constexpr uint32_t kPluginAbiVersion = 8;  // 2: StrategyContext::trace; 3: UnitRunner::run takes a RunPass; 4: Strategy::delegate() (optional abilities), ft/base/types.h; 5: StrategyContext::events; 6: Strategy::adopt() and ctx_; 7: EncoderModel (was BertForSequenceClassification), backbone and head; 8: headers in one folder per layer (ft/<area>/x.h), the MemoryModel ability (ft/parallel/abilities.h), plan_strategy over estimates
+constexpr uint32_t kPluginAbiVersion = 9;  // 2: StrategyContext::trace; 3: UnitRunner::run takes a RunPass; 4: Strategy::delegate() (optional abilities), ft/base/types.h; 5: StrategyContext::events; 6: Strategy::adopt() and ctx_; 7: EncoderModel (was BertForSequenceClassification), backbone and head; 8: headers in one folder per layer (ft/<area>/x.h), the MemoryModel ability (ft/parallel/abilities.h), plan_strategy over estimates; 9: StepOptions::report_grad_norm
 
 /// Name of the exported Boost.DLL alias the host looks up.
 constexpr const char* kPluginEntrySymbol = "ft_strategy_plugin";

@@ -46,6 +46,10 @@ class Head {
     (void)features;
     fail("model: this head reads no extracted features; `ft features train` trains a sequence classifier");
   }
+  // Whether forward() reads each row's first token and nothing else (the
+  // [CLS] pooling of sequence classifiers): then, without gradients, the
+  // last layer may give only those rows (EncoderLayer::forward_first_tokens).
+  virtual bool reads_first_tokens_only() const { return false; }
   // Whether the head reads unit 0's word embeddings (a tied decoder).
   virtual bool reads_word_embeddings() const { return false; }
   // Tensor parallelism with vocab-parallel word embeddings: whether the head

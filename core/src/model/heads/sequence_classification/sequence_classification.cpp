@@ -97,6 +97,7 @@ class SequenceClassificationTask : public Head {
     return head_->features(pooled(tokens.narrow(0, 0, layout.tokens), batch, layout));
   }
   at::Tensor from_features(const at::Tensor& features) override { return head_->from_features(features); }
+  bool reads_first_tokens_only() const override { return !(final_norm_ && mean_pooling_); }
 
  private:
   std::shared_ptr<ClassificationHead> head_;
