@@ -239,16 +239,23 @@ TEST_CASE("dropout mask: element g's fate depends on g alone, across blocks, odd
   CHECK(at::allclose(wb.to(at::kFloat), whole, 1e-2, 0));
   // bf16 bit for bit: the product in fp32, rounded as c10::BFloat16 rounds
   // (nearest even; any NaN is 0x7FC0, where ATen's vector conversion gives
-  // 0xFFFF), also at NaN, infinities, zero and a subnormal.
+  // 0xFFFF), also at NaN, infinities, zero and a subnormal. keep 2/3 makes
+  // the scale 1.5, so about half the products of 8-bit significands fall
+  // exactly between two bf16 values: the ties must go to even.
+  const double keep_bf16 = 2.0 / 3.0;
   at::Tensor xs = at::randn({n}).to(at::kBFloat16);
   const float specials[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-40f, 3.3895e38f, 1.0078125f};
   for (int64_t i = 0; i < 8; ++i) {
     for (int64_t k = i; k < n; k += 997) xs[k] = specials[i];
   }
   at::Tensor ws = at::empty_like(xs);
-  ft::apply_dropout_mask(xs, ws, seed, 3, keep);
-  const at::Tensor product = xs.to(at::kFloat).mul(at::scalar_tensor(static_cast<float>(1.0 / keep))).to(at::kBFloat16);
-  const at::Tensor expect = at::where(whole.ne(0), product, at::zeros_like(product));
+  ft::apply_dropout_mask(xs, ws, seed, 3, keep_bf16);
+  const at::Tensor ones = at::ones({n});
+  at::Tensor kept_mask = at::empty_like(ones);
+  ft::apply_dropout_mask(ones, kept_mask, seed, 3, keep_bf16);
+  const at::Tensor product =
+      xs.to(at::kFloat).mul(at::scalar_tensor(static_cast<float>(1.0 / keep_bf16))).to(at::kBFloat16);
+  const at::Tensor expect = at::where(kept_mask.ne(0), product, at::zeros_like(product));
   const auto bits = [](const at::Tensor& t) { return t.view(at::kShort); };
   CHECK(bits(ws).equal(at::where(expect.isnan(), at::scalar_tensor(0x7FC0, at::kShort), bits(expect))));
   CHECK(ws.isnan().sum().item<int64_t>() > 0);
