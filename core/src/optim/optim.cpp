@@ -248,7 +248,8 @@ double grad_norm_squared(const std::vector<at::Tensor>& grads) {
       // step (~200 per BERT step).
       const float* x = g.data_ptr<float>();
       total += at::parallel_reduce(
-          0, g.numel(), 32768, 0.0, [x](int64_t begin, int64_t end, double acc) { return acc + sum_squares(x + begin, end - begin); },
+          0, g.numel(), 32768, 0.0,
+          [x](int64_t begin, int64_t end, double acc) { return acc + sum_squares(x + begin, end - begin); },
           [](double a, double b) { return a + b; });
       continue;
     }
