@@ -9,7 +9,11 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <set>
+#include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "ft/model/dropout.h"
 #include "ft/model/model.h"
@@ -400,5 +404,83 @@ TEST_CASE("the tiled schedule against masked eager attention on one long sequenc
     CHECK((q.grad() - q2.grad()).abs().max().item<double>() < 1e-4);
     CHECK((k.grad() - k2.grad()).abs().max().item<double>() < 1e-4);
     CHECK((v.grad() - v2.grad()).abs().max().item<double>() < 1e-5);
+  }
+}
+
+namespace {
+
+// A small DeBERTa-v3 (no absolute positions, a normalised table) whose rows
+// reach past the buckets: distances from `buckets / 2` on share log-spaced
+// rows, and past max_relative the table's edge rows.
+ft::BertConfig deberta_config(const char* pos_att_type, int64_t buckets, int64_t max_relative) {
+  auto c = ft::BertConfig::from_json_string(
+      fmt::format(R"({{"model_type": "deberta-v2", "vocab_size": 100, "hidden_size": 32, "num_attention_heads": 2,
+          "num_hidden_layers": 2, "intermediate_size": 48, "max_position_embeddings": 128, "type_vocab_size": 0,
+          "relative_attention": true, "position_biased_input": false, "share_att_key": true,
+          "norm_rel_ebd": "layer_norm", "pos_att_type": {}, "position_buckets": {},
+          "max_relative_positions": {}, "hidden_dropout_prob": 0, "attention_probs_dropout_prob": 0}})",
+                  pos_att_type, buckets, max_relative),
+      "deberta/config.json");
+  c.num_labels = 3;
+  return c;
+}
+
+// Whether a node of `out`'s autograd graph has `name` in its name.
+bool graph_has(const at::Tensor& out, const std::string& name) {
+  std::vector<torch::autograd::Node*> todo = {out.grad_fn().get()};
+  std::set<torch::autograd::Node*> seen;
+  while (!todo.empty()) {
+    torch::autograd::Node* n = todo.back();
+    todo.pop_back();
+    if (n == nullptr || !seen.insert(n).second) continue;
+    if (n->name().find(name) != std::string::npos) return true;
+    for (const auto& e : n->next_edges()) todo.push_back(e.function.get());
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("DeBERTa's relative terms by blocks of the table equal Hugging Face's gather: logits and every gradient") {
+  // 70 columns: three blocks of queries and keys, the last one short.
+  const std::vector<int64_t> lengths = {70, 33, 1, 64, 50};
+  struct Case {
+    const char* pos_att_type;
+    int64_t buckets, max_relative;
+  };
+  // 8 buckets to 64: rows step by one up to distance 3, then by less.
+  // 16 buckets to 10: past distance 8 one step crosses several rows.
+  for (const Case& k : {Case{R"(["c2p", "p2c"])", 8, 64}, Case{R"(["c2p", "p2c"])", 16, 10},
+                        Case{R"(["c2p"])", 8, 64}, Case{R"(["p2c"])", 8, 64}, Case{R"(["p2c", "c2p"])", -1, 24}}) {
+    CAPTURE(k.pos_att_type);
+    CAPTURE(k.buckets);
+    at::manual_seed(5);
+    ft::EncoderModel model(deberta_config(k.pos_att_type, k.buckets, k.max_relative));
+    {
+      // Weights well above the initializer's 0.02, so that the relative
+      // terms move the scores and each gradient by much more than 1e-5.
+      torch::NoGradGuard no_grad;
+      for (auto& p : model.parameters()) p.normal_(0.0, 0.3);
+    }
+    auto b = batch_of(lengths, 72);
+    model.set_attention(ft::AttentionKernel::kEager);
+    const Result reference = run(model, b, false);
+    CHECK_FALSE(graph_has(model.forward(b), "BandedBias"));
+    model.set_attention(ft::AttentionKernel::kAuto);
+    for (const bool padding_free : {false, true}) {
+      CAPTURE(padding_free);
+      check_same(reference, run(model, b, padding_free), 1e-5);
+      CHECK(graph_has(model.forward(b), "BandedBias"));
+    }
+    // A hole: kept tokens are no longer at their columns, and the packed
+    // layout takes the gather.
+    b.attention_mask[3][5] = 0;
+    model.set_attention(ft::AttentionKernel::kEager);
+    const Result holed = run(model, b, false);
+    model.set_attention(ft::AttentionKernel::kAuto);
+    check_same(holed, run(model, b, true), 1e-5);
+    CHECK_FALSE(graph_has(model.forward(b), "BandedBias"));
+    check_same(holed, run(model, b, false), 1e-5);
+    CHECK(graph_has(model.forward(b), "BandedBias"));
   }
 }

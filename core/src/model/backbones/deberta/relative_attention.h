@@ -25,6 +25,7 @@
 #include "ft/model/model.h"
 #include "ft/model/token_layout.h"
 #include "model/backbones/bert/bert_layer.h"
+#include "model/backbones/deberta/relative_bias.h"
 
 namespace ft {
 namespace model_detail {
@@ -79,6 +80,13 @@ struct RelativeAttention : RelativeScores {
     return at::where(abs_pos.le(mid), distance.to(at::kFloat), log_pos * sign).to(at::kLong);
   }
 
+  // The table row of each distance -(reach - 1) ... reach - 1, [2 reach - 1]:
+  // clamp(bucket(d) + span). bucket is odd, so the reversed distance's row
+  // is this read backwards.
+  at::Tensor rows_by_distance(int64_t reach, const at::TensorOptions& longs) const {
+    return (bucket(at::arange(-(reach - 1), reach, longs)) + span).clamp(0, 2 * span - 1);
+  }
+
   // [rows or 1, width, width] table rows: clamp(sign * bucket(p_i - p_j) + span).
   // Positions are the tokens' columns, as in the padded model, where slot j
   // is column j in every row and one matrix serves them all.
@@ -88,12 +96,20 @@ struct RelativeAttention : RelativeScores {
                          ? layout.to_attention(layout.positions(longs).unsqueeze(1)).view({layout.rows, layout.width})
                          : at::arange(layout.width, longs).unsqueeze(0);
     const int64_t reach = layout.seq;  // |p_i - p_j| < seq
-    const at::Tensor distances = at::arange(-(reach - 1), reach, longs);
-    const at::Tensor b = bucket(distances);
-    const at::Tensor forward_rows = (b + span).clamp(0, 2 * span - 1);
-    const at::Tensor reverse_rows = (-b + span).clamp(0, 2 * span - 1);
+    const at::Tensor forward_rows = rows_by_distance(reach, longs);
+    const at::Tensor reverse_rows = forward_rows.flip(0);
     const at::Tensor index = (pos.unsqueeze(2) - pos.unsqueeze(1)) + (reach - 1);
     return {forward_rows.index({index}), reverse_rows.index({index})};
+  }
+
+  // Whether every kept token's position is its column in the attention
+  // buffer: always padded, and packed when no row has a hole before its
+  // last kept token. Then pair (i, j) reads the row of i - j in every row.
+  static bool positions_are_columns(const TokenLayout& layout) {
+    if (!layout.is_packed()) return true;
+    const auto longs = at::TensorOptions().dtype(at::kLong).device(layout.keep_index.device());
+    const at::Tensor slots = layout.slot.defined() ? layout.slot : at::arange(layout.tokens, longs);
+    return at::equal(layout.positions(longs), slots.remainder(layout.width));
   }
 
   // The c2p and p2c terms for q, k [rows, heads, width, d] and the table
@@ -101,6 +117,16 @@ struct RelativeAttention : RelativeScores {
   // [rows, heads, width, width], unscaled.
   at::Tensor bias(const at::Tensor& q, const at::Tensor& k, const at::Tensor& pos_query, const at::Tensor& pos_key,
                   const TokenLayout& layout) const override {
+    // The blocked kernel (relative_bias.h) on CPU in fp32; "eager" keeps
+    // Hugging Face's gather, which is also the path for other layouts.
+    const bool floats = q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat &&
+                        pos_query.scalar_type() == at::kFloat && pos_key.scalar_type() == at::kFloat;
+    if ((c2p || p2c) && layout.attention != AttentionKernel::kEager && floats && q.device().is_cpu() &&
+        positions_are_columns(layout)) {
+      const auto dense = [](const at::Tensor& x) { return x.stride(-1) == 1 ? x : x.contiguous(); };
+      return banded_relative_bias(dense(q), dense(k), dense(pos_query), dense(pos_key),
+                                  rows_by_distance(layout.width, at::TensorOptions().dtype(at::kLong)), c2p, p2c);
+    }
     const auto [c2p_rows, p2c_rows] = rows_read(layout, q.device());
     const std::vector<int64_t> shape = {q.size(0), q.size(1), q.size(2), q.size(2)};
     at::Tensor out = at::zeros({}, q.options());
