@@ -178,7 +178,9 @@ struct BandedBias : torch::autograd::Function<BandedBias> {
     float* o = out.data_ptr<float>();
     at::parallel_for(0, g.rows * g.heads, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> buf = block_buffer(g);
-      for (int64_t p = begin; p < end; ++p) forward_plane(g, in, p / g.heads, p % g.heads, o + p * g.width * g.width, buf);
+      for (int64_t p = begin; p < end; ++p) {
+        forward_plane(g, in, p / g.heads, p % g.heads, o + p * g.width * g.width, buf);
+      }
     });
     return out;
   }
