@@ -77,10 +77,10 @@ void forward_plane(const Geometry& g, const Inputs& in, int64_t b, int64_t h, fl
       sgemm_rows(false, true, blk.hi - blk.lo, blk.nt, g.d, 1.0f, in.q.at(b, h, blk.lo), in.q.token,
                  in.pos_key.at(h, blk.t0), in.pos_key.row, 0.0f, buf.data(), blk.nt);
       for (int64_t i = blk.lo; i < blk.hi; ++i) {
-        const float* a = buf.data() + (i - blk.lo) * blk.nt - blk.t0;
+        const float* a = buf.data() + (i - blk.lo) * blk.nt;
         const int64_t* r = g.row_of(i);
         float* o = out + i * w;
-        for (int64_t j = 0; j < w; ++j) o[j] = a[r[-j]];
+        for (int64_t j = 0; j < w; ++j) o[j] = a[r[-j] - blk.t0];
       }
     }
   }
@@ -90,14 +90,16 @@ void forward_plane(const Geometry& g, const Inputs& in, int64_t b, int64_t h, fl
       // buf[j - lo][t - t0] = k_j . pos_query_t
       sgemm_rows(false, true, blk.hi - blk.lo, blk.nt, g.d, 1.0f, in.k.at(b, h, blk.lo), in.k.token,
                  in.pos_query.at(h, blk.t0), in.pos_query.row, 0.0f, buf.data(), blk.nt);
-      const float* a = buf.data() - blk.lo * blk.nt - blk.t0;
+      // Entry (i, j) sits at row j - lo, column R(i - j) - t0.
+      const float* a = buf.data();
+      const int64_t lo_t0 = blk.lo * blk.nt + blk.t0;
       for (int64_t i = 0; i < w; ++i) {
         const int64_t* r = g.row_of(i);
         float* o = out + i * w;
         if (g.c2p) {
-          for (int64_t j = blk.lo; j < blk.hi; ++j) o[j] += a[j * blk.nt + r[-j]];
+          for (int64_t j = blk.lo; j < blk.hi; ++j) o[j] += a[j * blk.nt + r[-j] - lo_t0];
         } else {
-          for (int64_t j = blk.lo; j < blk.hi; ++j) o[j] = a[j * blk.nt + r[-j]];
+          for (int64_t j = blk.lo; j < blk.hi; ++j) o[j] = a[j * blk.nt + r[-j] - lo_t0];
         }
       }
     }
@@ -121,10 +123,10 @@ void backward_head(const Geometry& g, const Inputs& in, const Grads& out, const 
         const Block blk = g.queries(lo, std::min(w, lo + kBlock));
         std::fill(buf.begin(), buf.begin() + (blk.hi - blk.lo) * blk.nt, 0.0f);
         for (int64_t i = blk.lo; i < blk.hi; ++i) {
-          float* a = buf.data() + (i - blk.lo) * blk.nt - blk.t0;
+          float* a = buf.data() + (i - blk.lo) * blk.nt;
           const int64_t* r = g.row_of(i);
           const float* gi = plane + i * w;
-          for (int64_t j = 0; j < w; ++j) a[r[-j]] += gi[j];
+          for (int64_t j = 0; j < w; ++j) a[r[-j] - blk.t0] += gi[j];
         }
         const int64_t m = blk.hi - blk.lo;
         sgemm_rows(false, false, m, g.d, blk.nt, 1.0f, buf.data(), blk.nt, in.pos_key.at(h, blk.t0), in.pos_key.row,
@@ -137,11 +139,12 @@ void backward_head(const Geometry& g, const Inputs& in, const Grads& out, const 
       for (int64_t lo = 0; lo < w; lo += kBlock) {
         const Block blk = g.keys(lo, std::min(w, lo + kBlock));
         std::fill(buf.begin(), buf.begin() + (blk.hi - blk.lo) * blk.nt, 0.0f);
-        float* a = buf.data() - blk.lo * blk.nt - blk.t0;
+        float* a = buf.data();
+        const int64_t lo_t0 = blk.lo * blk.nt + blk.t0;
         for (int64_t i = 0; i < w; ++i) {
           const int64_t* r = g.row_of(i);
           const float* gi = plane + i * w;
-          for (int64_t j = blk.lo; j < blk.hi; ++j) a[j * blk.nt + r[-j]] += gi[j];
+          for (int64_t j = blk.lo; j < blk.hi; ++j) a[j * blk.nt + r[-j] - lo_t0] += gi[j];
         }
         const int64_t m = blk.hi - blk.lo;
         sgemm_rows(false, false, m, g.d, blk.nt, 1.0f, buf.data(), blk.nt, in.pos_query.at(h, blk.t0),
