@@ -484,3 +484,72 @@ TEST_CASE("DeBERTa's relative terms by blocks of the table equal Hugging Face's 
     CHECK(graph_has(model.forward(b), "BandedBias"));
   }
 }
+
+TEST_CASE("bf16 packed attention rounds where autocast rounds: values and gradients against an fp32 emulation") {
+  // bf16 q, k, v (autocast's Linears) take the bf16 whole schedule: products
+  // of bf16 operands with fp32 sums, the probabilities and s dS rounded to
+  // bf16 as the products' operands, each result rounded once. The emulation
+  // rounds at those points and nowhere else, so the kernel must match it to
+  // the bit almost everywhere (the sums' order may flip a rounding) and
+  // never by more than one bf16 step; the fp32 schedule on the same inputs
+  // (no rounding of P) matches far fewer elements.
+  const std::vector<int64_t> lengths = {5, 1, 70, 9};
+  const int64_t heads = 2, d = 16, hidden = heads * d;
+  int64_t tokens = 0;
+  for (int64_t l : lengths) tokens += l;
+  const float s = 1.0f / std::sqrt(static_cast<float>(d));
+  for (const int64_t window : {int64_t{-1}, int64_t{3}}) {
+    CAPTURE(window);
+    at::manual_seed(31);
+    const auto q0 = at::randn({tokens, hidden}).to(at::kBFloat16), k0 = at::randn({tokens, hidden}).to(at::kBFloat16),
+               v0 = at::randn({tokens, hidden}).to(at::kBFloat16), w = at::randn({tokens, hidden}).to(at::kBFloat16);
+    auto run_kernel = [&](at::ScalarType dtype) {
+      auto q = q0.to(dtype, false, true).requires_grad_(), k = k0.to(dtype, false, true).requires_grad_(),
+           v = v0.to(dtype, false, true).requires_grad_();
+      auto out = ft::packed_attention(q, k, v, lengths, heads, 0.0, true, {}, {}, window, ft::AttentionSchedule::kWhole);
+      CHECK((out.scalar_type() == dtype));
+      (out.to(at::kFloat) * w.to(at::kFloat)).sum().backward();
+      return std::vector<at::Tensor>{out.detach().to(at::kFloat), q.grad().to(at::kFloat), k.grad().to(at::kFloat),
+                                     v.grad().to(at::kFloat)};
+    };
+    const auto got = run_kernel(at::kBFloat16), fp32 = run_kernel(at::kFloat);
+    std::vector<at::Tensor> want(4);
+    for (auto& t : want) t = at::zeros({tokens, hidden});
+    int64_t off = 0;
+    for (int64_t len : lengths) {
+      const auto near = (at::arange(len).unsqueeze(1) - at::arange(len).unsqueeze(0)).abs().le(window < 0 ? len : window);
+      for (int64_t h = 0; h < heads; ++h) {
+        auto slice = [&](const at::Tensor& t) { return t.to(at::kFloat).narrow(0, off, len).narrow(1, h * d, d); };
+        const auto q = slice(q0), k = slice(k0), v = slice(v0), g = slice(w);
+        const auto p = at::softmax((q.mm(k.t()) * s).masked_fill(near.logical_not(), -INFINITY), 1);
+        const auto pb = p.to(at::kBFloat16).to(at::kFloat);
+        const auto dp = g.mm(v.t());
+        const auto dsb = (p * (dp - (dp * p).sum(1, true)) * s).to(at::kBFloat16).to(at::kFloat);
+        const at::Tensor parts[] = {pb.mm(v), dsb.mm(k), dsb.t().mm(q), pb.t().mm(g)};
+        for (size_t i = 0; i < 4; ++i) want[i].narrow(0, off, len).narrow(1, h * d, d).copy_(parts[i]);
+      }
+      off += len;
+    }
+    for (size_t i = 0; i < 4; ++i) {
+      CAPTURE(i);  // out, dq, dk, dv
+      const auto rounded = want[i].to(at::kBFloat16).to(at::kFloat);
+      const auto diff = (got[i] - rounded).abs();
+      CHECK(diff.le(rounded.abs() / 128).all().item<bool>());
+      CHECK(diff.eq(0).to(at::kFloat).mean().item<double>() > 0.99);
+      CHECK((fp32[i].to(at::kBFloat16).to(at::kFloat) - rounded).abs().eq(0).to(at::kFloat).mean().item<double>() < 0.95);
+    }
+  }
+  // Dropout: the same mask as the fp32 schedule (same seed and counters),
+  // within bf16's rounding of its output; and really applied.
+  at::manual_seed(32);
+  const auto q = at::randn({tokens, hidden}), k = at::randn({tokens, hidden}), v = at::randn({tokens, hidden});
+  auto dropped = [&](at::ScalarType dtype, bool train) {
+    at::manual_seed(6);
+    return ft::packed_attention(q.to(dtype), k.to(dtype), v.to(dtype), lengths, heads, 0.3, train, {}, {}, -1,
+                                ft::AttentionSchedule::kWhole)
+        .to(at::kFloat);
+  };
+  const auto bf16 = dropped(at::kBFloat16, true);
+  CHECK((bf16 - dropped(at::kFloat, true)).abs().max().item<double>() < 3e-2);
+  CHECK((bf16 - dropped(at::kBFloat16, false)).abs().max().item<double>() > 1e-1);
+}

@@ -48,6 +48,7 @@ struct Plan {
 // Per-thread buffers, reused across the thread's tasks.
 struct Scratch {
   std::vector<float> a, b, c;
+  std::vector<uint16_t> h;  // bf16 operands (bf16_attention.cpp)
 };
 
 // Runs fn(task) for tasks 0..costs.size()-1: costliest first onto the
@@ -83,5 +84,23 @@ struct KernelArgs {
 void tiled_forward(const KernelArgs& args, const float* q, const float* k, const float* v, float* out, float* lse);
 void tiled_backward(const KernelArgs& args, const float* q, const float* k, const float* v, const float* out,
                     const float* lse, const float* dout, float* dq, float* dk, float* dv);
+
+// The whole schedule (packed_attention.cpp): sequence b's cost as a task;
+// in-place softmax of `rows` rows of `cols` scores, window as in Plan.
+std::vector<int64_t> sequence_costs(const Plan& plan);
+void softmax_rows(float* s, int64_t rows, int64_t cols, int64_t window);
+
+// The whole schedule on bf16 operands (bf16_attention.cpp), autocast's
+// dtype: q, k, v, out and their gradients bf16 [T, width] (raw bits); the
+// scores, probabilities and their gradients fp32, rounded to bf16 only
+// where they become a product's operand, as autocast's eager matmuls round
+// them. probs as the fp32 whole schedule keeps them; kept (as many bf16
+// values) holds P' = dropout(P), the operand of P' V, which backward reuses
+// instead of drawing the mask again.
+void whole_forward_bf16(const KernelArgs& args, const uint16_t* q, const uint16_t* k, const uint16_t* v, float* probs,
+                        uint16_t* kept, uint16_t* out);
+void whole_backward_bf16(const KernelArgs& args, const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                         const float* probs, const uint16_t* kept, const uint16_t* dout, uint16_t* dq, uint16_t* dk,
+                         uint16_t* dv);
 
 }  // namespace ft::attention_detail

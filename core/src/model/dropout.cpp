@@ -13,6 +13,8 @@
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
+#include "model/bf16_gemm.h"
+
 namespace ft {
 namespace {
 
@@ -63,23 +65,25 @@ FT_DROPOUT_CLONES void select_kept_clone(const float* src, float* dst, const uin
                                          uint32_t threshold, float scale) {
   select_kept(src, dst, bits, n, threshold, scale);
 }
-// c10::BFloat16's conversion (round to nearest even, any NaN to 0x7FC0) on
-// the bits, so that the loop vectorises: through the class it stayed scalar,
-// and the bf16 masks were 2.6 % of a ddp_amp step. Same bits as the template.
+// c10::BFloat16's conversion (bf16_bits) on the bits, so that the loop
+// vectorises: through the class it stayed scalar, and the bf16 masks were
+// 2.6 % of a ddp_amp step. Same bits as the template.
 FT_DROPOUT_CLONES void select_kept_clone(const at::BFloat16* src, at::BFloat16* dst, const uint32_t* bits, int64_t n,
                                          uint32_t threshold, float scale) {
   const auto* in = reinterpret_cast<const uint16_t*>(src);
   auto* out = reinterpret_cast<uint16_t*>(dst);
   for (int64_t i = 0; i < n; ++i) {
-    uint32_t u = static_cast<uint32_t>(in[i]) << 16;
+    const uint32_t u = static_cast<uint32_t>(in[i]) << 16;
     float f;
     std::memcpy(&f, &u, sizeof f);
-    f *= scale;
-    std::memcpy(&u, &f, sizeof u);
-    const auto rounded = static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-    const uint16_t kept = f != f ? uint16_t{0x7FC0} : rounded;
-    out[i] = bits[i] < threshold ? kept : uint16_t{0};
+    out[i] = bits[i] < threshold ? bf16_bits(f * scale) : uint16_t{0};
   }
+}
+// fp32 probabilities kept as a bf16 product's operand (bf16 attention).
+FT_DROPOUT_CLONES void select_kept_clone(const float* src, at::BFloat16* dst, const uint32_t* bits, int64_t n,
+                                         uint32_t threshold, float scale) {
+  auto* out = reinterpret_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) out[i] = bits[i] < threshold ? bf16_bits(src[i] * scale) : uint16_t{0};
 }
 template <typename T>
 void select_kept_clone(const T* src, T* dst, const uint32_t* bits, int64_t n, uint32_t threshold,
@@ -93,8 +97,8 @@ uint32_t keep_threshold(double keep) { return static_cast<uint32_t>(std::min(kee
 // Elements [0, n) of one span, element i at global index g = counter + i,
 // which reads 32 bits of mix(seed, g / 2): the low half when g is even, the
 // high half when odd.
-template <typename T>
-void mask_span(const T* src, T* dst, int64_t n, uint64_t seed, int64_t counter, uint32_t threshold,
+template <typename S, typename T>
+void mask_span(const S* src, T* dst, int64_t n, uint64_t seed, int64_t counter, uint32_t threshold,
                at::opmath_type<T> scale) {
   constexpr int64_t kBlock = 2048;
   std::array<uint32_t, kBlock + 2> words;
@@ -122,6 +126,10 @@ void apply_dropout_mask(const at::Tensor& in, at::Tensor& out, uint64_t seed, in
 }
 
 void apply_dropout_mask(const float* in, float* out, int64_t n, uint64_t seed, int64_t counter, double keep) {
+  mask_span(in, out, n, seed, counter, keep_threshold(keep), static_cast<float>(1.0 / keep));
+}
+
+void apply_dropout_mask(const float* in, at::BFloat16* out, int64_t n, uint64_t seed, int64_t counter, double keep) {
   mask_span(in, out, n, seed, counter, keep_threshold(keep), static_cast<float>(1.0 / keep));
 }
 

@@ -12,6 +12,7 @@
 
 #include "compat.h"
 #include "model/attention_plan.h"
+#include "model/bf16_gemm.h"
 #include "ft/model/dropout.h"
 #include "ft/base/error.h"
 
@@ -38,15 +39,9 @@ void for_each_task(const std::vector<int64_t>& costs, const std::function<void(s
   });
 }
 
-}  // namespace attention_detail
-
-namespace {
-
-using namespace attention_detail;
-
 // One row of n floats, in place: a local layer's band, too short for a
 // kernel call to pay.
-void softmax_row(float* x, int64_t n) { scale_row(x, n, 1.0f / exp_sum(x, n, row_max(x, n))); }
+static void softmax_row(float* x, int64_t n) { scale_row(x, n, 1.0f / exp_sum(x, n, row_max(x, n))); }
 
 // In-place softmax of each of `rows` rows of `cols` floats. window >= 0:
 // only columns within `window` of the row are kept (the others become 0),
@@ -69,6 +64,19 @@ void softmax_rows(float* s, int64_t rows, int64_t cols, int64_t window) {
     softmax_row(x + lo, hi - lo);
   }
 }
+
+// Sequences as tasks of the whole schedule, costed by their scores.
+std::vector<int64_t> sequence_costs(const Plan& plan) {
+  std::vector<int64_t> costs;
+  for (size_t b = 0; b < plan.lengths.size(); ++b) costs.push_back(plan.lengths[b] * plan.keys(b) + 1);
+  return costs;
+}
+
+}  // namespace attention_detail
+
+namespace {
+
+using namespace attention_detail;
 
 // The whole schedule's fp32 kernels: one sequence (all heads) per call,
 // operands read in place from the packed [T, heads * d] rows (keys and
@@ -123,22 +131,30 @@ struct WholeKernel {
   }
 };
 
-// Sequences as tasks of the whole schedule, costed by their scores.
-std::vector<int64_t> sequence_costs(const Plan& plan) {
-  std::vector<int64_t> costs;
-  for (size_t b = 0; b < plan.lengths.size(); ++b) costs.push_back(plan.lengths[b] * plan.keys(b) + 1);
-  return costs;
-}
-
 class PackedAttentionFunction : public torch::autograd::Function<PackedAttentionFunction> {
  public:
-  // fp32 throughout (more exact than bf16 scores; the FLOPs are small): the
-  // inputs are widened once and the results cast back to their dtype.
+  // bf16 operands (autocast) on the whole schedule: bf16 products with fp32
+  // sums, scores and probabilities in fp32 (bf16_attention.cpp). Otherwise
+  // fp32 throughout: the inputs widened once, the results cast back.
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
                             const at::Tensor& v, std::vector<int64_t> lengths, int64_t heads, int64_t extra,
                             double keep, int64_t window, bool tiled) {
     const Plan plan(std::move(lengths), heads, extra, window);
     const uint64_t seed = keep < 1.0 ? draw_dropout_seed() : 0;
+    const bool bf16 = !tiled && q.scalar_type() == at::kBFloat16 && k.scalar_type() == at::kBFloat16 &&
+                      v.scalar_type() == at::kBFloat16 && bf16_gemm_works();
+    ctx->saved_data["bf16"] = bf16;
+    if (bf16) {
+      const at::Tensor qb = q.contiguous(), kb = k.contiguous(), vb = v.contiguous();
+      at::Tensor out = at::empty(qb.sizes(), qb.options());
+      at::Tensor probs = at::empty({plan.prob_elems}, qb.options().dtype(at::kFloat));
+      at::Tensor kept = at::empty({plan.prob_elems}, qb.options());
+      whole_forward_bf16(make_args(plan, qb.size(1), keep, seed), bits(qb), bits(kb), bits(vb),
+                         probs.data_ptr<float>(), bits(kept), bits(out));
+      ctx->save_for_backward({qb, kb, vb, probs, kept});
+      save_plan(ctx, plan, keep, seed, q.scalar_type(), tiled);
+      return out;
+    }
     const at::Tensor qf = q.to(at::kFloat).contiguous(), kf = k.to(at::kFloat).contiguous(),
                      vf = v.to(at::kFloat).contiguous();
     at::Tensor out = at::empty(qf.sizes(), qf.options());
@@ -156,14 +172,7 @@ class PackedAttentionFunction : public torch::autograd::Function<PackedAttention
       });
       ctx->save_for_backward({qf, kf, vf, probs});
     }
-    ctx->saved_data["lengths"] = plan.lengths;
-    ctx->saved_data["heads"] = plan.heads;
-    ctx->saved_data["extra"] = plan.extra;
-    ctx->saved_data["window"] = plan.window;
-    ctx->saved_data["keep"] = keep;
-    ctx->saved_data["seed"] = static_cast<int64_t>(seed);
-    ctx->saved_data["dtype"] = q.scalar_type();
-    ctx->saved_data["tiled"] = tiled;
+    save_plan(ctx, plan, keep, seed, q.scalar_type(), tiled);
     return out.to(v.scalar_type());
   }
 
@@ -175,6 +184,13 @@ class PackedAttentionFunction : public torch::autograd::Function<PackedAttention
                     ctx->saved_data["extra"].toInt(), ctx->saved_data["window"].toInt());
     const KernelArgs args = make_args(plan, q.size(1), ctx->saved_data["keep"].toDouble(),
                                       static_cast<uint64_t>(ctx->saved_data["seed"].toInt()));
+    if (ctx->saved_data["bf16"].toBool()) {
+      const at::Tensor grad = grads[0].to(at::kBFloat16).contiguous();
+      at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
+      whole_backward_bf16(args, bits(q), bits(k), bits(v), saved[3].data_ptr<float>(), bits(saved[4]), bits(grad),
+                          bits(dq), bits(dk), bits(dv));
+      return {dq, dk, dv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    }
     const at::Tensor grad = grads[0].to(at::kFloat).contiguous();
     const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>(),
                 *gp = grad.data_ptr<float>();
@@ -199,6 +215,19 @@ class PackedAttentionFunction : public torch::autograd::Function<PackedAttention
   }
 
  private:
+  static void save_plan(torch::autograd::AutogradContext* ctx, const Plan& plan, double keep, uint64_t seed,
+                        at::ScalarType dtype, bool tiled) {
+    ctx->saved_data["lengths"] = plan.lengths;
+    ctx->saved_data["heads"] = plan.heads;
+    ctx->saved_data["extra"] = plan.extra;
+    ctx->saved_data["window"] = plan.window;
+    ctx->saved_data["keep"] = keep;
+    ctx->saved_data["seed"] = static_cast<int64_t>(seed);
+    ctx->saved_data["dtype"] = dtype;
+    ctx->saved_data["tiled"] = tiled;
+  }
+  // A contiguous bf16 tensor's elements as raw bits.
+  static uint16_t* bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
   static KernelArgs make_args(const Plan& plan, int64_t width, double keep, uint64_t seed) {
     const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(width / plan.heads)));
     return KernelArgs{plan, width / plan.heads, width, scale, keep, seed};

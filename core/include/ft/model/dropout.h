@@ -30,6 +30,9 @@ void apply_dropout_mask(const at::Tensor& in, at::Tensor& out, uint64_t seed, in
 // drop one tile row at a time (tiled attention), where a tensor and a
 // parallel region per row would cost more than the row.
 void apply_dropout_mask(const float* in, float* out, int64_t n, uint64_t seed, int64_t counter, double keep);
+// The same mask on n fp32 values, kept in bf16 (rounded once from in * mask
+// / keep): the operand of a bf16 product.
+void apply_dropout_mask(const float* in, at::BFloat16* out, int64_t n, uint64_t seed, int64_t counter, double keep);
 // One draw from LibTorch's default CPU generator.
 uint64_t draw_dropout_seed();
 
