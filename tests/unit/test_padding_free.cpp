@@ -533,12 +533,19 @@ TEST_CASE("bf16 packed attention rounds where autocast rounds: values and gradie
     for (size_t i = 0; i < 4; ++i) {
       CAPTURE(i);  // out, dq, dk, dv
       const auto rounded = want[i].to(at::kBFloat16).to(at::kFloat);
+      const auto fp32_rounded = fp32[i].to(at::kBFloat16).to(at::kFloat);
+      if (!ft::bf16_attention_available()) {  // the fp32 schedule, its results cast to bf16
+        CHECK(got[i].equal(fp32_rounded));
+        continue;
+      }
       const auto diff = (got[i] - rounded).abs();
       CHECK(diff.le(rounded.abs() / 128).all().item<bool>());
       CHECK(diff.eq(0).to(at::kFloat).mean().item<double>() > 0.99);
-      CHECK((fp32[i].to(at::kBFloat16).to(at::kFloat) - rounded).abs().eq(0).to(at::kFloat).mean().item<double>() < 0.95);
+      CHECK((fp32_rounded - rounded).abs().eq(0).to(at::kFloat).mean().item<double>() < 0.95);
     }
   }
+  if (!ft::bf16_attention_available())
+    MESSAGE("oneDNN's bf16 products do not run in this process: bf16 attention widens to fp32 (checked that instead)");
   // Dropout: the same mask as the fp32 schedule (same seed and counters),
   // within bf16's rounding of its output; and really applied.
   at::manual_seed(32);

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -54,15 +55,22 @@ class Products {
     if (it == made_.end()) it = made_.emplace(key, make(key)).first;
     return it->second.get();
   }
-  void run(const Product& p, const uint16_t* a, const uint16_t* b, void* c) const {
-    dnnl::stream stream(engine_);
-    std::vector<uint8_t> scratch(p.scratch.get_size());
-    // oneDNN takes non-const handles; it only reads A and B.
-    p.primitive.execute(stream, {{DNNL_ARG_SRC, dnnl::memory(p.a, engine_, const_cast<uint16_t*>(a))},
-                                 {DNNL_ARG_WEIGHTS, dnnl::memory(p.b, engine_, const_cast<uint16_t*>(b))},
-                                 {DNNL_ARG_DST, dnnl::memory(p.c, engine_, c)},
-                                 {DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratch, engine_, scratch.data())}});
-    stream.wait();
+  // False where oneDNN refuses to run it (seen beside a PyPI LibTorch:
+  // "could not execute a primitive").
+  bool run(const Product& p, const uint16_t* a, const uint16_t* b, void* c) const {
+    try {
+      dnnl::stream stream(engine_);
+      std::vector<uint8_t> scratch(p.scratch.get_size());
+      // oneDNN takes non-const handles; it only reads A and B.
+      p.primitive.execute(stream, {{DNNL_ARG_SRC, dnnl::memory(p.a, engine_, const_cast<uint16_t*>(a))},
+                                   {DNNL_ARG_WEIGHTS, dnnl::memory(p.b, engine_, const_cast<uint16_t*>(b))},
+                                   {DNNL_ARG_DST, dnnl::memory(p.c, engine_, c)},
+                                   {DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratch, engine_, scratch.data())}});
+      stream.wait();
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
   }
 
  private:
@@ -90,17 +98,30 @@ class Products {
     }
   }
 
-  // One small product checked against its known result: beside a PyPI
-  // LibTorch, Debian's oneDNN may answer "unimplemented" (sgemm.h), and a
-  // kernel that ran is the only proof that it computes.
+  // Two small products checked against their known result, laid out as
+  // the attention kernels' are (row strides wider than the rows, each
+  // operand transposed once, fp32 and bf16 results): beside a PyPI LibTorch
+  // Debian's oneDNN ran a dense product but refused every strided one
+  // ("could not execute a primitive"), so only a kernel that ran proves it.
   bool probe() {
-    const Product* p = find(Key{2, 2, 3, 3, 2, 2, false, false, false});
-    if (p == nullptr) return false;
-    const uint16_t a[6] = {bf16_bits(1), bf16_bits(2), bf16_bits(3), bf16_bits(4), bf16_bits(5), bf16_bits(6)};
-    const uint16_t b[6] = {bf16_bits(1), bf16_bits(-1), bf16_bits(0.5f), bf16_bits(2), bf16_bits(-2), bf16_bits(0)};
-    float c[4] = {};
-    run(*p, a, b, c);
-    return c[0] == -4.0f && c[1] == 3.0f && c[2] == -5.5f && c[3] == 6.0f;
+    const auto bf = [](std::initializer_list<float> v) {
+      std::vector<uint16_t> out;
+      for (float x : v) out.push_back(bf16_bits(x));
+      return out;
+    };
+    // A = [[1, 2, 3], [4, 5, 6]], B = [[1, -1], [0.5, 2], [-2, 0]], A B = [[-4, 3], [-5.5, 6]].
+    const std::vector<uint16_t> a_rows = bf({1, 2, 3, 0, 4, 5, 6, 0}), b_cols = bf({1, 0.5f, -2, 0, -1, 2, 0, 0});
+    const std::vector<uint16_t> a_cols = bf({1, 4, 0, 2, 5, 0, 3, 6, 0}), b_rows = bf({1, -1, 0, 0.5f, 2, 0, -2, 0, 0});
+    float c[6] = {};
+    std::vector<uint16_t> cb(6);
+    const Product* nt = find(Key{2, 2, 3, 4, 4, 3, false, true, false});
+    const Product* tn = find(Key{2, 2, 3, 3, 3, 3, true, false, true});
+    if (nt == nullptr || tn == nullptr || !run(*nt, a_rows.data(), b_cols.data(), c) ||
+        !run(*tn, a_cols.data(), b_rows.data(), cb.data()))
+      return false;
+    const std::vector<uint16_t> want = bf({-4, 3, 0, -5.5f, 6, 0});
+    return c[0] == -4.0f && c[1] == 3.0f && c[3] == -5.5f && c[4] == 6.0f && cb[0] == want[0] && cb[1] == want[1] &&
+           cb[3] == want[3] && cb[4] == want[4];
   }
 
   dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
@@ -138,10 +159,8 @@ void round_to_bf16(const float* src, uint16_t* dst, int64_t n, float scale) { ro
 void gemm_bf16_rows(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                     const uint16_t* b, int64_t ldb, void* c, bool c_bf16, int64_t ldc) {
   Products& made = products();
-  if (const Product* p = made.find(Key{m, n, k, lda, ldb, ldc, ta, tb, c_bf16})) {
-    made.run(*p, a, b, c);
-    return;
-  }
+  const Product* p = made.find(Key{m, n, k, lda, ldb, ldc, ta, tb, c_bf16});
+  if (p != nullptr && made.run(*p, a, b, c)) return;
   const std::vector<float> wa = widen(ta, m, k, a, lda), wb = widen(tb, k, n, b, ldb);
   if (!c_bf16) {
     sgemm_rows(false, false, m, n, k, 1.0f, wa.data(), k, wb.data(), n, 0.0f, static_cast<float*>(c), ldc);

@@ -236,6 +236,8 @@ class PackedAttentionFunction : public torch::autograd::Function<PackedAttention
 
 }  // namespace
 
+bool bf16_attention_available() { return bf16_gemm_works(); }
+
 bool tiled_pays(int64_t max_len, int64_t window) {
   // Measured on the bench models, samples/s of ft run (docs/benchmarks.md):
   // a local layer's band is 1.10x faster tiled already at 256 tokens

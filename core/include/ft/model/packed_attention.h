@@ -44,6 +44,12 @@ enum class AttentionSchedule { kAuto, kWhole, kTiled };
 // (docs/benchmarks.md, long inputs).
 bool tiled_pays(int64_t max_len, int64_t window);
 
+// Whether bf16 q, k, v (autocast) run the whole schedule on bf16 products
+// with fp32 sums in this process (docs/performance.md, section 11), checked
+// once on a known product. Where not (Debian's oneDNN beside a PyPI
+// LibTorch may refuse to run), they are widened to fp32 as fp16 inputs are.
+bool bf16_attention_available();
+
 // With prefix_k / prefix_v [P, heads * d] (prefix tuning), every sequence's
 // queries also attend to those P keys and values, placed before its own
 // (scores [heads, len_b, P + len_b]); their gradients sum over the sequences.
