@@ -1,8 +1,9 @@
 // bf16 matrix products for ft's CPU attention kernels, private to
 // core/src/model. Under autocast the packed attention multiplies bf16
 // operands (as the eager path's autocast matmuls do) and accumulates in
-// fp32; oneDNN's bf16 GEMM runs 1.4-1.9x faster than its sgemm on the
-// per-(sequence, head) shapes (docs/performance.md, section 11).
+// fp32; on the per-(sequence, head) shapes, read in place from the packed
+// rows, oneDNN's bf16 GEMM runs 1.1x its sgemm on Q K^T and 1.6x on P V
+// (docs/performance.md, section 11).
 #pragma once
 
 #include <cstdint>
@@ -29,8 +30,9 @@ __attribute__((always_inline)) inline uint16_t bf16_bits(float f) {
 void gemm_bf16_rows(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                     const uint16_t* b, int64_t ldb, void* c, bool c_bf16, int64_t ldc);
 
-// Whether oneDNN's bf16 products run in this process (checked once, on a
-// known product); where they do not, the callers keep their fp32 kernels.
+// Whether oneDNN's bf16 products run in this process (checked once, on two
+// known products laid out as the attention kernels' are); where they do
+// not, the callers keep their fp32 kernels.
 bool bf16_gemm_works();
 
 // dst[i] = bf16_bits(src[i] * scale).

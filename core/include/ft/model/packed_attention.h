@@ -46,7 +46,7 @@ bool tiled_pays(int64_t max_len, int64_t window);
 
 // Whether bf16 q, k, v (autocast) run the whole schedule on bf16 products
 // with fp32 sums in this process (docs/performance.md, section 11), checked
-// once on a known product. Where not (Debian's oneDNN beside a PyPI
+// once on known products. Where not (Debian's oneDNN beside a PyPI
 // LibTorch may refuse to run), they are widened to fp32 as fp16 inputs are.
 bool bf16_attention_available();
 
