@@ -24,6 +24,7 @@ packages=(
   libprotobuf-dev protobuf-compiler        # SentencePiece model files (spm.model) are protobuf messages
   libonnx-dev                              # ft import onnx: ONNX's own protobuf definitions (libonnx_proto)
   libdnnl-dev                              # oneDNN: the packed attention kernels' sgemm
+  ocl-icd-opencl-dev                       # dnnl-config.cmake finds OpenCL (Debian's oneDNN has a GPU runtime); only a recommend of libdnnl-dev
   libcurl4-openssl-dev                     # MLflow tracking (runtime.report_to: [mlflow]) over its REST API
 )
 
