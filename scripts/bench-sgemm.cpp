@@ -2,8 +2,10 @@
 // oneDNN's dnnl_sgemm on the products ft's fp32 training and inference run:
 // a Linear's forward (x W^T: NT), its input gradient (dy W: NN) and weight
 // gradient (dy^T x: TN) at MiniLM's and ModernBERT-base's sizes on 8 192
-// tokens, and packed attention's per-(sequence, head) products. Row-major,
-// best of 3 timed runs, GFLOP/s. scripts/bench-sgemm.sh builds and runs it.
+// tokens, the modernbert peer model's on 4 096, and packed attention's
+// per-(sequence, head) products. Row-major, best of 3 timed runs, GFLOP/s.
+// scripts/bench-sgemm.sh builds and runs it.
+#include <dlfcn.h>
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
@@ -47,9 +49,17 @@ int main() {
       {"ModernBERT Wqkv dW", 2304, 768, 8192, 'T', 'N'},     {"attention Q K^T (256, d 64)", 256, 256, 64, 'N', 'T'},
       {"attention P V (256, d 64)", 256, 64, 256, 'N', 'N'},  {"attention dS^T Q (256, d 64)", 256, 64, 256, 'T', 'N'},
       {"tiled Q K^T (64 x 256)", 64, 256, 64, 'N', 'T'},
+      // The modernbert peer workload (12 x 384, intermediate 576), 4 096 tokens a rank.
+      {"ModernBERT-384 Wqkv dW", 1152, 384, 4096, 'T', 'N'}, {"ModernBERT-384 Wo dW", 384, 384, 4096, 'T', 'N'},
+      {"ModernBERT-384 mlp Wo dW", 384, 576, 4096, 'T', 'N'}, {"ModernBERT-384 Wqkv forward", 4096, 1152, 384, 'N', 'T'},
+      {"ModernBERT-384 Wqkv dx", 4096, 384, 1152, 'N', 'N'},
   };
   std::mt19937 gen(1);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  // OpenBLAS picks its kernels by CPU model: 0.3.21 serves AMD's Zen 4 with Haswell's (AVX2).
+  if (auto core = reinterpret_cast<char* (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_corename"))) {
+    std::printf("OpenBLAS kernels: %s\n\n", core());
+  }
   std::printf("| product | m x n x k | op | OpenBLAS GFLOP/s | oneDNN GFLOP/s | oneDNN / OpenBLAS |\n|---|---|---|---:|---:|---:|\n");
   for (const Shape& s : shapes) {
     std::vector<float> a(static_cast<size_t>(s.m) * s.k), b(static_cast<size_t>(s.k) * s.n), c(static_cast<size_t>(s.m) * s.n);

@@ -6,7 +6,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="$(mktemp -d)/bench-sgemm"
 trap 'rm -rf "$(dirname "$bin")"' EXIT
-g++ -O2 -fopenmp -o "$bin" "$repo/scripts/bench-sgemm.cpp" -ldnnl /usr/lib/x86_64-linux-gnu/libblas.so.3
+g++ -O2 -fopenmp -o "$bin" "$repo/scripts/bench-sgemm.cpp" -ldnnl -ldl /usr/lib/x86_64-linux-gnu/libblas.so.3
 echo "BLAS: $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2); $(uptime)"
 threads=("$@")
 ((${#threads[@]})) || threads=(1 2)

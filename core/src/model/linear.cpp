@@ -12,8 +12,9 @@ namespace {
 // An fp32 CPU Linear runs its products on oneDNN's sgemm where that is the
 // faster library: x W^T (forward) and dy W (the input's gradient) are
 // 1.1-1.25x OpenBLAS's at these encoders' sizes, 1 and 2 threads; dy^T x (the
-// weight's gradient) is 0.82-0.87x on MiniLM's, so it stays on LibTorch's mm
-// (docs/performance.md). Autocast keeps LibTorch's linear, which casts.
+// weight's gradient) is 0.82-0.87x on MiniLM's where OpenBLAS runs AVX-512
+// kernels, so there it stays on LibTorch's mm (weight_grads_on_onednn,
+// docs/performance.md). Autocast keeps LibTorch's linear, which casts.
 bool onednn_applies(const at::Tensor& x, const at::Tensor& weight) {
   return x.device().is_cpu() && x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat &&
          x.numel() > 0 && !compat::autocast_enabled(c10::kCPU);
@@ -40,6 +41,16 @@ at::Tensor linear_rows(const at::Tensor& x, const at::Tensor& weight, const at::
   return shaped_like(y, x, n);
 }
 
+// dW = dy^T x over x's rows ([n, k]).
+at::Tensor weight_grad(const at::Tensor& dy, const at::Tensor& x, int64_t k) {
+  if (!weight_grads_on_onednn()) return at::mm(dy.t(), x.reshape({-1, k}));
+  const at::Tensor rows = x.reshape({-1, k}).contiguous();
+  const int64_t m = dy.size(0), n = dy.size(1);
+  at::Tensor dw = at::empty({n, k}, dy.options());
+  sgemm_rows(true, false, n, k, m, 1.0f, dy.data_ptr<float>(), n, rows.data_ptr<float>(), k, 0.0f, dw.data_ptr<float>(), k);
+  return dw;
+}
+
 // The gradients of y = x W^T (+ b) from x and W saved by forward: dx, dW and,
 // with a bias, db.
 torch::autograd::variable_list linear_grads(torch::autograd::AutogradContext* ctx, const at::Tensor& grad,
@@ -57,7 +68,7 @@ torch::autograd::variable_list linear_grads(torch::autograd::AutogradContext* ct
     sgemm_rows(false, false, m, k, n, 1.0f, dy.data_ptr<float>(), n, w.data_ptr<float>(), k, 0.0f, rows.data_ptr<float>(), k);
     out[0] = shaped_like(rows, x, k);
   }
-  if (ctx->needs_input_grad(1)) out[1] = at::mm(dy.t(), x.reshape({-1, k}));
+  if (ctx->needs_input_grad(1)) out[1] = weight_grad(dy, x, k);
   if (bias && ctx->needs_input_grad(2)) out[2] = dy.sum(0);
   return out;
 }

@@ -1,5 +1,9 @@
 #include "model/sgemm.h"
 
+#include <dlfcn.h>
+
+#include <string>
+
 #include <ATen/ATen.h>
 #include <oneapi/dnnl/dnnl.h>
 
@@ -15,6 +19,36 @@ at::Tensor view_rows(const float* data, bool transposed, int64_t rows, int64_t c
 }
 
 }  // namespace
+
+namespace {
+
+// OpenBLAS's kernel family ("Haswell", "SkylakeX", ...); empty when sgemm_
+// is not OpenBLAS's. The symbol lives in the libopenblas that the libblas.so.3
+// alternative depends on, in the process's global scope.
+std::string openblas_core() {
+  using CoreName = char* (*)();
+  auto get = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  const char* name = get ? get() : nullptr;
+  return name ? name : "";
+}
+
+bool avx512_kernels(const std::string& core) {
+  for (const char* wide : {"SkylakeX", "Cooperlake", "SapphireRapids"}) {
+    if (core == wide) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool weight_grads_on_onednn() {
+  static const bool here = [] {
+    if (!__builtin_cpu_supports("avx512f")) return false;  // not measured there: LibTorch's mm as before
+    const std::string core = openblas_core();
+    return !core.empty() && !avx512_kernels(core);
+  }();
+  return here;
+}
 
 void sgemm_rows(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {

@@ -18,4 +18,14 @@ namespace ft {
 void sgemm_rows(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// Whether a Linear's weight gradient dy^T x runs here rather than on
+// LibTorch's mm (OpenBLAS). OpenBLAS wins that transposed product only where
+// it runs its AVX-512 kernels (0.82-0.87x oneDNN on MiniLM's shapes, an AMX
+// Xeon). OpenBLAS 0.3.21 does not know AMD's Zen 4 and serves it with its
+// Haswell (AVX2) kernels at half oneDNN's speed (121 against 245 GFLOP/s,
+// one thread), so there the product comes here. Decided once per process
+// from the CPU's flags and OpenBLAS's core name, never by timing, so that a
+// machine always computes the same sums (docs/performance.md, section 6).
+bool weight_grads_on_onednn();
+
 }  // namespace ft
