@@ -18,13 +18,10 @@ at::Tensor view_rows(const float* data, bool transposed, int64_t rows, int64_t c
   return transposed ? at::from_blob(p, {cols, rows}, {ld, 1}, f32).t() : at::from_blob(p, {rows, cols}, {ld, 1}, f32);
 }
 
-}  // namespace
-
-namespace {
-
-// OpenBLAS's kernel family ("Haswell", "SkylakeX", ...); empty when sgemm_
-// is not OpenBLAS's. The symbol lives in the libopenblas that the libblas.so.3
-// alternative depends on, in the process's global scope.
+// OpenBLAS's kernel family ("Haswell", "SkylakeX", ...); empty where no
+// OpenBLAS is loaded (beside a LibTorch wheel, whose mm runs its own MKL).
+// The symbol lives in the libopenblas that the libblas.so.3 alternative
+// depends on, in the process's global scope.
 std::string openblas_core() {
   using CoreName = char* (*)();
   auto get = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
