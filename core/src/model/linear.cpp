@@ -47,7 +47,8 @@ at::Tensor weight_grad(const at::Tensor& dy, const at::Tensor& x, int64_t k) {
   const at::Tensor rows = x.reshape({-1, k}).contiguous();
   const int64_t m = dy.size(0), n = dy.size(1);
   at::Tensor dw = at::empty({n, k}, dy.options());
-  sgemm_rows(true, false, n, k, m, 1.0f, dy.data_ptr<float>(), n, rows.data_ptr<float>(), k, 0.0f, dw.data_ptr<float>(), k);
+  sgemm_rows(true, false, n, k, m, 1.0f, dy.data_ptr<float>(), n, rows.data_ptr<float>(), k, 0.0f,
+             dw.data_ptr<float>(), k);
   return dw;
 }
 

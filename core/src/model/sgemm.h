@@ -21,11 +21,12 @@ void sgemm_rows(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, 
 // Whether a Linear's weight gradient dy^T x runs here rather than on
 // LibTorch's mm (OpenBLAS). OpenBLAS wins that transposed product only where
 // it runs its AVX-512 kernels (oneDNN reached 0.82-0.87x of its speed on
-// MiniLM's shapes on an AMX Xeon). OpenBLAS 0.3.21 does not know AMD's Zen 4 and serves it with its
-// Haswell (AVX2) kernels at half oneDNN's speed (121 against 245 GFLOP/s,
-// one thread), so there the product comes here. Decided once per process
-// from the CPU's flags and OpenBLAS's core name, never by timing, so that a
-// machine always computes the same sums (docs/performance.md, section 6).
+// MiniLM's shapes on an AMX Xeon). OpenBLAS 0.3.21 does not know AMD's Zen 4
+// and serves it with its Haswell (AVX2) kernels at half oneDNN's speed (121
+// against 245 GFLOP/s, one thread), so there the product comes here. Decided
+// once per process from the CPU's flags and OpenBLAS's core name, never by
+// timing, so that a machine always computes the same sums
+// (docs/performance.md, section 6).
 bool weight_grads_on_onednn();
 
 }  // namespace ft
