@@ -230,6 +230,27 @@ TEST_CASE("multi-label trains on BCE-with-logits and predicts a sigmoid per labe
   const auto losses = ft_test::step_losses(dir / "m.jsonl");
   REQUIRE(losses.size() == 1);
   CHECK(losses[0] == doctest::Approx(want / 48).epsilon(1e-5));
+  // class_weights: auto is BCE's pos_weight, each label's negatives over its
+  // positives: film 12 / 4, plot 10 / 6, positive 8 / 8. Same seed, same logits.
+  ft_test::run_ok(one_step(dir, "--set train.class_weights=auto --overwrite-output-dir"));
+  const double pos_weight[] = {3.0, 10.0 / 6.0, 1.0};
+  double weighted = 0;
+  for (size_t i = 0; i < 16; ++i) {
+    for (size_t j = 0; j < 3; ++j) {
+      const double x = logits[i].at(j);
+      const bool y = std::find(labels[i].begin(), labels[i].end(), names[j]) != labels[i].end();
+      const double softplus_neg = std::max(-x, 0.0) + std::log1p(std::exp(-std::abs(x)));  // -log sigmoid(x)
+      weighted += y ? pos_weight[j] * softplus_neg : softplus_neg + x;                      // -log(1 - sigmoid(x))
+    }
+  }
+  const auto weighted_losses = ft_test::step_losses(dir / "m.jsonl");
+  REQUIRE(weighted_losses.size() == 1);
+  CHECK(weighted_losses[0] == doctest::Approx(weighted / 48).epsilon(1e-5));
+  CHECK(std::abs(weighted_losses[0] - losses[0]) > 1e-3);
+  const auto focal = ft_test::run_ft(one_step(dir, "--set train.focal_loss_gamma=2 --overwrite-output-dir"));
+  CHECK(focal.exit_code != 0);
+  CHECK(focal.output.find("train.focal_loss_gamma: shapes cross-entropy over classes; multi_label_classification takes "
+                          "train.class_weights alone (BCE's pos_weight)") != std::string::npos);
   // A best metric the problem type does not report is refused up front.
   const auto wrong = ft_test::run_ft(one_step(dir, "--set train.best_metric=pearson --overwrite-output-dir"));
   INFO(wrong.output);

@@ -1,7 +1,8 @@
 // `ft run --task token-classification` end to end on the tiny task's
 // vocabulary: a tagger trained from word/tag lines, its checkpoint (a
 // BertForTokenClassification directory), ft eval's entity scores, ft
-// predict's entities with character offsets, and the bad inputs' lines.
+// predict's entities with character offsets, class weights under any split
+// of the batch, and the bad inputs' lines.
 #include <fstream>
 #include <sstream>
 
@@ -153,4 +154,32 @@ TEST_CASE("a token classifier evaluated on sentence labels, and per-token data r
   CHECK(run.exit_code != 0);
   CHECK(run.output.find("its labels are per token (I64 [rows, seq]): train it with --task token-classification") !=
         std::string::npos);
+}
+
+TEST_CASE("a weighted tagger's step is the weighted mean over the global batch's tokens, however the batch is split") {
+  ft_test::TempDir tmp("token-task-weights");
+  const fsys::path& dir = tmp.path();
+  ft_test::write_tiny_task(dir);
+  write_tags(dir / "tags.jsonl", 4);
+  // auto: the tags' balanced weights from the aligned training tokens.
+  auto losses = [&](const std::string& extra) {
+    ft_test::run_ok(train_args(
+        dir, 3, "--set train.shuffle=false --set train.class_weights=auto --threads 1 --overwrite-output-dir " + extra));
+    return ft_test::step_losses(dir / "m.jsonl");
+  };
+  const auto one = losses("--set train.batch_size=16");
+  const auto ranks = losses("--strategy ddp --nproc 2 --set train.batch_size=8");
+  const auto accumulated = losses("--set train.batch_size=8 --set train.grad_accum=2");
+  REQUIRE(one.size() == 3);
+  REQUIRE(ranks.size() == 3);
+  REQUIRE(accumulated.size() == 3);
+  for (size_t i = 0; i < one.size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(ranks[i] == doctest::Approx(one[i]).epsilon(1e-5));
+    CHECK(accumulated[i] == doctest::Approx(one[i]).epsilon(1e-5));
+  }
+  // The weights change the loss (the unweighted run, same seed).
+  ft_test::run_ok(
+      train_args(dir, 1, "--set train.shuffle=false --set train.batch_size=16 --threads 1 --overwrite-output-dir"));
+  CHECK(std::abs(ft_test::step_losses(dir / "m.jsonl").at(0) - one[0]) > 1e-3);
 }

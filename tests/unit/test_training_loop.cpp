@@ -1,5 +1,6 @@
 // The loop's user-facing controls (docs/training-loop.md): class weights,
-// label smoothing and focal loss against their definitions; ROC-AUC, PR-AUC,
+// label smoothing and focal loss against their definitions (rows and
+// token classification's tokens); ROC-AUC, PR-AUC,
 // MCC and weighted F1 against scikit-learn (a committed fixture); early
 // stopping that ends every rank at the same step, and load_best_model_at_end.
 #include <algorithm>
@@ -10,7 +11,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "ft/comm/comm.h"
 #include "ft/tasks/class_loss.h"
+#include "ft/train/objective.h"
 #include "ft/base/error.h"
 #include "ft/observe/metrics.h"
 #include "ft_run.h"
@@ -100,8 +103,9 @@ TEST_CASE("class weights, label smoothing and focal loss match their definitions
   CHECK(x.grad().abs().sum().item<double>() > 0);
 }
 
-TEST_CASE("class_weights auto is scikit-learn's balanced weighting; lists and names are checked") {
-  const std::vector<int64_t> labels = {0, 0, 0, 0, 0, 0, 1, 1, 2, 0, 1, 0};
+TEST_CASE("class_weights auto is scikit-learn's balanced weighting (multi-label: negatives / positives); lists and names are checked") {
+  // Label counts of 12 rows: {8, 3, 1}.
+  const ft::LabelCounts labels{{8, 3, 1}, 12, false};
   ft::ClassWeights spec;
   spec.automatic = true;
   // compute_class_weight('balanced'): n / (k * count) = 12 / (3 * {8, 3, 1})
@@ -110,6 +114,9 @@ TEST_CASE("class_weights auto is scikit-learn's balanced weighting; lists and na
   CHECK(w[0] == doctest::Approx(0.5));
   CHECK(w[1] == doctest::Approx(12.0 / 9.0));
   CHECK(w[2] == doctest::Approx(4.0));
+  // Multi-label, 12 rows holding the labels {8, 3, 0} times: BCE's pos_weight, negatives / positives; unseen 1.
+  const auto pos = ft::resolve_class_weights(spec, ft::LabelCounts{{8, 3, 0}, 12, true}, {"a", "b", "c"}, 3, "run.yaml");
+  CHECK(pos == std::vector<double>{0.5, 3.0, 1.0});
   ft::ClassWeights named;
   named.by_name = {{"c", 3.0}};
   CHECK(ft::resolve_class_weights(named, labels, {"a", "b", "c"}, 3, "run.yaml") == std::vector<double>{1, 1, 3});
@@ -121,6 +128,28 @@ TEST_CASE("class_weights auto is scikit-learn's balanced weighting; lists and na
   unknown.by_name = {{"d", 2.0}};
   CHECK(ft_test::error_of([&] { ft::resolve_class_weights(unknown, labels, {"a", "b", "c"}, 3, "run.yaml"); })
             .find("no label 'd'") != std::string::npos);
+}
+
+TEST_CASE("weighted token classification: micro-batch losses over the step's divisor are CrossEntropyLoss(weight)'s mean") {
+  at::manual_seed(11);
+  const auto comm = ft::Comm::create(ft::DistEnv{});
+  // Two micro-batches of 9 and 14 labelled tokens over 4 tags.
+  const at::Tensor logits = at::randn({23, 4}, at::kFloat) * 2;
+  const at::Tensor labels = at::randint(0, 4, {23}, at::kLong);
+  const std::vector<ft::ClassLossOptions> cases = {
+      {{}, 0.0, 0.0}, {{0.25, 3.0, 1.5, 0.5}, 0.0, 0.0}, {{0.25, 3.0, 1.5, 0.5}, 0.1, 0.0}, {{}, 0.0, 2.0}};
+  for (const auto& o : cases) {
+    INFO("weights " << o.class_weights.size() << " smoothing " << o.label_smoothing << " gamma " << o.focal_gamma);
+    const auto objective = ft::make_token_classification_objective({"B-X", "I-X", "B-Y", "O"}, o);
+    std::vector<ft::Batch> micro(2);
+    micro[0].labels = labels.narrow(0, 0, 9);
+    micro[1].labels = labels.narrow(0, 9, 14);
+    const double divisor = objective->step_divisor(micro, *comm);
+    const double step = (objective->loss(logits.narrow(0, 0, 9), micro[0]).item<double>() +
+                         objective->loss(logits.narrow(0, 9, 14), micro[1]).item<double>()) /
+                        divisor;
+    CHECK(std::abs(step - reference_mean(logits, labels, o)) < 1e-6);
+  }
 }
 
 TEST_CASE("weighted F1, MCC, ROC-AUC and PR-AUC match scikit-learn on fixed predictions (1e-6)") {
@@ -221,6 +250,11 @@ TEST_CASE("the loop's keys refuse what they cannot do, one line each") {
   const auto weights = run("--set train.class_weights=[1,2,3]");
   CHECK(weights.exit_code != 0);
   CHECK(weights.output.find("train.class_weights: 3 weights for 2 labels") != std::string::npos);
+  // Pretraining's loss is not shaped: refused, not ignored.
+  const auto pretrain = ft_test::run_ft(
+      fmt::format("pretrain --config {}/run.yaml --max-steps 1 --set train.class_weights=auto", tmp.path().string()));
+  CHECK(pretrain.exit_code != 0);
+  CHECK(pretrain.output.find("train.class_weights: shapes cross-entropy over classes; this run is") != std::string::npos);
   const auto both = run("--set train.focal_loss_gamma=2 --set train.label_smoothing_factor=0.1");
   CHECK(both.exit_code != 0);
   CHECK(both.output.find("do not combine") != std::string::npos);

@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "ft/base/error.h"
+#include "ft/data/data.h"
 
 namespace ft {
 
@@ -38,18 +39,49 @@ ClassLossTerms class_loss_terms(const at::Tensor& logits, const at::Tensor& labe
   return t;
 }
 
-std::vector<double> resolve_class_weights(const ClassWeights& spec, const std::vector<int64_t>& train_labels,
+LabelCounts count_labels(const Dataset& data) {
+  LabelCounts c;
+  c.per_label.assign(static_cast<size_t>(data.num_labels()), 0);
+  c.multi_label = data.problem_type() == ProblemType::kMultiLabel;
+  if (!c.multi_label && !data.labels_per_token()) {
+    const std::vector<int64_t> labels = data.labels();
+    for (int64_t y : labels) {
+      if (y >= 0 && y < data.num_labels()) ++c.per_label[static_cast<size_t>(y)];
+    }
+    c.total = static_cast<int64_t>(labels.size());
+    return c;
+  }
+  // Multi-hot rows and aligned token tags exist only as collated batches.
+  constexpr int64_t kChunk = 256;
+  for (int64_t start = 0; start < data.size(); start += kChunk) {
+    std::vector<int64_t> rows(static_cast<size_t>(std::min(kChunk, data.size() - start)));
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = start + static_cast<int64_t>(i);
+    const at::Tensor labels = data.collate(rows).labels;
+    at::Tensor counts;
+    if (c.multi_label) {
+      counts = labels.gt(0.5).sum(0);
+      c.total += labels.size(0);
+    } else {
+      const at::Tensor scored = labels.masked_select(labels.ge(0));
+      counts = scored.bincount({}, data.num_labels());
+      c.total += scored.numel();
+    }
+    const at::Tensor n = counts.to(at::kLong).contiguous();
+    for (size_t k = 0; k < c.per_label.size(); ++k) c.per_label[k] += n.data_ptr<int64_t>()[k];
+  }
+  return c;
+}
+
+std::vector<double> resolve_class_weights(const ClassWeights& spec, const LabelCounts& counts,
                                           const std::vector<std::string>& label_names, int64_t num_labels,
                                           const std::string& source) {
   std::vector<double> w(static_cast<size_t>(num_labels), 1.0);
   if (spec.automatic) {
-    std::vector<int64_t> counts(w.size(), 0);
-    for (int64_t y : train_labels) {
-      if (y >= 0 && y < num_labels) ++counts[static_cast<size_t>(y)];
-    }
-    const double rows = static_cast<double>(train_labels.size());
-    for (size_t c = 0; c < w.size(); ++c) {
-      if (counts[c] > 0) w[c] = rows / (static_cast<double>(num_labels) * static_cast<double>(counts[c]));
+    const auto total = static_cast<double>(counts.total);
+    for (size_t c = 0; c < w.size() && c < counts.per_label.size(); ++c) {
+      const auto n = static_cast<double>(counts.per_label[c]);
+      if (n <= 0) continue;
+      w[c] = counts.multi_label ? (total - n) / n : total / (static_cast<double>(num_labels) * n);
     }
     return w;
   }

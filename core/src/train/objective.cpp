@@ -26,7 +26,11 @@ namespace {
 class Classification final : public Objective {
  public:
   Classification(ProblemType type, bool huber, double threshold, ClassLossOptions class_loss)
-      : type_(type), huber_(huber), threshold_(threshold), class_loss_(std::move(class_loss)) {}
+      : type_(type), huber_(huber), threshold_(threshold), class_loss_(std::move(class_loss)) {
+    if (type_ == ProblemType::kMultiLabel && !class_loss_.class_weights.empty()) {
+      pos_weight_ = at::tensor(class_loss_.class_weights, at::kDouble).to(at::kFloat);
+    }
+  }
 
   Batch batch(const Dataset& data, const std::vector<int64_t>& rows, int64_t) const override {
     return data.collate(rows);
@@ -90,8 +94,10 @@ class Classification final : public Objective {
     switch (type_) {
       case ProblemType::kSingleLabel: return at::cross_entropy_loss(logits, labels, {}, how);
       // fp32 as autocast runs these losses; the labels are float already.
-      case ProblemType::kMultiLabel:
-        return at::binary_cross_entropy_with_logits(logits.to(at::kFloat), labels, {}, {}, how);
+      case ProblemType::kMultiLabel: {
+        const at::Tensor pos_weight = pos_weight_.defined() ? pos_weight_.to(logits.device()) : at::Tensor();
+        return at::binary_cross_entropy_with_logits(logits.to(at::kFloat), labels, {}, pos_weight, how);
+      }
       case ProblemType::kRegression: {
         const at::Tensor scores = logits.to(at::kFloat).view({-1});
         return huber_ ? at::huber_loss(scores, labels, how, 1.0) : at::mse_loss(scores, labels, how);
@@ -176,6 +182,7 @@ class Classification final : public Objective {
   bool huber_;
   double threshold_;
   ClassLossOptions class_loss_;
+  at::Tensor pos_weight_;  // multi-label's class_weights, [labels] on the CPU
 };
 
 class MaskedLm final : public TokenLevelObjective {
@@ -249,7 +256,9 @@ void check_best_metric(const RunConfig& config, ProblemType type) {
 }
 
 // train.class_weights, label_smoothing_factor and focal_loss_gamma shape
-// single-label cross-entropy only; elsewhere they are refused, not ignored.
+// cross-entropy: single-label rows' and token classification's tokens'.
+// Multi-label takes class_weights alone, as BCE's per-label pos_weight.
+// Elsewhere they are refused, not ignored.
 ClassLossOptions class_loss_options(const RunConfig& config, const RunInputs& inputs, ProblemType type) {
   const auto& t = config.train;
   ClassLossOptions o;
@@ -258,16 +267,28 @@ ClassLossOptions class_loss_options(const RunConfig& config, const RunInputs& in
                       : t.focal_loss_gamma > 0       ? "train.focal_loss_gamma"
                                                      : nullptr;
   if (given == nullptr) return o;
-  if (config.task != RunConfig::Task::kClassify || type != ProblemType::kSingleLabel) {
-    fail("{}: {}: shapes single-label cross-entropy; this run is {} (remove the key)", config.source, given,
-         config.task != RunConfig::Task::kClassify ? task_name(config.task) : problem_type_name(type));
+  const bool tokens = config.task == RunConfig::Task::kTokenClassify;
+  const bool classify = config.task == RunConfig::Task::kClassify;
+  if (classify && type == ProblemType::kMultiLabel) {
+    const char* shaping = t.label_smoothing_factor > 0 ? "train.label_smoothing_factor"
+                          : t.focal_loss_gamma > 0     ? "train.focal_loss_gamma"
+                                                       : nullptr;
+    if (shaping != nullptr) {
+      fail("{}: {}: shapes cross-entropy over classes; multi_label_classification takes train.class_weights alone "
+           "(BCE's pos_weight): remove the key",
+           config.source, shaping);
+    }
+  } else if (!tokens && !(classify && type == ProblemType::kSingleLabel)) {
+    fail("{}: {}: shapes cross-entropy over classes; this run is {} (remove the key)", config.source, given,
+         classify ? problem_type_name(type) : task_name(config.task));
   }
   o.label_smoothing = t.label_smoothing_factor;
   o.focal_gamma = t.focal_loss_gamma;
   if (!t.class_weights.empty()) {
     const int64_t k = inputs.train ? inputs.train->num_labels() : inputs.model_config.num_labels;
-    o.class_weights = resolve_class_weights(t.class_weights, inputs.train ? inputs.train->labels() : std::vector<int64_t>{},
-                                            inputs.label_names, k, config.source);
+    LabelCounts counts;
+    if (inputs.train && t.class_weights.automatic) counts = count_labels(*inputs.train);
+    o.class_weights = resolve_class_weights(t.class_weights, counts, inputs.label_names, k, config.source);
   }
   return o;
 }
@@ -280,13 +301,13 @@ at::Tensor TokenLevelObjective::loss(const at::Tensor& logits, const Batch& batc
 
 double TokenLevelObjective::step_divisor(const std::vector<Batch>& micro_batches, Comm& comm) const {
   double tokens = 0;
-  for (const auto& b : micro_batches) tokens += static_cast<double>(b.labels.numel());
+  for (const auto& b : micro_batches) tokens += scored_weight(b);
   if (comm.world_size() > 1) {
     auto t = at::tensor({tokens}, at::kDouble);
     comm.all_reduce(t, ReduceOp::Sum);
     tokens = t.item<double>();
   }
-  return std::max(1.0, tokens) / static_cast<double>(comm.world_size());
+  return (tokens > 0 ? tokens : 1.0) / static_cast<double>(comm.world_size());
 }
 
 std::unique_ptr<Objective> make_objective(const RunConfig& config, const RunInputs& inputs) {
@@ -297,8 +318,10 @@ std::unique_ptr<Objective> make_objective(const RunConfig& config, const RunInpu
            "recall, accuracy)",
            config.source, metric);
     }
-    return make_token_classification_objective(inputs.label_names);
+    return make_token_classification_objective(inputs.label_names,
+                                               class_loss_options(config, inputs, ProblemType::kSingleLabel));
   }
+  if (config.task != RunConfig::Task::kClassify) class_loss_options(config, inputs, ProblemType::kSingleLabel);  // refuses
   if (config.task == RunConfig::Task::kSentenceEmbedding) {
     const bool scored = inputs.train && inputs.train->problem_type() == ProblemType::kRegression;
     const std::string metric = best_metric_ref(config).metric;

@@ -1,7 +1,8 @@
 // Token classification's objective: the cross-entropy of the labelled
-// tokens, normalised over the step's labelled tokens on every rank (so
-// that any split of the global batch trains as one process on all of it),
-// and seqeval's entity scores at evaluation.
+// tokens (with train.class_weights, label smoothing or focal loss as for
+// rows), normalised over the step's labelled tokens on every rank (their
+// weights' sum when weighted), so that any split of the global batch trains
+// as one process on all of it, and seqeval's entity scores at evaluation.
 #include <algorithm>
 
 #include <ATen/ATen.h>
@@ -11,6 +12,7 @@
 #include "ft/train/objective.h"
 #include "ft/data/sampler.h"
 #include "ft/parallel/strategy.h"
+#include "ft/tasks/class_loss.h"
 #include "ft/tasks/token_classification.h"
 
 namespace ft {
@@ -18,11 +20,17 @@ namespace {
 
 class TokenClassification final : public TokenLevelObjective {
  public:
-  explicit TokenClassification(std::vector<std::string> label_names)
-      : label_names_(std::move(label_names)), types_(entity_types(label_names_)) {}
+  TokenClassification(std::vector<std::string> label_names, ClassLossOptions class_loss)
+      : label_names_(std::move(label_names)), types_(entity_types(label_names_)), class_loss_(std::move(class_loss)) {
+    if (!class_loss_.class_weights.empty()) weights_ = at::tensor(class_loss_.class_weights, at::kDouble);
+  }
 
   Batch batch(const Dataset& data, const std::vector<int64_t>& rows, int64_t) const override {
     return data.collate(rows);
+  }
+  at::Tensor loss(const at::Tensor& logits, const Batch& batch) const override {
+    if (class_loss_.plain()) return TokenLevelObjective::loss(logits, batch);
+    return class_loss_terms(logits, batch.labels.to(logits.device()), class_loss_).losses.sum();
   }
   // As run_ner.py's compute_metrics: the labelled tokens' predicted and true
   // tags per sentence through seqeval; the counts add up over ranks.
@@ -34,7 +42,7 @@ class TokenClassification final : public TokenLevelObjective {
     counts.true_entities.assign(types_.size(), 0);
     counts.predicted_entities.assign(types_.size(), 0);
     counts.correct_entities.assign(types_.size(), 0);
-    double loss_sum = 0.0;
+    double loss_sum = 0.0, weight_sum = 0.0;
     const auto total = static_cast<int64_t>(batches.size());
     int64_t done = 0;
     for (const auto& b : batches) {
@@ -47,19 +55,24 @@ class TokenClassification final : public TokenLevelObjective {
       if (m == 0) continue;
       const at::Tensor valid = logits.narrow(0, 0, m).to(at::kCPU, at::kFloat);
       const at::Tensor truth = batch.labels.narrow(0, 0, m);
-      loss_sum += at::cross_entropy_loss(valid, truth, {}, at::Reduction::Sum).item<double>();
+      const auto terms = class_loss_terms(valid, truth, class_loss_);  // the training loss's (weighted) mean
+      loss_sum += terms.losses.sum().item<double>();
+      weight_sum += terms.weights.sum().item<double>();
       counts += count_entities(sentences(truth, batch.positions, seq), sentences(valid.argmax(1), batch.positions, seq),
                                types_);
     }
     events.eval_progress(total, total);
     std::vector<int64_t> v = counts.to_vector();
-    at::Tensor sums = at::empty({static_cast<int64_t>(v.size()) + 1}, at::kDouble);
+    const auto n = static_cast<int64_t>(v.size());
+    at::Tensor sums = at::empty({n + 2}, at::kDouble);
     for (size_t i = 0; i < v.size(); ++i) sums[static_cast<int64_t>(i)] = static_cast<double>(v[i]);
-    sums[static_cast<int64_t>(v.size())] = loss_sum;
+    sums[n] = loss_sum;
+    sums[n + 1] = weight_sum;
     comm.all_reduce(sums, ReduceOp::Sum);
     for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>(sums[static_cast<int64_t>(i)].item<double>());
     const EntityCounts all = EntityCounts::from_vector(types_, v);
-    const double loss = all.tokens > 0 ? sums[static_cast<int64_t>(v.size())].item<double>() / static_cast<double>(all.tokens) : 0.0;
+    const double weights = sums[n + 1].item<double>();
+    const double loss = weights > 0 ? sums[n].item<double>() / weights : 0.0;
     return entity_task_report(entity_report(all), loss);
   }
 
@@ -85,14 +98,22 @@ class TokenClassification final : public TokenLevelObjective {
     return out;
   }
 
+  double scored_weight(const Batch& batch) const override {
+    if (!weights_.defined()) return TokenLevelObjective::scored_weight(batch);
+    return weights_.index_select(0, batch.labels.to(at::kCPU)).sum().item<double>();
+  }
+
   std::vector<std::string> label_names_;
   std::vector<std::string> types_;
+  ClassLossOptions class_loss_;
+  at::Tensor weights_;  // class_weights as a CPU tensor, empty without them
 };
 
 }  // namespace
 
-std::unique_ptr<Objective> make_token_classification_objective(std::vector<std::string> label_names) {
-  return std::make_unique<TokenClassification>(std::move(label_names));
+std::unique_ptr<Objective> make_token_classification_objective(std::vector<std::string> label_names,
+                                                               const ClassLossOptions& class_loss) {
+  return std::make_unique<TokenClassification>(std::move(label_names), class_loss);
 }
 
 }  // namespace ft

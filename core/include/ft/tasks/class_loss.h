@@ -1,6 +1,7 @@
-// Single-label classification losses beyond plain cross-entropy: class
-// weights, label smoothing and focal loss (train.class_weights,
-// label_smoothing_factor, focal_loss_gamma).
+// Classification losses beyond plain cross-entropy: class weights, label
+// smoothing and focal loss (train.class_weights, label_smoothing_factor,
+// focal_loss_gamma) for single-label rows and token classification's
+// tokens, and multi-label's per-label positive weights.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,8 @@
 #include "ft/config/config.h"
 
 namespace ft {
+
+class Dataset;
 
 struct ClassLossOptions {
   std::vector<double> class_weights;  ///< one per class; empty: all 1
@@ -35,12 +38,26 @@ struct ClassLossTerms {
 /// [rows] int64 on the logits' device.
 ClassLossTerms class_loss_terms(const at::Tensor& logits, const at::Tensor& labels, const ClassLossOptions& options);
 
-/// The weights train.class_weights gives: `auto` is scikit-learn's
-/// compute_class_weight("balanced"): rows / (classes * rows of the class),
-/// a class with no rows weighing 1; a list must have one weight per label;
-/// a mapping names labels (others weigh 1). `source` names the config in
-/// errors.
-std::vector<double> resolve_class_weights(const ClassWeights& spec, const std::vector<int64_t>& train_labels,
+/// How often each label occurs in the training data: single-label rows or
+/// token classification's labelled tokens per class, or multi-label rows
+/// holding each label; `total` is the rows (tokens) counted.
+struct LabelCounts {
+  std::vector<int64_t> per_label;
+  int64_t total = 0;
+  bool multi_label = false;
+};
+
+/// `data`'s labels as training sees them: token labels after the word
+/// alignment, so a tokenizer pass over every row (cheap for row labels).
+LabelCounts count_labels(const Dataset& data);
+
+/// The weights train.class_weights gives. `auto`: for classes (rows or
+/// tokens) scikit-learn's compute_class_weight("balanced"), total /
+/// (classes * count of the class); for multi-label, each label's negatives
+/// over its positives, the pos_weight PyTorch's BCEWithLogitsLoss documents.
+/// A label never seen weighs 1. A list must have one weight per label; a
+/// mapping names labels (others weigh 1). `source` names the config in errors.
+std::vector<double> resolve_class_weights(const ClassWeights& spec, const LabelCounts& counts,
                                           const std::vector<std::string>& label_names, int64_t num_labels,
                                           const std::string& source);
 

@@ -88,10 +88,20 @@ class TokenLevelObjective : public Objective {
  public:
   at::Tensor loss(const at::Tensor& logits, const Batch& batch) const override;
   double step_divisor(const std::vector<Batch>& micro_batches, Comm& comm) const override;
+
+ protected:
+  // What `batch`'s tokens weigh in the step's mean: their count, or with
+  // class weights the sum of their labels' weights (CrossEntropyLoss's
+  // weighted mean).
+  virtual double scored_weight(const Batch& batch) const { return static_cast<double>(batch.labels.numel()); }
 };
 
-// Token classification over these tags (their ids are the model's labels).
-std::unique_ptr<Objective> make_token_classification_objective(std::vector<std::string> label_names);
+struct ClassLossOptions;
+
+// Token classification over these tags (their ids are the model's labels),
+// its cross-entropy shaped by `class_loss` (ft/tasks/class_loss.h).
+std::unique_ptr<Objective> make_token_classification_objective(std::vector<std::string> label_names,
+                                                               const ClassLossOptions& class_loss);
 
 // Sentence embedding (ft/tasks/sentence_pairs.h's batches) with the loss of
 // `config`; `scored`: the rows carry scores; `dimension`: the embeddings'.
