@@ -196,7 +196,11 @@ TEST_CASE("a fine-tuned model saves as a sentence-transformers directory that ft
   CHECK(modules[2].at("type") == "sentence_transformers.models.Dense");
   CHECK(modules[3].at("type") == "sentence_transformers.models.Normalize");
   CHECK(json::parse(ft_test::read_text(final_dir / "1_Pooling/config.json")).at("pooling_mode_max_tokens") == true);
-  CHECK(json::parse(ft_test::read_text(final_dir / "config.json")).at("architectures") == json::array({"BertModel"}));
+  const json encoder_config = json::parse(ft_test::read_text(final_dir / "config.json"));
+  CHECK(encoder_config.at("architectures") == json::array({"BertModel"}));
+  // A bare encoder has no classifier, so no labels (as save_pretrained writes a BertModel's).
+  CHECK_FALSE(encoder_config.contains("num_labels"));
+  CHECK_FALSE(encoder_config.contains("id2label"));
   const auto weights = ft::safetensors::load((final_dir / "model.safetensors").string());
   CHECK(tensor_of(weights, "embeddings.word_embeddings.weight").dim() == 2);  // base-model names
   const auto dense = ft::safetensors::load((final_dir / "2_Dense/model.safetensors").string());

@@ -208,17 +208,21 @@ std::string BertConfig::to_json() const {
   j["initializer_range"] = initializer_range;
   j["layer_norm_eps"] = layer_norm_eps;
   j["pad_token_id"] = pad_token_id;
-  j["num_labels"] = num_labels;
-  if (problem_type) j["problem_type"] = problem_type_name(*problem_type);
   if (text_pair) j["text_pair"] = true;
-  json id2label_json = json::object(), label2id_json = json::object();
-  for (int64_t i = 0; i < num_labels; ++i) {
-    std::string label = i < static_cast<int64_t>(id2label.size()) ? id2label[i] : "LABEL_" + std::to_string(i);
-    id2label_json[std::to_string(i)] = label;
-    label2id_json[label] = i;
+  // Labels belong to a classifier: an encoder saved for embeddings or a
+  // masked LM carries none, as transformers' save_pretrained leaves them out.
+  if (head == BertHead::kSequenceClassification || head == BertHead::kTokenClassification) {
+    j["num_labels"] = num_labels;
+    if (problem_type) j["problem_type"] = problem_type_name(*problem_type);
+    json id2label_json = json::object(), label2id_json = json::object();
+    for (int64_t i = 0; i < num_labels; ++i) {
+      std::string label = i < static_cast<int64_t>(id2label.size()) ? id2label[i] : "LABEL_" + std::to_string(i);
+      id2label_json[std::to_string(i)] = label;
+      label2id_json[label] = i;
+    }
+    j["id2label"] = id2label_json;
+    j["label2id"] = label2id_json;
   }
-  j["id2label"] = id2label_json;
-  j["label2id"] = label2id_json;
   model_detail::backbone_of(model_type, "model config").write(j, *this);
   // The family's own spelling of the keys (DistilBERT: dim, n_layers, ...).
   for (const auto& [bert, own] : family().config_keys) {
