@@ -22,15 +22,17 @@ mismatching examples) and PASS or FAIL. Exit 1 when any check fails.
              --max-length N` (singles and TAB-separated pairs, N = 128 and 32):
              input_ids and token_type_ids equal.
 3. embed     for a sentence-transformers checkpoint (modules.json beside config.json,
-             as ft run --task sentence-embedding saves it) instead of 1:
+             as ft run --task sentence-embedding saves it, with or without LoRA) instead of 1:
              SentenceTransformer(CKPT).encode(texts) vs `ft predict --checkpoint CKPT`,
              one {"text", "embedding"} line per text (halves of data/imdb-pairs/test.jsonl
              reviews, the texts written for these checks, one word and one text longer than
              the model's max_seq_length and its 512 positions, which both cut there):
              embeddings within 1e-5 (max abs), the same dimension and text; the BertModel
              in it loads with no key missing but the pooler's (which ft does not
-             train: mean pooling never reads it) and none unexpected. SKIPPED (not
-             failed) when sentence-transformers is not installed.
+             train: mean pooling never reads it) and none unexpected; with a LoRA
+             adapter, PeftModel.from_pretrained(BertModel, CKPT) finds every adapter key
+             and its lora_B are not all zero. SKIPPED (not failed) when
+             sentence-transformers is not installed.
 4. lora      PeftModel.from_pretrained(base, LORA_CKPT) vs `ft predict --checkpoint
              LORA_CKPT --logits`, logits within 1e-5, with base = adapter_config.json's
              base_model_name_or_path and base = LORA_CKPT's own model.safetensors; then
@@ -229,6 +231,19 @@ def check_sentence_embedding(ft, ckpt):
         problems.append(f"config.json's BertModel lacks keys: {short(missing)}")
     if unexpected:
         problems.append(f"keys the BertModel does not know: {short(unexpected)}")
+    # A LoRA checkpoint: PEFT over the bare BertModel must find every adapter key (a
+    # name it lacks leaves that adapter at its init, silently), with the trained values.
+    if os.path.isfile(os.path.join(ckpt, "adapter_config.json")):
+        from peft import PeftModel
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            peft_model = PeftModel.from_pretrained(AutoModel.from_pretrained(ckpt), ckpt)
+        lost = [str(w.message)[:200] for w in caught if "missing adapter keys" in str(w.message)]
+        if lost:
+            problems.append(f"PeftModel over the BertModel: {lost[0]}")
+        trained = sum(float(p.abs().sum()) for n, p in peft_model.named_parameters() if "lora_B" in n)
+        if trained == 0:
+            problems.append("PeftModel over the BertModel: every lora_B is zero (the adapter did not load)")
     # How far fine-tuning moved the embeddings, so that a pass means something.
     moved = ""
     base = base_model_dir(ckpt)

@@ -21,6 +21,7 @@
 #include "ft/model/model.h"
 #include "ft/model/onnx_export.h"
 #include "ft/io/safetensors.h"
+#include "ft/tasks/sentence_transformers.h"
 
 namespace ft::app {
 namespace {
@@ -76,7 +77,10 @@ int export_checkpoint(const fsys::path& dir, const fsys::path& out, bool merge) 
 
   fs::AtomicDir target(out);
   fs::write_file_atomic(target.path() / "config.json", c.config.to_json() + "\n");
-  safetensors::save((target.path() / "model.safetensors").string(), weights, {{"format", "pt"}});
+  // An embedding model stays a sentence-transformers directory: its pooling, Dense and Normalize modules beside the encoder.
+  const bool sentence = c.config.head == BertHead::kSentenceEmbedding;
+  safetensors::save((target.path() / "model.safetensors").string(),
+                    sentence ? write_sentence_modules(target.path(), c.config, weights) : weights, {{"format", "pt"}});
   for (const char* file : {"vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}) {
     if (fsys::exists(dir / file)) fs::write_file_atomic(target.path() / file, fs::read_file(dir / file));
   }

@@ -204,6 +204,17 @@ else
   [[ -f "$out/final/modules.json" ]] \
     || { ls -R "$out" | head -40; echo "check_hf_ctest: minilm-sentence-embedding: no modules.json in $out/final"; exit 1; }
   FT="$ft" "$repo/scripts/check-hf.sh" "$out/final" || rc=1
+  # The same with LoRA (r=8 on query and value): a PEFT adapter of the bare BertModel that
+  # SentenceTransformer(dir) attaches itself, and PeftModel finds every key of.
+  echo "check_hf_ctest: minilm-sentence-embedding: ft run (LoRA r=8) -> $out-lora"
+  "$ft" run "${common[@]}" --task sentence-embedding --set data.train=data/imdb-pairs/train.jsonl \
+    --set 'data.labels=[]' --set 'data.columns=[]' --set embedding.loss=MultipleNegativesRankingLoss \
+    --set embedding.pooling=auto --set embedding.normalize=auto --set model.config=data/all-minilm-l6-v2 \
+    --set model.weights=data/all-minilm-l6-v2 --set data.vocab=data/all-minilm-l6-v2/vocab.txt --set train.lr=1e-3 \
+    --set lora.rank=8 --set lora.alpha=16 --set 'lora.targets=[query, value]' \
+    --set train.output_dir="$out-lora" >"$out-lora.log" 2>&1 \
+    || { tail -n 30 "$out-lora.log"; echo "check_hf_ctest: minilm-sentence-embedding: ft run (LoRA) failed"; exit 1; }
+  FT="$ft" "$repo/scripts/check-hf.sh" "$out-lora/final" || rc=1
 fi
 
 if [[ "$rc" -eq 0 && ${#skipped[@]} -gt 0 ]]; then

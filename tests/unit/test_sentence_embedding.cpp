@@ -4,6 +4,7 @@
 // data-parallel runs with negatives from the global batch, the cached loss
 // against the plain one, the saved directory, ft predict, and bad inputs.
 #include <fstream>
+#include <sstream>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -214,6 +215,80 @@ TEST_CASE("a fine-tuned model saves as a sentence-transformers directory that ft
   double norm = 0;
   for (double v : e) norm += v * v;
   CHECK(std::abs(norm - 1) < 1e-6);
+}
+
+namespace {
+
+// `ft predict` on `dir`: each text's embedding.
+std::vector<std::vector<double>> embeddings_of(const fsys::path& dir) {
+  const std::string out = ft_test::run_ok(fmt::format("predict --checkpoint {} 'a fine film' 'the plot was bad'", dir.string()));
+  std::vector<std::vector<double>> rows;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line[0] == '{') rows.push_back(json::parse(line).at("embedding").get<std::vector<double>>());
+  }
+  REQUIRE(rows.size() == 2);
+  return rows;
+}
+
+double max_diff(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t j = 0; j < a[i].size(); ++j) d = std::max(d, std::abs(a[i][j] - b.at(i).at(j)));
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("a LoRA embedding model saves PEFT's adapter of the bare encoder and predicts as its merged weights") {
+  ft_test::TempDir tmp("st-lora");
+  const fsys::path out = tmp.path() / "out";
+  const std::string train = fmt::format(
+      "run --config tests/data/hf/minilm-trainer/ft.yaml --task sentence-embedding --set model.config={} "
+      "--set data.train={} --set train.lr=1e-2 --set train.warmup_steps=0 --set model.dropout=0 --set lora.rank=4 "
+      "--set lora.alpha=8 --max-steps 3 ",
+      (kSt / "tiny-max-dense").string(), (kSt / "train-mnrl/train.safetensors").string());
+  ft_test::run_ok(train + "--output-dir " + out.string());
+  const fsys::path final_dir = out / "final";
+  const json adapter = json::parse(ft_test::read_text(final_dir / "adapter_config.json"));
+  CHECK(adapter.at("task_type") == "FEATURE_EXTRACTION");
+  CHECK(adapter.at("modules_to_save").is_null());  // no classifier to save
+  // PEFT wraps the bare BertModel: base_model.model.encoder..., no "bert.".
+  const auto lora = ft::safetensors::load((final_dir / "adapter_model.safetensors").string());
+  REQUIRE(lora.size() == 8);  // 2 layers x query, value x A, B
+  for (const auto& [name, t] : lora) CHECK(name.rfind("base_model.model.encoder.layer.", 0) == 0);
+
+  // The same model with B A folded into the weights (alpha / r = 2), saved without the adapter.
+  const fsys::path merged = tmp.path() / "merged";
+  fsys::copy(final_dir, merged, fsys::copy_options::recursive);
+  for (const char* f : {"adapter_config.json", "adapter_model.safetensors", "manifest.json"}) fsys::remove(merged / f);
+  fsys::remove_all(merged / "training_state");
+  auto weights = ft::safetensors::load((merged / "model.safetensors").string());
+  double folded = 0;
+  for (auto& [name, w] : weights) {
+    if (name.find("attention.self.query.weight") == std::string::npos &&
+        name.find("attention.self.value.weight") == std::string::npos)
+      continue;
+    const std::string module = "base_model.model." + name.substr(0, name.size() - std::string(".weight").size());
+    const at::Tensor a = tensor_of(lora, module + ".lora_A.weight"), b = tensor_of(lora, module + ".lora_B.weight");
+    const at::Tensor delta = 2.0 * b.mm(a);
+    folded += delta.abs().sum().item<double>();
+    w = w + delta;
+  }
+  CHECK(folded > 0);  // the adapters trained
+  ft::safetensors::save((merged / "model.safetensors").string(), weights, {{"format", "pt"}});
+  const auto with_adapter = embeddings_of(final_dir);
+  CHECK(max_diff(with_adapter, embeddings_of(merged)) < 1e-5);
+  CHECK(max_diff(with_adapter, embeddings_of(kSt / "tiny-max-dense")) > 1e-4);
+  // ft export --merge-lora folds it the same way and keeps the sentence-transformers modules.
+  const fsys::path exported = tmp.path() / "exported";
+  ft_test::run_ok(fmt::format("export --merge-lora {} {}", final_dir.string(), exported.string()));
+  CHECK(fsys::exists(exported / "modules.json"));
+  CHECK(fsys::exists(exported / "2_Dense/model.safetensors"));
+  CHECK(max_diff(with_adapter, embeddings_of(exported)) < 1e-5);
+
+  // A run continues from the adapter (lora.adapter): its names find their modules.
+  ft_test::run_ok(train + fmt::format("--set lora.adapter={} --output-dir {}/again", final_dir.string(), tmp.path().string()));
 }
 
 TEST_CASE("bad sentence-embedding input gets one line") {

@@ -141,7 +141,10 @@ void write_checkpoint_files(const fsys::path& tmp, const CheckpointData& data) {
   TensorList weights;
   if (data.lora) {
     weights = without_lora(data.model);
-    save_adapter(tmp, data.model, *data.lora, data.base_model, data.config.head);
+    // PEFT wraps a sentence-transformers encoder as the bare XModel: its adapter names carry no "bert.".
+    const bool bare = data.config.head == BertHead::kSentenceEmbedding;
+    save_adapter(tmp, bare ? base_model_names(data.config, data.model) : data.model, *data.lora, data.base_model,
+                 data.config.head);
   } else if (data.adapter) {
     weights = without_bottleneck_adapters(data.model);
     save_bottleneck_adapter(tmp, data.model, *data.adapter, data.config.hidden_size);
@@ -194,7 +197,10 @@ LoadedCheckpoint load_checkpoint(const fsys::path& dir, bool with_training_state
   const std::string peft_type = adapter_peft_type(dir);
   if (peft_type == "LORA") {
     c.lora = read_adapter_config(dir);
-    c.model = with_adapter(std::move(c.model), read_adapter_weights(dir));
+    TensorList adapter = read_adapter_weights(dir);
+    // Beside a sentence-transformers encoder's base names (earlier ft wrote this adapter's with the prefix).
+    if (has_sentence_modules(dir)) adapter = base_model_names(c.config, adapter);
+    c.model = with_adapter(std::move(c.model), adapter);
   } else if (peft_type == "PROMPT_TUNING" || peft_type == "PREFIX_TUNING") {
     c.prompt_learning = read_prompt_learning_config(dir);
     c.model = with_adapter(std::move(c.model), read_prompt_learning_weights(dir, c.config));

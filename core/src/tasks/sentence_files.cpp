@@ -207,17 +207,17 @@ TensorList write_sentence_modules(const fsys::path& dir, const BertConfig& c, co
   pooling["include_prompt"] = true;
   fsys::create_directories(dir / "1_Pooling");
   fs::write_file_atomic(dir / "1_Pooling" / "config.json", pooling.dump(2) + "\n");
-  TensorList base, dense;
-  const std::string prefix = c.family().prefix();
+  TensorList encoder, dense;
   for (const auto& [name, t] : model) {
     if (name == kSentenceDenseWeight) {
       dense.emplace_back("linear.weight", t);
     } else if (name == kSentenceDenseBias) {
       dense.emplace_back("linear.bias", t);
     } else {
-      base.emplace_back(name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name, t);
+      encoder.emplace_back(name, t);
     }
   }
+  TensorList base = base_model_names(c, encoder);
   if (s.dense_out > 0) {
     const std::string folder = std::to_string(modules.size()) + "_Dense";
     add(folder, kDense);
@@ -240,6 +240,14 @@ TensorList write_sentence_modules(const fsys::path& dir, const BertConfig& c, co
                          {"similarity_fn_name", "cosine"}};
   fs::write_file_atomic(dir / "config_sentence_transformers.json", versions.dump(2) + "\n");
   return base;
+}
+
+TensorList base_model_names(const BertConfig& c, const TensorList& weights) {
+  const std::string prefix = c.family().prefix();
+  TensorList out;
+  out.reserve(weights.size());
+  for (const auto& [name, t] : weights) out.emplace_back(name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name, t);
+  return out;
 }
 
 }  // namespace ft

@@ -35,4 +35,9 @@ TensorList read_sentence_dense(const std::filesystem::path& dir, const BertConfi
 // (no "bert." prefix), as sentence-transformers saves them.
 TensorList write_sentence_modules(const std::filesystem::path& dir, const BertConfig& c, const TensorList& model);
 
+// `weights` under base-model names: c's family prefix ("bert.") dropped
+// where a name has it. A sentence-transformers encoder is a bare XModel, so
+// its weights and its PEFT adapter's (base_model.model.encoder...) carry none.
+TensorList base_model_names(const BertConfig& c, const TensorList& weights);
+
 }  // namespace ft

@@ -1,5 +1,6 @@
 #include "ft/model/lora.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -223,7 +224,9 @@ void save_adapter(const fsys::path& dir, const TensorList& weights, const LoraCo
   }
   j["lora_dropout"] = lora.dropout;
   j["target_modules"] = lora.targets;
-  j["modules_to_save"] = lora.train_head ? json(peft_head_modules(weights)) : json(nullptr);
+  // A bare encoder (embeddings) has no head for PEFT to save.
+  const bool has_head = std::any_of(weights.begin(), weights.end(), [](const auto& w) { return is_classifier_parameter(w.first); });
+  j["modules_to_save"] = lora.train_head && has_head ? json(peft_head_modules(weights)) : json(nullptr);
   j["base_model_name_or_path"] = base_model;
   j["bias"] = "none";
   j["fan_in_fan_out"] = false;
@@ -320,6 +323,8 @@ void load_adapter(EncoderModel& model, const fsys::path& dir, const LoraConfig& 
   torch::NoGradGuard no_grad;
   for (const auto& [name, t] : tensors) {
     auto it = params.find(name);
+    // An adapter of a bare XModel (PEFT over a sentence-transformers encoder) names no "bert.".
+    if (it == params.end()) it = params.find(model.config().family().prefix() + name);
     if (it == params.end()) {
       fail("lora.adapter: {}: tensor '{}' has no place in this model (adapter targets {}, lora.targets {})", file,
            name, targets_text(saved.targets), targets_text(lora.targets));
@@ -329,7 +334,7 @@ void load_adapter(EncoderModel& model, const fsys::path& dir, const LoraConfig& 
            fmt::join(it->second.sizes(), "x"));
     }
     it->second.copy_(t);
-    given.insert(name);
+    given.insert(it->first);
   }
   for (const auto& [name, p] : params) {
     if (is_lora_param(name) && !given.count(name)) {
