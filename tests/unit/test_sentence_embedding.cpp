@@ -291,6 +291,22 @@ TEST_CASE("a LoRA embedding model saves PEFT's adapter of the bare encoder and p
   ft_test::run_ok(train + fmt::format("--set lora.adapter={} --output-dir {}/again", final_dir.string(), tmp.path().string()));
 }
 
+TEST_CASE("an embedding model trained with bottleneck adapters, prompt or prefix tuning predicts from its checkpoint") {
+  ft_test::TempDir tmp("st-peft");
+  for (const char* method : {"adapter.size=8", "prompt.length=4", "prefix.length=4"}) {
+    INFO(method);
+    const fsys::path out = tmp.path() / std::string(method).substr(0, std::string(method).find('.'));
+    ft_test::run_ok(fmt::format(
+        "run --config tests/data/hf/minilm-trainer/ft.yaml --task sentence-embedding --set model.config={} "
+        "--set data.train={} --set data.max_seq_len=60 --set train.lr=1e-2 --set {} --max-steps 2 --output-dir {}",
+        (kSt / "tiny-max-dense").string(), (kSt / "train-mnrl/train.safetensors").string(), method, out.string()));
+    // The encoder's base names and the method's own files load together (they did not: a mix of names).
+    const auto rows = embeddings_of(out / "final");
+    CHECK(rows[0].size() == 16);
+    CHECK(max_diff(rows, embeddings_of(kSt / "tiny-max-dense")) > 1e-6);
+  }
+}
+
 TEST_CASE("bad sentence-embedding input gets one line") {
   ft_test::TempDir tmp("st-bad");
   const fsys::path& dir = tmp.path();

@@ -197,10 +197,7 @@ LoadedCheckpoint load_checkpoint(const fsys::path& dir, bool with_training_state
   const std::string peft_type = adapter_peft_type(dir);
   if (peft_type == "LORA") {
     c.lora = read_adapter_config(dir);
-    TensorList adapter = read_adapter_weights(dir);
-    // Beside a sentence-transformers encoder's base names (earlier ft wrote this adapter's with the prefix).
-    if (has_sentence_modules(dir)) adapter = base_model_names(c.config, adapter);
-    c.model = with_adapter(std::move(c.model), adapter);
+    c.model = with_adapter(std::move(c.model), read_adapter_weights(dir));
   } else if (peft_type == "PROMPT_TUNING" || peft_type == "PREFIX_TUNING") {
     c.prompt_learning = read_prompt_learning_config(dir);
     c.model = with_adapter(std::move(c.model), read_prompt_learning_weights(dir, c.config));
@@ -212,6 +209,10 @@ LoadedCheckpoint load_checkpoint(const fsys::path& dir, bool with_training_state
     c.adapter = read_bottleneck_adapter_config(dir);
     c.model = with_adapter(std::move(c.model), read_bottleneck_adapter_weights(dir));
   }
+  // A sentence-transformers encoder holds base names; an adapter beside it may carry the
+  // prefix (ft wrote LoRA's so before, and writes its bottleneck and prompt files so):
+  // one naming, or the loader sees a mix and finds neither.
+  if (has_sentence_modules(dir)) c.model = base_model_names(c.config, c.model);
   if (!with_training_state) return c;
   const fsys::path ts = dir / "training_state";
   if (!fsys::exists(ts / "trainer_state.json")) {
