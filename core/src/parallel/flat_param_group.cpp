@@ -2,10 +2,11 @@
 // prefetch, reshard). The gradient side is flat_param_grads.cpp.
 #include "ft/parallel/flat_param_group.h"
 
-#include <c10/core/GradMode.h>
 #include <algorithm>
+#include <exception>
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/function.h>
 
 #include "ft/base/error.h"
@@ -74,8 +75,19 @@ FlatParamGroup::~FlatParamGroup() {
     const void* id = hook_ids_[i];
     hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [id](const auto& h) { return h.get() == id; }), hooks.end());
   }
-  for (auto& g : grads_) {
-    if (g.state == UnitGrad::kLaunched) g.comm.work.wait();
+  // A destructor must not throw: a collective that failed (a rank stalled)
+  // threw from here into std::terminate, so the job ended without the line
+  // naming the stalled rank. While an error unwinds, the in-flight work is
+  // left to itself (it holds its tensors); otherwise its failure is the step's.
+  if (std::uncaught_exceptions() == 0) {
+    for (auto& g : grads_) {
+      if (g.state != UnitGrad::kLaunched) continue;
+      try {
+        g.comm.work.wait();
+      } catch (const std::exception&) {
+        break;  // the Comm has failed: the rest would fail the same way, each after the timeout
+      }
+    }
   }
   if (runner_) model_.set_unit_runner(nullptr);
   if (words_unit_ >= 0) model_.set_word_lookup(nullptr);
