@@ -34,11 +34,13 @@ mismatching examples) and PASS or FAIL. Exit 1 when any check fails.
              and its lora_B are not all zero. SKIPPED (not failed) when
              sentence-transformers is not installed.
 4. lora      PeftModel.from_pretrained(base, LORA_CKPT) vs `ft predict --checkpoint
-             LORA_CKPT --logits`, logits within 1e-5, with base = adapter_config.json's
+             LORA_CKPT --logits`, logits within 1e-5 (LORA_CKPT may also hold a
+             PROMPT_TUNING or PREFIX_TUNING adapter), with base = adapter_config.json's
              base_model_name_or_path and base = LORA_CKPT's own model.safetensors; then
              AutoModelForSequenceClassification.from_pretrained(LORA_CKPT), which
-             attaches the adapter itself (transformers' PEFT integration). Each also
-             lists the keys PEFT would save that adapter_model.safetensors lacks.
+             attaches the adapter itself (transformers' PEFT integration; LoRA only:
+             it cannot attach prompt learning). Each also lists the keys PEFT would
+             save that adapter_model.safetensors lacks.
 """
 import argparse
 import json
@@ -489,15 +491,18 @@ def check_lora(ft, lora_ckpt):
     labels = dict(num_labels=config.num_labels, id2label=config.id2label, label2id=config.label2id)
     tok = AutoTokenizer.from_pretrained(lora_ckpt)
     base_name = acfg.get("base_model_name_or_path") or ""
-    print(f"lora: {lora_ckpt}: r={acfg.get('r')} alpha={acfg.get('lora_alpha')} "
-          f"targets={acfg.get('target_modules')} modules_to_save={acfg.get('modules_to_save')} "
+    peft_type = acfg.get("peft_type", "LORA")
+    tag = {"LORA": "lora", "PROMPT_TUNING": "prompt", "PREFIX_TUNING": "prefix"}.get(peft_type, peft_type.lower())
+    shape = (f"r={acfg.get('r')} alpha={acfg.get('lora_alpha')} targets={acfg.get('target_modules')}"
+             if peft_type == "LORA" else f"num_virtual_tokens={acfg.get('num_virtual_tokens')}")
+    print(f"{tag}: {lora_ckpt}: {peft_type} {shape} modules_to_save={acfg.get('modules_to_save')} "
           f"base_model_name_or_path={base_name!r}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         bases = [("base_model_name_or_path", resolve_base(base_name, lora_ckpt), base_name),
                  ("the checkpoint's model.safetensors as base",
                   base_from_checkpoint(lora_ckpt, tmp), "model.safetensors")]
         for label, base, shown in bases:
-            name = f"lora PeftModel.from_pretrained ({label})"
+            name = f"{tag} PeftModel.from_pretrained ({label})"
             if base is None:
                 report(name, f"base_model_name_or_path {shown!r} is not a local model directory "
                              f"(looked in {os.getcwd()}, {REPO}, {lora_ckpt})", False)
@@ -522,7 +527,13 @@ def check_lora(ft, lora_ckpt):
                    d <= TOL and not missing and not unexpected)
     # transformers' own PEFT integration: from_pretrained on the directory loads
     # its config.json + model.safetensors and attaches adapter_model.safetensors.
-    name = "lora AutoModelForSequenceClassification.from_pretrained(LORA_CKPT)"
+    # It injects layers, which prompt learning has none of: PEFT refuses ("does not
+    # support prompt learning"), so such a directory is read through PeftModel as above.
+    name = f"{tag} AutoModelForSequenceClassification.from_pretrained(CKPT)"
+    if peft_type != "LORA":
+        print(f"{name}: not applicable: transformers attaches only adapters that inject layers; "
+              f"{peft_type} loads with PeftModel.from_pretrained over the checkpoint's own weights (above)", flush=True)
+        return
     try:
         model = AutoModelForSequenceClassification.from_pretrained(lora_ckpt).eval()
     except Exception as exc:

@@ -105,6 +105,23 @@ check_model() {
 }
 
 check_model minilm data/all-minilm-l6-v2 --set data.vocab=data/all-minilm-l6-v2/vocab.txt
+# Prompt tuning (8 virtual tokens, the classifier trained beside them): PEFT's PROMPT_TUNING
+# adapter, read by PeftModel over the checkpoint's own weights. Not prefix tuning: PEFT runs it
+# through past_key_values, which transformers 5's BERT no longer takes ("Model does not support
+# past key values which are required for prefix tuning").
+if wanted minilm-prompt && [[ -d "$tmp/minilm/full/final" ]]; then
+  out="$tmp/minilm-prompt"
+  echo "check_hf_ctest: minilm-prompt: ft run (prompt tuning, 8 virtual tokens) -> $out"
+  "$ft" run "${common[@]}" --set model.config=data/all-minilm-l6-v2 --set model.weights=data/all-minilm-l6-v2 \
+    --set data.vocab=data/all-minilm-l6-v2/vocab.txt --set train.lr=1e-2 --set prompt.length=8 \
+    --set train.output_dir="$out" >"$out.log" 2>&1 \
+    || { tail -n 30 "$out.log"; echo "check_hf_ctest: minilm-prompt: ft run failed"; exit 1; }
+  # The full checkpoint first: transformers reads it directly, the prompt one only through PeftModel.
+  FT="$ft" "$repo/scripts/check-hf.sh" "$tmp/minilm/full/final" "$out/final" || rc=1
+elif wanted minilm-prompt; then
+  echo "check_hf_ctest: minilm-prompt: needs the minilm check's full checkpoint: CHECK_HF_ONLY=\"minilm minilm-prompt\""
+  rc=1
+fi
 # The other families: the tiny transformers-built models of tests/data/hf/families
 # with the tokenizer.json each was tokenized with (tests/data/hf/tokenizers).
 for fam in roberta:roberta-bpe xlm-roberta:xlmr-unigram electra:wordend-bpe distilbert:wordend-bpe \
