@@ -77,7 +77,8 @@ int export_checkpoint(const fsys::path& dir, const fsys::path& out, bool merge) 
 
   fs::AtomicDir target(out);
   fs::write_file_atomic(target.path() / "config.json", c.config.to_json() + "\n");
-  // An embedding model stays a sentence-transformers directory: its pooling, Dense and Normalize modules beside the encoder.
+  // An embedding model stays a sentence-transformers directory: its pooling,
+  // Dense and Normalize modules beside the encoder.
   const bool sentence = c.config.head == BertHead::kSentenceEmbedding;
   safetensors::save((target.path() / "model.safetensors").string(),
                     sentence ? write_sentence_modules(target.path(), c.config, weights) : weights, {{"format", "pt"}});

@@ -246,7 +246,9 @@ TensorList base_model_names(const BertConfig& c, const TensorList& weights) {
   const std::string prefix = c.family().prefix();
   TensorList out;
   out.reserve(weights.size());
-  for (const auto& [name, t] : weights) out.emplace_back(name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name, t);
+  for (const auto& [name, t] : weights) {
+    out.emplace_back(name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name, t);
+  }
   return out;
 }
 

@@ -321,7 +321,8 @@ std::unique_ptr<Objective> make_objective(const RunConfig& config, const RunInpu
     return make_token_classification_objective(inputs.label_names,
                                                class_loss_options(config, inputs, ProblemType::kSingleLabel));
   }
-  if (config.task != RunConfig::Task::kClassify) class_loss_options(config, inputs, ProblemType::kSingleLabel);  // refuses
+  // The loss-shaping keys refuse a task they do not shape (token classification took them above).
+  if (config.task != RunConfig::Task::kClassify) class_loss_options(config, inputs, ProblemType::kSingleLabel);
   if (config.task == RunConfig::Task::kSentenceEmbedding) {
     const bool scored = inputs.train && inputs.train->problem_type() == ProblemType::kRegression;
     const std::string metric = best_metric_ref(config).metric;

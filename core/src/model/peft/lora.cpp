@@ -225,7 +225,8 @@ void save_adapter(const fsys::path& dir, const TensorList& weights, const LoraCo
   j["lora_dropout"] = lora.dropout;
   j["target_modules"] = lora.targets;
   // A bare encoder (embeddings) has no head for PEFT to save.
-  const bool has_head = std::any_of(weights.begin(), weights.end(), [](const auto& w) { return is_classifier_parameter(w.first); });
+  const bool has_head =
+      std::any_of(weights.begin(), weights.end(), [](const auto& w) { return is_classifier_parameter(w.first); });
   j["modules_to_save"] = lora.train_head && has_head ? json(peft_head_modules(weights)) : json(nullptr);
   j["base_model_name_or_path"] = base_model;
   j["bias"] = "none";
