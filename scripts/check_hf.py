@@ -237,9 +237,10 @@ def check_sentence_embedding(ft, ckpt):
     # name it lacks leaves that adapter at its init, silently), with the trained values.
     if os.path.isfile(os.path.join(ckpt, "adapter_config.json")):
         from peft import PeftModel
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as caught, tempfile.TemporaryDirectory() as tmp:
             warnings.simplefilter("always")
-            peft_model = PeftModel.from_pretrained(AutoModel.from_pretrained(ckpt), ckpt)
+            # The base alone: AutoModel on the checkpoint would attach the adapter itself first.
+            peft_model = PeftModel.from_pretrained(AutoModel.from_pretrained(base_from_checkpoint(ckpt, tmp)), ckpt)
         lost = [str(w.message)[:200] for w in caught if "missing adapter keys" in str(w.message)]
         if lost:
             problems.append(f"PeftModel over the BertModel: {lost[0]}")
